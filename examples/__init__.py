@@ -1,0 +1,1 @@
+"""Runnable flowkit examples: `flowkit worker examples.clickstream:app`."""

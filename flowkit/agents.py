@@ -1,0 +1,174 @@
+"""Agents: the user's async functions over a topic, and what they send where.
+
+Two forms, both declared with ``@app.agent``:
+
+* the stream form (primary, as in Faust) iterates the stream and may ``yield`` outputs::
+
+      @app.agent(orders, sink=[big_orders])
+      async def big(stream):
+          async for order in stream.filter(lambda o: o.amount > 100):
+              yield order
+
+* the per-record form handles one value and returns an output or None::
+
+      @app.agent(orders, sink=[big_orders], per_record=True)
+      def big(order):
+          return order if order.amount > 100 else None
+
+An output goes to every sink of the agent: topics, other agents (their input topic) and
+callables. Yield ``Output(value, key=..., to=...)`` to set the key or headers, or to send
+one output to chosen destinations only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .errors import DefinitionError
+from .records import Headers
+from .topics import Topic
+
+__all__ = ["Agent", "Output", "Timer", "SinkTarget"]
+
+T = TypeVar("T")
+
+SinkTarget = Any
+"""A sink: a ``Topic``, a topic name, an ``Agent``, or a callable taking each output."""
+
+KEEP_KEY: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """An output with its key and headers, optionally routed to chosen sinks.
+
+    By default an output keeps the key of the record that produced it, so a transform
+    stays on the same partition number downstream.
+
+    >>> Output({"id": 1}, key="a", to=["audit"]).key
+    'a'
+    """
+
+    value: Any
+    key: Any = KEEP_KEY
+    headers: Headers = ()
+    to: Sequence[SinkTarget] | SinkTarget | None = None
+
+
+class Agent(Generic[T]):
+    """A declared agent: its function, input topic, sinks and concurrency."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        topic: Topic[T] | str,
+        sinks: Sequence[SinkTarget] = (),
+        concurrency: int = 1,
+        per_record: bool = False,
+        internal: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise DefinitionError(f"agent {name!r}: concurrency must be >= 1")
+        is_gen = inspect.isasyncgenfunction(fn)
+        is_coro = inspect.iscoroutinefunction(fn)
+        if not per_record and not (is_gen or is_coro):
+            raise DefinitionError(
+                f"agent {name!r} must be `async def` over a stream; "
+                "for a plain function per record use @app.agent(..., per_record=True)"
+            )
+        if per_record and is_gen:
+            raise DefinitionError(
+                f"agent {name!r}: a per-record agent returns its output; it cannot yield"
+            )
+        self.fn = fn
+        self.name = name
+        self.topic = topic
+        self.sinks = tuple(sinks)
+        self.concurrency = concurrency
+        self.per_record = per_record
+        self.internal = internal
+        self.yields = is_gen
+        self.is_async = is_coro
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.name!r}>"
+
+    @property
+    def topic_name(self) -> str:
+        """The name of the topic the agent reads."""
+        return self.topic if isinstance(self.topic, str) else self.topic.name
+
+    @property
+    def form(self) -> str:
+        """``"stream"``, ``"per_record"``, or ``"repartition"`` for group_by's re-keyer."""
+        if self.internal:
+            return "repartition"
+        return "per_record" if self.per_record else "stream"
+
+    def output_type(self) -> Any:
+        """The declared output type from the function's annotations, or None.
+
+        ``AsyncIterator[X]``/``AsyncGenerator[X, None]`` for the stream form and ``X`` or
+        ``X | None`` for the per-record form give ``X``.
+        """
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:
+            return None
+        ret = hints.get("return")
+        if ret is None or ret is type(None):
+            return None
+        if self.per_record:
+            args = [a for a in typing.get_args(ret) if a is not type(None)]
+            if typing.get_origin(ret) in (typing.Union, _UnionType) and len(args) == 1:
+                return args[0]
+            if typing.get_origin(ret) is None:
+                return ret
+            return None
+        origin = typing.get_origin(ret)
+        if origin is not None and getattr(origin, "__name__", "") in (
+            "AsyncIterator",
+            "AsyncGenerator",
+            "AsyncIterable",
+        ):
+            params = typing.get_args(ret)
+            return params[0] if params else None
+        return None
+
+    async def send(self, value: T, *, key: Any = None, headers: Headers = ()) -> Any:
+        """Send ``value`` to this agent's input topic (from inside a running worker)."""
+        if isinstance(self.topic, str):
+            raise DefinitionError(f"agent {self.name!r} reads an undeclared topic")
+        return await self.topic.send(value, key=key, headers=headers)
+
+
+_UnionType = type(int | None)
+
+
+class Timer:
+    """A function the worker calls every ``interval`` seconds, or once at start (a task)."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str, interval: float | None) -> None:
+        if interval is not None and interval <= 0:
+            raise DefinitionError(f"timer {name!r}: the interval must be > 0 seconds")
+        if not inspect.iscoroutinefunction(fn):
+            raise DefinitionError(f"{'timer' if interval else 'task'} {name!r} must be async def")
+        self.fn = fn
+        self.name = name
+        self.interval = interval
+
+    @property
+    def kind(self) -> str:
+        """``"timer"`` or ``"task"``."""
+        return "task" if self.interval is None else "timer"
+
+    def __repr__(self) -> str:
+        return f"<{self.kind.title()} {self.name!r}>"

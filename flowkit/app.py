@@ -1,0 +1,316 @@
+"""The App: a declaration of topics, agents, timers and tasks. It does no I/O.
+
+>>> import flowkit
+>>> app = flowkit.App("shop")
+>>> orders = app.topic("orders", value_type=int)
+>>> @app.agent(orders)
+... async def count(stream):
+...     async for amount in stream:
+...         pass
+>>> [a.name for a in app.agents]
+['count']
+
+A worker runs it (``flowkit worker module:app``); the broker URL is a setting the worker
+resolves. Once a worker runs, the declaration is frozen.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, overload
+
+from .agents import Agent, Output, SinkTarget, Timer
+from .codecs import Codec
+from .errors import DefinitionError
+from .graph import Graph
+from .tables import GlobalTable, Table, TableBase
+from .topics import Repartition, Topic
+from .windowed import WindowedTable
+from .windows import WindowSpec
+
+__all__ = ["App"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class App:
+    """A stream-processing application: what to run, not how.
+
+    ``broker`` is the default broker URL (``memory://`` or ``kafka://host:port``);
+    ``flowkit worker --broker`` and ``FLOWKIT_BROKER`` override it. ``partitions`` is the
+    default partition count of its topics and tables, so they are co-partitioned unless
+    told otherwise.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        broker: str = "memory://",
+        partitions: int = 1,
+        commit_interval: float = 1.0,
+    ) -> None:
+        if not _NAME.match(name):
+            raise DefinitionError(
+                f"app name {name!r} may use only letters, digits, '.', '_' and '-'"
+            )
+        if commit_interval <= 0:
+            raise DefinitionError("commit_interval must be > 0 seconds")
+        if partitions < 1:
+            raise DefinitionError("partitions must be >= 1")
+        self.name = name
+        self.broker = broker
+        self.partitions = partitions
+        self.commit_interval = commit_interval
+        self.topics: dict[str, Topic[Any]] = {}
+        self.agents: list[Agent[Any]] = []
+        self.timers: list[Timer] = []
+        self.tables: dict[str, TableBase[Any, Any]] = {}
+        self._topic_decls: list[Topic[Any]] = []
+        self._frozen_by: object | None = None
+
+    def __repr__(self) -> str:
+        return f"<App {self.name!r} broker={self.broker!r}>"
+
+    # -- declarations ---------------------------------------------------------------------
+
+    def topic(
+        self,
+        name: str,
+        value_type: type[T] | Any = Any,
+        *,
+        key_type: Any = str,
+        partitions: int | None = None,
+        codec: str | Codec[Any] | None = None,
+        key_codec: str | Codec[Any] | None = None,
+        compacted: bool = False,
+    ) -> Topic[T]:
+        """Declare a topic; values are decoded into ``value_type`` (JSON by default)."""
+        self._check_open()
+        if not _NAME.match(name):
+            raise DefinitionError(
+                f"topic name {name!r} may use only letters, digits, '.', '_' and '-'"
+            )
+        partitions = self.partitions if partitions is None else partitions
+        if partitions < 1:
+            raise DefinitionError(f"topic {name!r}: partitions must be >= 1")
+        topic: Topic[T] = Topic(
+            name,
+            value_type=value_type,
+            key_type=key_type,
+            partitions=partitions,
+            codec=codec,
+            key_codec=key_codec,
+            compacted=compacted,
+        )
+        topic._app_name = self.name
+        self._topic_decls.append(topic)
+        self.topics.setdefault(name, topic)
+        return topic
+
+    def _declare_internal(self, topic: Topic[Any]) -> None:
+        if topic.name not in self.topics:
+            self._topic_decls.append(topic)
+            self.topics[topic.name] = topic
+
+    def table(
+        self,
+        name: str,
+        *,
+        default: Callable[[], Any] | None = None,
+        key_type: Any = str,
+        value_type: Any = Any,
+        partitions: int | None = None,
+    ) -> Table[Any, Any]:
+        """Declare a partitioned table backed by ``<app>-<name>-changelog``.
+
+        Call ``.tumbling(...)`` or ``.hopping(...)`` on the result for a windowed table.
+        """
+        self._check_open()
+        self._check_table_name(name)
+        table: Table[Any, Any] = Table(
+            name,
+            app_name=self.name,
+            partitions=self.partitions if partitions is None else partitions,
+            default=default,
+            key_type=key_type,
+            value_type=value_type,
+        )
+        table._replace = self._windowed
+        self.tables[name] = table
+        return table
+
+    def _windowed(
+        self, table: Table[Any, Any], spec: WindowSpec, options: dict[str, Any]
+    ) -> WindowedTable[Any, Any]:
+        self._check_open()
+        if self.tables.get(table.name) is not table:
+            raise DefinitionError(f"table {table.name!r} is already windowed")
+        windowed: WindowedTable[Any, Any] = WindowedTable(
+            table.name,
+            spec=spec,
+            app_name=self.name,
+            partitions=table.partitions,
+            default=table.default,
+            key_type=table.key_type,
+            value_type=table.value_type,
+            **options,
+        )
+        self.tables[table.name] = windowed
+        return windowed
+
+    def global_table(
+        self,
+        name: str,
+        *,
+        key_type: Any = str,
+        value_type: Any = Any,
+        partitions: int = 1,
+        default: Callable[[], Any] | None = None,
+        loader: Callable[[], Iterable[tuple[Any, Any]]] | None = None,
+    ) -> GlobalTable[Any, Any]:
+        """Declare a table every worker holds whole, fed from the compacted topic ``name``.
+
+        ``loader`` returns ``(key, value)`` pairs the worker produces at start when the
+        topic is empty, for reference data generated or read from a file.
+        """
+        self._check_open()
+        self._check_table_name(name)
+        topic = self.topic(
+            name, value_type, key_type=key_type, partitions=partitions, compacted=True
+        )
+        table: GlobalTable[Any, Any] = GlobalTable(
+            name,
+            topic=topic,
+            loader=loader,
+            app_name=self.name,
+            partitions=partitions,
+            default=default,
+            key_type=key_type,
+            value_type=value_type,
+        )
+        self.tables[name] = table
+        return table
+
+    def _check_table_name(self, name: str) -> None:
+        if not _NAME.match(name):
+            raise DefinitionError(
+                f"table name {name!r} may use only letters, digits, '.', '_' and '-'"
+            )
+        if name in self.tables:
+            raise DefinitionError(f"two tables are named {name!r}")
+
+    def agent(
+        self,
+        topic: Topic[T] | str,
+        *,
+        name: str | None = None,
+        sink: Sequence[SinkTarget] | SinkTarget = (),
+        concurrency: int = 1,
+        per_record: bool = False,
+    ) -> Callable[[Callable[..., Any]], Agent[T]]:
+        """Declare an agent over ``topic``; see ``flowkit.agents`` for the two forms.
+
+        ``sink`` lists where outputs go: topics, topic names, agents or callables.
+        ``concurrency`` runs that many instances, each owning some partitions, so the
+        records of one partition are never reordered.
+        """
+        self._check_open()
+        sinks = _as_list(sink)
+        if isinstance(topic, Repartition):
+            self._declare_repartition(topic)
+
+        def decorate(fn: Callable[..., Any]) -> Agent[T]:
+            agent_name: str = name or getattr(fn, "__name__", None) or "agent"
+            if any(a.name == agent_name for a in self.agents):
+                raise DefinitionError(f"two agents are named {agent_name!r}")
+            agent: Agent[T] = Agent(
+                fn,
+                name=agent_name,
+                topic=topic,
+                sinks=sinks,
+                concurrency=concurrency,
+                per_record=per_record,
+            )
+            self.agents.append(agent)
+            return agent
+
+        return decorate
+
+    def _declare_repartition(self, topic: Repartition[Any]) -> None:
+        """Declare the internal topic and the re-keying agent behind ``group_by``."""
+        if topic.name in self.topics:
+            return
+        self._declare_internal(topic)
+        key_fn = topic.key_fn
+
+        def rekey(value: Any) -> Output:
+            return Output(value, key=key_fn(value))
+
+        self.agents.append(
+            Agent(
+                rekey,
+                name=f"{topic.group_name}-repartition",
+                topic=topic.source,
+                sinks=[topic],
+                per_record=True,
+                internal=True,
+            )
+        )
+
+    @overload
+    def timer(self, seconds: float) -> Callable[[F], F]: ...
+    @overload
+    def timer(self, seconds: float, *, name: str) -> Callable[[F], F]: ...
+
+    def timer(self, seconds: float, *, name: str | None = None) -> Callable[[F], F]:
+        """Call the decorated ``async def`` every ``seconds`` while the worker runs."""
+        self._check_open()
+
+        def decorate(fn: F) -> F:
+            self.timers.append(Timer(fn, name=name or fn.__name__, interval=seconds))
+            return fn
+
+        return decorate
+
+    def task(self, fn: F) -> F:
+        """Run the decorated ``async def`` once when the worker starts."""
+        self._check_open()
+        self.timers.append(Timer(fn, name=fn.__name__, interval=None))
+        return fn
+
+    # -- the graph ------------------------------------------------------------------------
+
+    def graph(self) -> Graph:
+        """The dataflow graph of this declaration."""
+        return Graph.build(
+            self.name, self._topic_decls, self.agents, self.timers, list(self.tables.values())
+        )
+
+    # -- freezing (called by the worker) --------------------------------------------------
+
+    def _freeze(self, owner: object) -> None:
+        if self._frozen_by is not None and self._frozen_by is not owner:
+            raise DefinitionError(
+                f"app {self.name!r} already runs in another worker; "
+                "give each worker its own App (a factory function works: module:make_app)"
+            )
+        self._frozen_by = owner
+
+    def _unfreeze(self, owner: object) -> None:
+        if self._frozen_by is owner:
+            self._frozen_by = None
+
+    def _check_open(self) -> None:
+        if self._frozen_by is not None:
+            raise RuntimeError(f"app {self.name!r} is running: declare everything before start")
+
+
+def _as_list(sink: Sequence[SinkTarget] | SinkTarget) -> list[SinkTarget]:
+    if isinstance(sink, list | tuple):
+        return list(sink)
+    return [sink]

@@ -1,0 +1,97 @@
+"""Which offsets may be committed: the one ``OffsetTracker``.
+
+Invariant: for each partition, the committable offset is the end offset of the longest
+prefix of dispatched batches that every agent instance has finished. A batch still being
+processed, or queued, holds back every batch after it, so a commit never passes a record
+whose effects are not done. Sends caused by done records are awaited by the worker before
+it commits (see ``Worker.checkpoint``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from .records import TopicPartition
+
+__all__ = ["OffsetTracker", "PendingBatch"]
+
+
+class PendingBatch:
+    """A dispatched batch: its end offset and how many agent instances still hold it."""
+
+    __slots__ = ("end", "holders")
+
+    def __init__(self, end: int, holders: int) -> None:
+        self.end = end
+        self.holders = holders
+
+    def release(self) -> None:
+        """One holder is done with the batch."""
+        self.holders -= 1
+
+
+class OffsetTracker:
+    """Tracks dispatched batches per partition and answers what can be committed.
+
+    >>> t = OffsetTracker()
+    >>> tp = TopicPartition("t", 0)
+    >>> a, b = t.add(tp, 10, 1), t.add(tp, 20, 1)
+    >>> b.release(); t.committable()       # b is done but a is not: nothing yet
+    {}
+    >>> a.release(); t.committable()
+    {TopicPartition(topic='t', partition=0): 20}
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[TopicPartition, deque[PendingBatch]] = {}
+        self._done: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+
+    def add(self, tp: TopicPartition, end: int, holders: int) -> PendingBatch:
+        """Record a batch ending before offset ``end``, held by ``holders`` instances."""
+        entry = PendingBatch(end, holders)
+        queue = self._pending.get(tp)
+        if queue is None:
+            queue = self._pending[tp] = deque()
+        queue.append(entry)
+        return entry
+
+    def _advance(self, tp: TopicPartition) -> None:
+        queue = self._pending.get(tp)
+        if not queue:
+            return
+        end = None
+        while queue and queue[0].holders <= 0:
+            end = queue.popleft().end
+        if end is not None:
+            self._done[tp] = end
+
+    def committable(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """Offsets (next to read) that advanced past the last commit, per partition."""
+        out: dict[TopicPartition, int] = {}
+        for tp in list(self._pending) if tps is None else tps:
+            self._advance(tp)
+            done = self._done.get(tp)
+            if done is not None and done != self._committed.get(tp):
+                out[tp] = done
+        return out
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """Note a successful commit."""
+        self._committed.update(offsets)
+
+    def in_flight(self, tps: Iterable[TopicPartition] | None = None) -> int:
+        """How many dispatched batches are not done yet."""
+        count = 0
+        for tp in list(self._pending) if tps is None else tps:
+            self._advance(tp)
+            count += len(self._pending.get(tp, ()))
+        return count
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Drop all state of partitions this worker no longer owns."""
+        for tp in tps:
+            self._pending.pop(tp, None)
+            self._done.pop(tp, None)
+            self._committed.pop(tp, None)

@@ -1,0 +1,252 @@
+"""The ``flowkit`` command: ``flowkit worker APP`` and ``flowkit graph APP``.
+
+Thin on purpose: it loads the app, then calls the runtime or the renderers. Bad input is
+one ``Error: ...`` line on stderr and exit code 2; a worker that dies is one line and 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any, Literal, NoReturn
+
+import structlog
+import typer
+from typer.core import TyperGroup
+
+from .. import __version__
+from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
+from ..logs import configure_logging
+from ..rendering import render
+from ..runtime import Worker
+from ..transports import parse_broker_url
+from .loader import load_app
+
+__all__ = ["cli"]
+
+log = structlog.get_logger("flowkit.cli")
+
+USAGE = 2  # bad input: the exit code click uses for usage errors
+FAILED = 1  # the worker stopped on a fatal error, or `graph --check` found problems
+
+
+class _Group(TyperGroup):
+    """Prints click's usage errors as one ``Error: ...`` line, like our own errors."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(
+                args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
+            )
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+            # typer validates choices with pydantic, whose "Value error, " adds nothing.
+            _echo_error(exc.format_message().replace("Value error, ", ""))
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            _echo_error("aborted")
+            sys.exit(FAILED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+cli = typer.Typer(
+    name="flowkit",
+    cls=_Group,
+    help="Run and inspect flowkit stream-processing apps.",
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+AppArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="APP",
+        help='The app as "module:attribute", e.g. examples.clickstream:app '
+        "(the attribute may be a function with no arguments that returns the App).",
+        show_default=False,
+    ),
+]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"flowkit {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Run and inspect flowkit stream-processing apps."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+@cli.command()
+def worker(
+    app: AppArg,
+    broker: Annotated[
+        str | None,
+        typer.Option(
+            "--broker",
+            "-b",
+            envvar="FLOWKIT_BROKER",
+            metavar="URL",
+            help="memory:// or kafka://host:port[,host:port] (default: the app's own).",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        typer.Option("--log-level", "-l", help="Log level."),
+    ] = "info",
+    log_format: Annotated[
+        Literal["console", "json"],
+        typer.Option("--log-format", help="Log lines for people or as JSON."),
+    ] = "console",
+) -> None:
+    """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
+    with _errors():
+        the_app = load_app(app)
+        url = broker or the_app.broker
+        parse_broker_url(url)  # a bad URL fails here, before anything starts
+        configure_logging(log_level, log_format)
+        running = Worker(the_app, broker=url)
+        try:
+            error = asyncio.run(_serve(running))
+        except (DefinitionError, ConfigurationError):
+            raise  # bad input: one line per problem, exit 2 (see _errors)
+        except Exception as exc:  # the worker could not start: broker unreachable, ...
+            error = exc
+        if error is not None:
+            if log_level == "debug" and not isinstance(error, FlowkitError):
+                traceback.print_exception(error)
+            _fail(f"worker failed: {_describe(error)}", FAILED)
+        typer.echo(running.summary(), err=True)
+
+
+@cli.command()
+def graph(
+    app: AppArg,
+    fmt: Annotated[
+        Literal["text", "mermaid", "dot", "json"],
+        typer.Option("--format", "-f", help="Output format."),
+    ] = "text",
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Validate instead of printing: one line per problem on stderr, exit 1 if any.",
+        ),
+    ] = False,
+) -> None:
+    """Print APP's dataflow graph (no broker is contacted)."""
+    with _errors():
+        the_graph = load_app(app).graph()
+    if not check:
+        typer.echo(render(the_graph, fmt))
+        return
+    problems = the_graph.check()
+    for problem in problems:
+        typer.echo(problem, err=True)
+    if problems:
+        raise typer.Exit(FAILED)
+    counts: dict[str, int] = {}
+    for node in the_graph.nodes:
+        counts[node.kind] = counts.get(node.kind, 0) + 1
+    shown = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in counts.items())
+    typer.echo(f"ok: {shown or 'an empty app'}")
+
+
+async def _serve(worker: Worker) -> BaseException | None:
+    """Run ``worker`` with uvicorn's signals; the fatal error it stopped on, if any.
+
+    The first SIGINT/SIGTERM stops it gracefully (batches finish, offsets are committed);
+    the second forces it: queued work is dropped and the shutdown is cancelled.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    forced = False
+
+    def on_signal(signum: int) -> None:
+        nonlocal forced
+        name = signal.Signals(signum).name
+        if not worker.stopping:
+            log.info("stopping gracefully; send the signal again to force", signal=name)
+            worker.stop()
+        elif not forced:
+            log.warning("forcing the worker to stop", signal=name)
+            forced = True
+            worker.stop(force=True)
+            task.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except NotImplementedError:  # Windows: no loop signal handlers
+            signal.signal(signum, lambda s, _: loop.call_soon_threadsafe(on_signal, s))
+    try:
+        await worker.run()
+    except asyncio.CancelledError:
+        if not forced:
+            raise
+        task.uncancel()
+    except BaseException as exc:
+        if exc is not worker.error:
+            raise  # raised by start(): the caller reports it
+    return worker.error
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """Turns flowkit's errors into one ``Error:`` line each and exit code 2, no traceback."""
+    try:
+        yield
+    except GraphError as exc:
+        for problem in exc.problems:
+            _echo_error(problem)
+        raise typer.Exit(USAGE) from None
+    except FlowkitError as exc:
+        _fail(str(exc), USAGE)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    _echo_error(message)
+    raise typer.Exit(code)
+
+
+def _echo_error(message: str) -> None:
+    typer.echo(f"Error: {_one_line(message)}", err=True)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,147 @@
+"""Codecs turn values into bytes and back.
+
+``Codec`` is the plug-in protocol. ``codec_for`` picks one from a type and a name
+("json", "msgpack", "raw", "str"), so ``app.topic("t", value_type=Order)`` needs no codec
+argument. Each codec builds its msgspec encoder and decoder once, at declaration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import msgspec
+
+from .errors import ConfigurationError, DecodeError
+
+__all__ = [
+    "Codec",
+    "JsonCodec",
+    "MsgpackCodec",
+    "RawCodec",
+    "StrCodec",
+    "codec_for",
+]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@runtime_checkable
+class Codec(Protocol[T]):
+    """Encodes a value to bytes and decodes bytes to a value.
+
+    ``decode`` raises ``flowkit.DecodeError`` for bytes it cannot read.
+    """
+
+    def encode(self, value: T, /) -> bytes: ...
+
+    def decode(self, data: bytes, /) -> T: ...
+
+
+class JsonCodec(Generic[T]):
+    """JSON through msgspec, validated against ``type``.
+
+    >>> JsonCodec(int).decode(b"42")
+    42
+    """
+
+    name = "json"
+
+    def __init__(self, type: type[T] | Any = Any) -> None:
+        self.type = type
+        self._encoder = msgspec.json.Encoder()
+        self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type)
+
+    def encode(self, value: T, /) -> bytes:
+        return self._encoder.encode(value)
+
+    def decode(self, data: bytes, /) -> T:
+        try:
+            return self._decoder.decode(data)
+        except msgspec.DecodeError as exc:  # ValidationError is a subclass
+            raise DecodeError(f"{type(exc).__name__}: {exc}") from None
+
+
+class MsgpackCodec(Generic[T]):
+    """MessagePack through msgspec, validated against ``type``."""
+
+    name = "msgpack"
+
+    def __init__(self, type: type[T] | Any = Any) -> None:
+        self.type = type
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type)
+
+    def encode(self, value: T, /) -> bytes:
+        return self._encoder.encode(value)
+
+    def decode(self, data: bytes, /) -> T:
+        try:
+            return self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"{type(exc).__name__}: {exc}") from None
+
+
+class RawCodec:
+    """Bytes in, bytes out."""
+
+    name = "raw"
+    type = bytes
+
+    def encode(self, value: bytes, /) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"raw codec needs bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def decode(self, data: bytes, /) -> bytes:
+        return data
+
+
+class StrCodec:
+    """UTF-8 text, the usual form of Kafka string keys (no JSON quotes)."""
+
+    name = "str"
+    type = str
+
+    def encode(self, value: str, /) -> bytes:
+        if not isinstance(value, str):
+            raise TypeError(f"str codec needs str, got {type(value).__name__}")
+        return value.encode()
+
+    def decode(self, data: bytes, /) -> str:
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not UTF-8: {exc}") from None
+
+
+def codec_for(type_: Any, codec: str | Codec[Any] | None = None) -> Codec[Any]:
+    """The codec for values of ``type_``: ``codec`` if it is one, else by name or type.
+
+    With no name, ``bytes`` gets the raw codec, ``str`` gets UTF-8 text and every other
+    type JSON.
+
+    >>> codec_for(str).encode("k")
+    b'k'
+    """
+    if codec is not None and not isinstance(codec, str):
+        if not isinstance(codec, Codec):
+            raise ConfigurationError(f"codec {codec!r} has no encode/decode methods")
+        return codec
+    if codec is None:
+        if type_ is bytes:
+            return RawCodec()
+        if type_ is str:
+            return StrCodec()
+        return JsonCodec(type_)
+    if codec == "raw":
+        return RawCodec()
+    if codec == "str":
+        return StrCodec()
+    if codec == "json":
+        return JsonCodec(type_)
+    if codec == "msgpack":
+        return MsgpackCodec(type_)
+    raise ConfigurationError(
+        f"unknown codec {codec!r}: use 'json', 'msgpack', 'raw', 'str' or a Codec"
+    )

@@ -1,0 +1,118 @@
+"""The flowkit error tree.
+
+```
+FlowkitError
+├── DefinitionError        a bad App declaration; raised before anything runs
+│   └── GraphError         the graph fails a check (unknown topic, type mismatch, ...)
+├── AppNotFound            the CLI could not load "module:attr"
+├── ConfigurationError     a bad setting: broker URL, CLI option, client setting
+├── NotRunningError        a runtime-only call (topic.send, table write) with no worker
+├── TransportError         broker I/O, mapped from the client library in one place
+│   ├── BrokerUnavailable
+│   └── CommitFailed
+└── ProcessingError        one record failed; carries where it came from
+    ├── DecodeError        the bytes could not be decoded into the declared type
+    ├── AgentError         the agent raised while processing the record
+    └── SinkError          a sink gave up after its retries
+```
+
+Definition, configuration and transport errors stop the worker. Processing errors are
+data: the worker logs them, counts them and goes on with the next record.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "AppNotFound",
+    "BrokerUnavailable",
+    "CommitFailed",
+    "ConfigurationError",
+    "DecodeError",
+    "DefinitionError",
+    "FlowkitError",
+    "GraphError",
+    "NotRunningError",
+    "ProcessingError",
+    "SinkError",
+    "TransportError",
+]
+
+
+class FlowkitError(Exception):
+    """Base class of every error flowkit raises on purpose."""
+
+
+class DefinitionError(FlowkitError):
+    """The app declaration is wrong (raised at declaration or worker start)."""
+
+
+class GraphError(DefinitionError):
+    """The dataflow graph fails validation; ``problems`` lists one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class AppNotFound(FlowkitError):
+    """The ``module:attr`` given to the CLI does not name an App."""
+
+
+class ConfigurationError(FlowkitError):
+    """A setting (broker URL, option, client setting) has a bad value."""
+
+
+class NotRunningError(FlowkitError):
+    """A call that needs a running worker was made outside one."""
+
+
+class TransportError(FlowkitError):
+    """The broker could not be reached or refused a request."""
+
+
+class BrokerUnavailable(TransportError):
+    """No broker answered within the configured deadline."""
+
+
+class CommitFailed(TransportError):
+    """An offset commit failed (for example during a rebalance)."""
+
+
+class ProcessingError(FlowkitError):
+    """One record failed; says where it came from and in which stage."""
+
+    stage = "process"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        agent: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.agent = agent
+
+
+class DecodeError(ProcessingError):
+    """The record's bytes do not decode into the topic's declared type."""
+
+    stage = "decode"
+
+
+class AgentError(ProcessingError):
+    """The agent raised while processing a record."""
+
+    stage = "process"
+
+
+class SinkError(ProcessingError):
+    """A sink could not take an output after its retries."""
+
+    stage = "sink"

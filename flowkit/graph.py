@@ -1,0 +1,320 @@
+"""The dataflow graph: the app's declaration as data.
+
+``Graph.from_app`` turns topics, agents, timers and tasks into nodes and edges. The worker
+runs it, ``flowkit graph`` renders it (``flowkit.rendering``) and ``flowkit graph --check``
+validates it with ``Graph.check``.
+
+Node ids are ``"<kind>:<name>"``. The JSON form (``Graph.to_dict``) is versioned:
+
+```
+{"version": 1, "app": "shop",
+ "nodes": [{"id": "topic:orders", "kind": "topic", "name": "orders", ...}, ...],
+ "edges": [{"source": "topic:orders", "target": "agent:enrich", "kind": "reads"}, ...]}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .agents import Agent, Timer
+from .topics import Topic
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["GRAPH_VERSION", "Edge", "Graph", "Node"]
+
+GRAPH_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Node:
+    """A topic, agent, timer, task or callable sink."""
+
+    id: str
+    kind: str
+    name: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``source`` feeds ``target``: an agent reads a topic, or writes a topic or sink."""
+
+    source: str
+    target: str
+    kind: str  # "reads" | "writes"
+
+
+@dataclass
+class Graph:
+    """Nodes and edges of one app, plus the declarations they came from."""
+
+    app: str
+    nodes: list[Node] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    topic_decls: list[Topic[Any]] = field(default_factory=list)
+    agents: list[Agent[Any]] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        app: str,
+        topics: Iterable[Topic[Any]],
+        agents: Iterable[Agent[Any]],
+        timers: Iterable[Timer],
+        tables: Iterable[Any] = (),
+    ) -> Graph:
+        """The graph of these declarations."""
+        graph = cls(app=app, topic_decls=list(topics), agents=list(agents), tables=list(tables))
+        seen: set[str] = set()
+        for topic in graph.topic_decls:
+            if topic.name in seen:
+                continue
+            seen.add(topic.name)
+            graph.nodes.append(_topic_node(topic))
+        for agent in graph.agents:
+            graph.nodes.append(
+                Node(
+                    f"agent:{agent.name}",
+                    "agent",
+                    agent.name,
+                    {"concurrency": agent.concurrency, "form": agent.form},
+                )
+            )
+            graph.edges.append(Edge(f"topic:{agent.topic_name}", f"agent:{agent.name}", "reads"))
+            for sink in agent.sinks:
+                graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
+        for table in graph.tables:
+            graph._add_table(table)
+        for agent in graph.agents:
+            for table in tables_used_by(agent, graph.tables):
+                graph.edges.append(Edge(f"agent:{agent.name}", f"table:{table.name}", "uses"))
+        for timer in timers:
+            graph.nodes.append(
+                Node(
+                    f"{timer.kind}:{timer.name}",
+                    timer.kind,
+                    timer.name,
+                    {"interval": timer.interval} if timer.interval else {},
+                )
+            )
+        return graph
+
+    def _add_table(self, table: Any) -> None:
+        table_id = f"table:{table.name}"
+        self.nodes.append(Node(table_id, table.kind, table.name, table.describe()))
+        if table.kind == "global_table":
+            self.edges.append(Edge(f"topic:{table.topic.name}", table_id, "feeds"))
+            return
+        changelog = table.changelog_topic
+        self.nodes.append(
+            Node(
+                f"topic:{changelog}",
+                "topic",
+                changelog,
+                {
+                    "partitions": table.partitions,
+                    "key_type": "bytes",
+                    "value_type": "changelog",
+                    "codec": "json",
+                    "internal": True,
+                    "compacted": True,
+                },
+            )
+        )
+        self.edges.append(Edge(table_id, f"topic:{changelog}", "changelog"))
+        if table.kind == "windowed_table":
+            rep = table.repartition_topic
+            self.nodes.append(
+                Node(
+                    f"topic:{rep}",
+                    "topic",
+                    rep,
+                    {
+                        "partitions": table.partitions,
+                        "key_type": "bytes",
+                        "value_type": "partials",
+                        "codec": "json",
+                        "internal": True,
+                    },
+                )
+            )
+            self.edges.append(Edge(table_id, f"topic:{rep}", "partials"))
+            self.edges.append(Edge(f"topic:{rep}", table_id, "combines"))
+            if table.to is not None:
+                self.edges.append(Edge(table_id, f"topic:{table.to.name}", "emits"))
+
+    def node(self, node_id: str) -> Node | None:
+        """The node with this id, or None."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        return None
+
+    def check(self) -> list[str]:
+        """Problems with the declaration, one line each; an empty list means valid."""
+        problems: list[str] = []
+        declared = {t.name for t in self.topic_decls}
+        for agent in self.agents:
+            if agent.topic_name not in declared:
+                problems.append(
+                    f"agent {agent.name!r} reads topic {agent.topic_name!r}, "
+                    "which is never declared (app.topic)"
+                )
+            for sink in agent.sinks:
+                if isinstance(sink, str) and sink not in declared:
+                    problems.append(
+                        f"agent {agent.name!r} writes topic {sink!r}, "
+                        "which is never declared (app.topic)"
+                    )
+        by_name: dict[str, list[Topic[Any]]] = {}
+        for topic in self.topic_decls:
+            by_name.setdefault(topic.name, []).append(topic)
+        for name, decls in by_name.items():
+            kinds = {(t.value_type_name, t.key_type_name, t.partitions) for t in decls}
+            if len(kinds) > 1:
+                shown = ", ".join(f"{v} (key {k}, {p} partitions)" for v, k, p in sorted(kinds))
+                problems.append(f"topic {name!r} is declared with different types: {shown}")
+        problems.extend(self._check_tables())
+        for agent in self.agents:
+            out = agent.output_type()
+            if out is None:
+                continue
+            for sink in agent.sinks:
+                target = self._topic_of(sink)
+                if target is None or target.value_type is Any:
+                    continue
+                if not _assignable(out, target.value_type):
+                    problems.append(
+                        f"agent {agent.name!r} yields {_name(out)} but writes topic "
+                        f"{target.name!r} whose readers expect {target.value_type_name}"
+                    )
+        return problems
+
+    def _check_tables(self) -> list[str]:
+        problems: list[str] = []
+        by_name = {t.name: t for t in self.topic_decls}
+        for table in self.tables:
+            spec = getattr(table, "spec", None)
+            if spec is not None and spec.expires_ms >= _NEVER_MS:
+                problems.append(
+                    f"windowed table {table.name!r} never expires its windows: "
+                    "its state grows for ever (give expires= a number of seconds)"
+                )
+        for agent in self.agents:
+            source = by_name.get(agent.topic_name)
+            if source is None:
+                continue
+            for table in tables_used_by(agent, self.tables):
+                if table.kind == "global_table":
+                    continue
+                if table.partitions != source.partitions:
+                    problems.append(
+                        f"agent {agent.name!r} reads {source.name!r} ({source.partitions} "
+                        f"partitions) and uses table {table.name!r} ({table.partitions} "
+                        "partitions): they must be co-partitioned (same partition count)"
+                    )
+        return problems
+
+    def _topic_of(self, sink: Any) -> Topic[Any] | None:
+        if isinstance(sink, Topic):
+            return sink
+        if isinstance(sink, Agent):
+            return sink.topic if isinstance(sink.topic, Topic) else None
+        if isinstance(sink, str):
+            for t in self.topic_decls:
+                if t.name == sink:
+                    return t
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON-ready form (see the module docstring)."""
+        return {
+            "version": GRAPH_VERSION,
+            "app": self.app,
+            "nodes": [{"id": n.id, "kind": n.kind, "name": n.name, **n.attrs} for n in self.nodes],
+            "edges": [{"source": e.source, "target": e.target, "kind": e.kind} for e in self.edges],
+        }
+
+
+_NEVER_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def tables_used_by(agent: Agent[Any], tables: list[Any]) -> list[Any]:
+    """The declared tables an agent's code refers to (by global or closure name)."""
+    if not tables:
+        return []
+    fn = agent.fn
+    names: set[str] = set()
+    stack = [getattr(fn, "__code__", None)]
+    while stack:
+        code = stack.pop()
+        if code is None:
+            continue
+        names.update(code.co_names)
+        names.update(code.co_freevars)
+        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    found: list[Any] = []
+    scope = dict(getattr(fn, "__globals__", {}))
+    for cell_name, cell in zip(
+        getattr(getattr(fn, "__code__", None), "co_freevars", ()),
+        getattr(fn, "__closure__", None) or (),
+        strict=False,
+    ):
+        try:
+            scope[cell_name] = cell.cell_contents
+        except ValueError:
+            continue
+    for name in names:
+        obj = scope.get(name)
+        if obj is not None and any(obj is t for t in tables) and all(obj is not f for f in found):
+            found.append(obj)
+    return found
+
+
+def _topic_node(topic: Topic[Any]) -> Node:
+    return Node(
+        f"topic:{topic.name}",
+        "topic",
+        topic.name,
+        {
+            "partitions": topic.partitions,
+            "key_type": topic.key_type_name,
+            "value_type": topic.value_type_name,
+            "codec": getattr(topic.value_codec, "name", type(topic.value_codec).__name__),
+            "internal": topic.internal,
+            "compacted": topic.compacted,
+        },
+    )
+
+
+def _sink_id(graph: Graph, sink: Any) -> str:
+    if isinstance(sink, Topic):
+        return f"topic:{sink.name}"
+    if isinstance(sink, str):
+        return f"topic:{sink}"
+    if isinstance(sink, Agent):
+        return f"topic:{sink.topic_name}"
+    name = getattr(sink, "__qualname__", None) or type(sink).__name__
+    node_id = f"sink:{name}"
+    if graph.node(node_id) is None:
+        graph.nodes.append(Node(node_id, "sink", name, {}))
+    return node_id
+
+
+def _name(tp: Any) -> str:
+    return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+def _assignable(out: Any, expected: Any) -> bool:
+    if out is expected or out is Any or out is object or expected is Any:
+        return True
+    try:
+        return isinstance(out, type) and isinstance(expected, type) and issubclass(out, expected)
+    except TypeError:
+        return True  # a generic alias we cannot compare: not a provable mismatch

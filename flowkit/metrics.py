@@ -1,0 +1,48 @@
+"""Prometheus metrics on a per-worker registry.
+
+The worker resolves labelled children once (per topic, per agent) and updates them once per
+batch, never through a per-record label lookup.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    """The worker's metrics; ``registry`` can be served over HTTP or read in tests."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.records_in = Counter(
+            "flowkit_records_in", "Records fetched from the broker", ["topic"], registry=r
+        )
+        self.records_processed = Counter(
+            "flowkit_records_processed", "Records an agent moved past", ["agent"], registry=r
+        )
+        self.outputs = Counter("flowkit_outputs", "Outputs sent to sinks", ["agent"], registry=r)
+        self.dead_letters = Counter(
+            "flowkit_dead_letters", "Records sent to the dead-letter topic", ["stage"], registry=r
+        )
+        self.errors = Counter(
+            "flowkit_errors",
+            "Records that failed, by agent and stage",
+            ["agent", "stage"],
+            registry=r,
+        )
+        self.commits = Counter("flowkit_commits", "Offset commits", registry=r)
+        self.commit_seconds = Histogram(
+            "flowkit_commit_seconds",
+            "Time to flush and commit",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+        )
+        self.queue_depth = Gauge(
+            "flowkit_queue_depth", "Batches waiting for an agent instance", ["agent"], registry=r
+        )
+        self.assigned_partitions = Gauge(
+            "flowkit_assigned_partitions", "Partitions this worker owns", registry=r
+        )

@@ -1,0 +1,673 @@
+"""The worker: runs an App's graph over a transport.
+
+Lifecycle (the only one in flowkit): ``async with Worker(app) as worker`` starts it and
+stops it gracefully; ``await worker.run()`` runs until ``stop()``. Inside, one fetch loop
+reads batches per partition, decodes each batch once per topic, and hands it to the agent
+instances that own the partition; a commit loop commits what is done every
+``commit_interval`` seconds; timers and tasks run beside them.
+
+Order of a checkpoint (at-least-once): take the committable offsets, wait until every send
+issued so far is acknowledged, then commit those offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from .agents import KEEP_KEY, Agent, Output, Timer
+from .app import App
+from .checkpoint import OffsetTracker
+from .clock import Clock, SystemClock
+from .deadletter import dead_letter_headers, dead_letter_topic
+from .errors import (
+    DefinitionError,
+    FlowkitError,
+    GraphError,
+    ProcessingError,
+    SinkError,
+    TransportError,
+)
+from .metrics import Metrics
+from .records import Headers, Message, TopicPartition
+from .state import StateKeeper
+from .streams import Batch, Stream, StreamSource, bind_source
+from .topics import Topic
+from .transports import Consumer, Producer, TopicSpec, Transport, transport_from_url
+
+__all__ = ["Worker"]
+
+log = structlog.get_logger(__name__)
+
+MAX_IN_FLIGHT = 10_000  # unacknowledged sends before an agent waits (bounded memory)
+
+
+@dataclass
+class _Route:
+    """Where the batches of one topic go: per reading agent, its instances' sources."""
+
+    topic: Topic[Any]
+    readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
+
+
+@dataclass
+class _Sink:
+    topic: Topic[Any] | None = None
+    call: Callable[[Any], Any] | None = None
+
+
+class Worker:
+    """Runs one App against one broker.
+
+    >>> import asyncio, flowkit
+    >>> app = flowkit.App("demo")
+    >>> async def main():
+    ...     async with flowkit.Worker(app) as worker:   # memory:// by default
+    ...         pass
+    ...     return worker.records_in
+    >>> asyncio.run(main())
+    0
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        broker: str | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        group_id: str | None = None,
+        commit_interval: float | None = None,
+        max_fetch_records: int = 2000,
+        fetch_timeout: float = 0.2,
+        queue_batches: int = 4,
+        shutdown_timeout: float = 30.0,
+        metrics: Metrics | None = None,
+        fail_fast: bool = False,
+        client_settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.app = app
+        self._own_transport = transport is None
+        self.transport = transport or transport_from_url(
+            broker or app.broker, **(client_settings or {})
+        )
+        self.clock = clock or SystemClock()
+        self.group_id = group_id or app.name
+        self.commit_interval = commit_interval or app.commit_interval
+        self.max_fetch_records = max_fetch_records
+        self.fetch_timeout = fetch_timeout
+        self.queue_batches = queue_batches
+        self.shutdown_timeout = shutdown_timeout
+        self.metrics = metrics or Metrics()
+        self.fail_fast = fail_fast
+        self.tracker = OffsetTracker()
+        self.records_in = 0
+        self.started_at: float | None = None
+        self.stopped_at: float | None = None
+        self.dlq_name = dead_letter_topic(app.name)
+        self.state = StateKeeper(app, self.transport, self.clock, self.send_bytes)
+        self.tick_interval = 1.0
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._routes: dict[str, _Route] = {}
+        self._sinks: dict[str, list[_Sink]] = {}
+        self._sources: list[tuple[Agent[Any], StreamSource]] = []
+        self._in_flight: list[Awaitable[Any]] = []
+        self._fetch_task: asyncio.Task[None] | None = None
+        self._agent_tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self._error: BaseException | None = None
+        self._dispatching = False
+        self._commit_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+        self._force = False
+        self._assigned: set[TopicPartition] = set()
+        self._rebalancing = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def run(self) -> None:
+        """Start, run until ``stop()`` (or a fatal error), then stop gracefully."""
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.aclose()
+        if self._error is not None:
+            raise self._error
+
+    def stop(self, *, force: bool = False) -> None:
+        """Ask the worker to stop; ``force`` skips waiting for queued batches."""
+        self._force = self._force or force
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stop.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The fatal error that stopped the worker, if any."""
+        return self._error
+
+    async def start(self) -> None:
+        """Validate the app, create topics, connect, and start the loops."""
+        if self._started:
+            return
+        problems = self.app.graph().check()
+        if problems:
+            raise GraphError(problems)
+        self.app._freeze(self)
+        self._started = True
+        try:
+            await self._start()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self) -> None:
+        app = self.app
+        self.started_at = self.clock.monotonic()
+        specs = [
+            TopicSpec(t.name, t.partitions, compacted=t.compacted) for t in app.topics.values()
+        ]
+        specs.append(TopicSpec(self.dlq_name, 1))
+        specs.extend(self.state.topic_specs())
+        await self.transport.create_topics(specs)
+        self._producer = self.transport.producer(client_id=f"{app.name}-producer")
+        await self._producer.start()
+        for topic in app.topics.values():
+            topic._sender = self
+        self._build_routes()
+        await self.state.start_globals()
+        for agent, source in self._sources:
+            self._agent_tasks.append(
+                self._spawn(self._drive(agent, source), f"agent:{source.name}")
+            )
+        subscribed = sorted({*self._routes, *self.state.repartition})
+        if subscribed:
+            self._consumer = self.transport.consumer(
+                group_id=self.group_id, client_id=f"{app.name}-consumer"
+            )
+            await self._consumer.start()
+            self._consumer.subscribe(subscribed, self)
+            self._fetch_task = self._spawn(self._fetch_loop(), "fetch")
+        self._side_tasks.append(self._spawn(self._commit_loop(), "commit"))
+        if self.state.windowed:
+            self._side_tasks.append(self._spawn(self._tick_loop(), "window-ticks"))
+        for timer in app.timers:
+            self._side_tasks.append(self._spawn(self._run_timer(timer), f"timer:{timer.name}"))
+        log.info(
+            "worker started",
+            app=app.name,
+            broker=self.transport.url,
+            agents=[a.name for a in app.agents],
+            topics=sorted(self._routes),
+        )
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._error is None:
+            self._error = exc
+            log.error("worker stopping on a fatal error", task=task.get_name(), error=repr(exc))
+            self.stop(force=True)
+
+    async def aclose(self) -> None:
+        """Stop gracefully: finish queued batches, commit, disconnect. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        for task in self._side_tasks:
+            task.cancel()
+        if self._fetch_task is not None:
+            self._fetch_task.cancel()
+            await asyncio.gather(self._fetch_task, return_exceptions=True)
+        for _, source in self._sources:
+            source.close()
+        if self._agent_tasks:
+            timeout = 0.0 if self._force else self.shutdown_timeout
+            _, pending = await asyncio.wait(self._agent_tasks, timeout=timeout or None)
+            if self._force:
+                pending = {t for t in self._agent_tasks if not t.done()}
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*self._agent_tasks, return_exceptions=True)
+        await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        try:
+            if self._error is None and self._consumer is not None:
+                await self.checkpoint()
+        except FlowkitError as exc:
+            self._error = self._error or exc
+        finally:
+            for topic in self.app.topics.values():
+                if topic._sender is self:
+                    topic._sender = None
+            if self._consumer is not None:
+                await self._consumer.aclose()
+            if self._producer is not None:
+                await self._producer.aclose()
+            await self.state.aclose()
+            if self._own_transport:
+                await self.transport.aclose()
+            self.app._unfreeze(self)
+            self.stopped_at = self.clock.monotonic()
+            log.info("worker stopped", app=self.app.name, records=self.records_in)
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def _build_routes(self) -> None:
+        app = self.app
+        for agent in app.agents:
+            topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
+            if topic is None:
+                raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
+            route = self._routes.setdefault(topic.name, _Route(topic))
+            sources = [
+                StreamSource(
+                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
+                    self.queue_batches,
+                )
+                for i in range(agent.concurrency)
+            ]
+            route.readers.append((agent, sources))
+            self._sources.extend((agent, s) for s in sources)
+            self._sinks[agent.name] = [self._resolve_sink(agent, s) for s in agent.sinks]
+
+    def _resolve_sink(self, agent: Agent[Any], sink: Any) -> _Sink:
+        if isinstance(sink, Topic):
+            return _Sink(topic=sink)
+        if isinstance(sink, Agent):
+            return self._resolve_sink(agent, sink.topic)
+        if isinstance(sink, str):
+            topic = self.app.topics.get(sink)
+            if topic is None:
+                raise DefinitionError(f"agent {agent.name!r} writes undeclared topic {sink!r}")
+            return _Sink(topic=topic)
+        if callable(sink):
+            return _Sink(call=sink)
+        raise DefinitionError(f"agent {agent.name!r}: {sink!r} is not a topic, agent or callable")
+
+    # -- rebalancing (called by the consumer inside getmany) ------------------------------
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._assigned |= assigned
+        self.metrics.assigned_partitions.set(len(self._assigned))
+        log.info("partitions assigned", partitions=_show(assigned))
+        # Tables first: no record of a partition is processed before its state is back.
+        self._rebalancing += 1
+        try:
+            await self.state.recover({tp.partition for tp in assigned})
+        finally:
+            self._rebalancing -= 1
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._rebalancing += 1
+        try:
+            await self._revoke(revoked)
+        finally:
+            self._rebalancing -= 1
+
+    async def _revoke(self, revoked: set[TopicPartition]) -> None:
+        log.info("partitions revoked", partitions=_show(revoked))
+        # Finish what was dispatched for these partitions, then commit it, while we still
+        # own them: the next owner starts exactly where we stopped.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_timeout
+        while self.tracker.in_flight(revoked) and loop.time() < deadline:
+            if self._error is not None:
+                break
+            await asyncio.sleep(0.005)
+        if self._error is None:
+            await self.checkpoint(revoked)
+        self.tracker.forget(revoked)
+        self._assigned -= revoked
+        kept = {tp.partition for tp in self._assigned}
+        self.state.revoke({tp.partition for tp in revoked} - kept)
+        self.metrics.assigned_partitions.set(len(self._assigned))
+
+    # -- the fetch loop -------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        state = self.state
+        while not self._stop.is_set():
+            batches = await consumer.getmany(self.fetch_timeout, self.max_fetch_records)
+            if state.windowed and state.has_outbox():
+                await state.flush_outbox()
+            if not batches:
+                continue
+            self._dispatching = True
+            try:
+                for tp, messages in batches.items():
+                    if messages:
+                        await self._dispatch(tp, messages)
+            finally:
+                self._dispatching = False
+
+    async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
+        self.records_in += len(messages)
+        self.metrics.records_in.labels(tp.topic).inc(len(messages))
+        route = self._routes.get(tp.topic)
+        if route is None:  # partials for a windowed table owned here: apply them inline
+            entry = self.tracker.add(tp, messages[-1].offset + 1, 1)
+            await self.state.receive_partials(tp, messages)
+            entry.release()
+            return
+        decoded = route.topic.decode_batch(messages)
+        if decoded.failures:
+            for message, error in decoded.failures:
+                await self._dead_letter(message, error, stage="decode", agent=None)
+        readers = route.readers
+        entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
+        for _agent, sources in readers:
+            source = sources[tp.partition % len(sources)]
+            await source.put(
+                Batch(route.topic, tp, decoded.values, decoded.messages, entry.release)
+            )
+
+    # -- agents ---------------------------------------------------------------------------
+
+    async def _drive(self, agent: Agent[Any], source: StreamSource) -> None:
+        """Run one agent instance until its stream ends, restarting it after errors."""
+        bind_source(source)  # once per task: tables find the agent's stream through it
+        backoff = 0.1
+        while True:
+            before = (source.records, source.pos, source.batch)
+            try:
+                if agent.per_record:
+                    await self._drive_per_record(agent, source)
+                elif agent.yields:
+                    async for out in agent.fn(Stream(source)):
+                        await self._emit(agent, source, out)
+                else:
+                    await agent.fn(Stream(source))
+            except (asyncio.CancelledError, DefinitionError):
+                raise  # a wrong declaration (say, a table written off its partition) is fatal
+            except Exception as exc:
+                message = source.current_message()
+                if message is None:
+                    if self.fail_fast:
+                        raise
+                    log.error(
+                        "agent crashed outside a record; restarting",
+                        agent=agent.name,
+                        error=repr(exc),
+                        backoff=backoff,
+                    )
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                await self._record_failed(agent, message, exc)
+                continue
+            if source.closed and not source.busy():
+                return
+            if (source.records, source.pos, source.batch) == before:
+                await asyncio.sleep(backoff)  # returned without reading: don't spin
+                backoff = min(backoff * 2, 5.0)
+            log.warning(
+                "agent returned before its stream ended; starting it again", agent=agent.name
+            )
+
+    async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
+        fn = agent.fn
+        is_async = agent.is_async
+        async for value in source.iterate(()):
+            out = fn(value)
+            if is_async:
+                out = await out
+            if out is not None:
+                await self._emit(agent, source, out)
+
+    async def _emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
+        sinks = self._sinks[agent.name]
+        key: Any = KEEP_KEY
+        headers: Headers = ()
+        value = out
+        if isinstance(out, Output):
+            value, key, headers = out.value, out.key, tuple(out.headers)
+            if out.to is not None:
+                targets = out.to if isinstance(out.to, list | tuple) else [out.to]
+                sinks = [self._resolve_sink(agent, t) for t in targets]
+        for sink in sinks:
+            if sink.topic is not None:
+                topic = sink.topic
+                if key is KEEP_KEY:
+                    message = source.current_message()
+                    raw_key = message.key if message is not None else None
+                else:
+                    raw_key = topic.encode_key(key)
+                await self.send_bytes(
+                    topic.name,
+                    None if value is None else topic.encode(value),
+                    key=raw_key,
+                    headers=headers,
+                    partition=None,
+                    timestamp_ms=None,
+                )
+            elif sink.call is not None:
+                try:
+                    result = sink.call(value)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    raise SinkError(f"sink {_callable_name(sink.call)} failed: {exc!r}") from exc
+
+    async def send_bytes(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Any]:
+        """Send encoded bytes; the ack is awaited before the next commit."""
+        producer = self._producer
+        if producer is None:
+            raise TransportError("the worker's producer is not running")
+        ack = await producer.send(
+            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+        )
+        in_flight = self._in_flight
+        in_flight.append(ack)
+        if len(in_flight) >= MAX_IN_FLIGHT:
+            await self._await_in_flight()
+        return ack
+
+    async def _await_in_flight(self) -> None:
+        pending, self._in_flight = self._in_flight, []
+        if not pending:
+            return
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise TransportError(f"a send was not acknowledged: {result!r}") from result
+
+    async def _record_failed(self, agent: Agent[Any], message: Message, exc: Exception) -> None:
+        stage = exc.stage if isinstance(exc, ProcessingError) else "process"
+        self.metrics.errors.labels(agent.name, stage).inc()
+        log.error(
+            "record failed",
+            agent=agent.name,
+            stage=stage,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            error=repr(exc),
+        )
+        if self.fail_fast:
+            raise exc
+        await self._dead_letter(message, exc, stage=stage, agent=agent.name)
+
+    async def _dead_letter(
+        self, message: Message, error: BaseException, *, stage: str, agent: str | None
+    ) -> None:
+        if stage == "decode":
+            log.warning(
+                "record does not decode",
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                error=str(error),
+            )
+            if self.fail_fast:
+                raise error
+        self.metrics.dead_letters.labels(stage).inc()
+        headers = dead_letter_headers(
+            message,
+            error,
+            stage=stage,
+            agent=agent,
+            attempts=1,
+            failed_at_ms=int(self.clock.time() * 1000),
+        )
+        await self.send_bytes(
+            self.dlq_name,
+            message.value,
+            key=message.key,
+            headers=headers,
+            partition=None,
+            timestamp_ms=message.timestamp,
+        )
+
+    # -- commits --------------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.commit_interval)
+            await self.checkpoint()
+
+    async def checkpoint(self, tps: set[TopicPartition] | None = None) -> None:
+        """Commit what is done: sends acknowledged first, then offsets."""
+        consumer = self._consumer
+        if consumer is None:
+            await self._await_in_flight()
+            return
+        async with self._commit_lock:
+            offsets = self.tracker.committable(tps)
+            # Every send caused by a done record was issued before the record became done,
+            # so it is in the in-flight list now, and every table change it made is in the
+            # tables' buffers: send those, acknowledge everything, then commit.
+            await self.state.flush_outbox()
+            await self.state.flush_changelogs()
+            await self._await_in_flight()
+            if not offsets:
+                return
+            started = self.clock.monotonic()
+            await consumer.commit(offsets)
+            self.tracker.committed(offsets)
+            self.metrics.commits.inc()
+            self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.tick_interval)
+            self.state.tick(self._caught_up())
+
+    def _caught_up(self) -> set[int]:
+        """Partition numbers whose every assigned source partition is read to its end."""
+        consumer = self._consumer
+        if consumer is None:
+            return set()
+        behind: set[int] = set()
+        numbers: set[int] = set()
+        for tp in consumer.assignment():
+            if tp.topic not in self._routes:
+                continue
+            numbers.add(tp.partition)
+            high = consumer.highwater(tp)
+            if high is None or consumer.position(tp) < high:
+                behind.add(tp.partition)
+        return numbers - behind
+
+    # -- timers and tasks -----------------------------------------------------------------
+
+    async def _run_timer(self, timer: Timer) -> None:
+        if timer.interval is None:
+            await self._call_guarded(timer)
+            return
+        while True:
+            await self.clock.sleep(timer.interval)
+            await self._call_guarded(timer)
+
+    async def _call_guarded(self, timer: Timer) -> None:
+        try:
+            await timer.fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self.fail_fast:
+                raise
+            log.exception(f"{timer.kind} failed", name=timer.name, error=repr(exc))
+
+    # -- introspection --------------------------------------------------------------------
+
+    def is_idle(self) -> bool:
+        """True when nothing is fetched, queued, processing or unacknowledged."""
+        if self._dispatching or self._rebalancing or self.state.has_outbox():
+            return False
+        if any(source.busy() for _, source in self._sources):
+            return False
+        if self.tracker.in_flight():
+            return False
+        if any(not _done(a) for a in self._in_flight):
+            return False
+        consumer = self._consumer
+        if consumer is not None:
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                if high is None or consumer.position(tp) < high:
+                    return False
+        return True
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds the worker has been running (or ran)."""
+        if self.started_at is None:
+            return 0.0
+        end = self.stopped_at if self.stopped_at is not None else self.clock.monotonic()
+        return max(end - self.started_at, 0.0)
+
+    def summary(self) -> str:
+        """One line: records processed and the rate."""
+        seconds = self.elapsed
+        rate = self.records_in / seconds if seconds > 0 else 0.0
+        return f"processed {self.records_in} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+
+
+def _done(awaitable: Awaitable[Any]) -> bool:
+    done = getattr(awaitable, "done", None)
+    return bool(done()) if callable(done) else True
+
+
+def _show(tps: set[TopicPartition]) -> list[str]:
+    return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

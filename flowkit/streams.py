@@ -1,0 +1,343 @@
+"""Streams: what an agent iterates.
+
+The worker hands each agent instance a ``Stream``. Records arrive as whole fetched batches
+(one per partition fetch); the stream yields their values one at a time and reports a batch
+*done* when the agent asks for the record after its last one. That is the Faust contract,
+"moving to the next record marks the previous one done", kept batch-shaped: there is no
+per-record queue, lock or callback.
+
+Operators (``filter``, ``map``, ``events``, ``batches``) return new streams over the same
+source, so an agent can write ``async for v in stream.filter(pred)``. They run lazily, one
+record at a time, in the agent's task: a predicate sees the table state the previous record
+left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from .records import Event, Message, TopicPartition
+
+if TYPE_CHECKING:
+    from .topics import Topic
+
+__all__ = ["Batch", "Stream", "StreamSource", "active_source", "bind_source"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+_SKIP: Any = object()
+_FILTER = "filter"
+_MAP = "map"
+_EVENTS = "events"
+_JOIN = "join"
+
+
+_ACTIVE: contextvars.ContextVar[StreamSource | None] = contextvars.ContextVar(
+    "flowkit_active_source", default=None
+)
+
+
+def bind_source(source: StreamSource) -> None:
+    """Mark ``source`` as the stream of the current agent task (set once per task)."""
+    _ACTIVE.set(source)
+
+
+def active_source() -> StreamSource | None:
+    """The stream the current agent task iterates, or None outside an agent.
+
+    Tables use it for the ``table[key] += 1`` sugar only: the partition and time of the
+    record being processed come from the agent's own stream, never from a global.
+    """
+    return _ACTIVE.get()
+
+
+class Batch:
+    """One fetched batch of one partition, decoded, on its way through one agent instance."""
+
+    __slots__ = ("messages", "on_done", "topic", "tp", "values")
+
+    def __init__(
+        self,
+        topic: Topic[Any],
+        tp: TopicPartition,
+        values: list[Any],
+        messages: list[Message],
+        on_done: Callable[[], None],
+    ) -> None:
+        self.topic = topic
+        self.tp = tp
+        self.values = values
+        self.messages = messages
+        self.on_done = on_done
+
+
+class StreamSource:
+    """The runtime side of a stream: a bounded queue of batches and the read position.
+
+    The position lives here, not in a generator, so that when an agent raises the worker
+    knows which record failed and can start the agent again on the record after it.
+    """
+
+    def __init__(self, name: str, maxsize: int = 8) -> None:
+        self.name = name
+        self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
+        self.batch: Batch | None = None
+        self.pos = -1
+        self.closed = False
+        self._held: deque[Batch] | None = None
+        self.records = 0  # values handed to the agent
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    async def put(self, batch: Batch) -> None:
+        """Queue a batch; waits while the queue is full (backpressure on the fetcher)."""
+        await self._queue.put(batch)
+
+    def close(self) -> None:
+        """No more batches: the stream ends once the queued ones are processed."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self._queue.full():  # wake a reader waiting on an empty queue
+            self._queue.put_nowait(None)
+
+    def pending(self) -> int:
+        """Batches queued and not yet taken."""
+        return self._queue.qsize()
+
+    def busy(self) -> bool:
+        """True while a batch is being processed or waits in the queue."""
+        return self.batch is not None or self._queue.qsize() > 0
+
+    def current_message(self) -> Message | None:
+        """The message of the record the agent is processing, if any."""
+        batch = self.batch
+        if batch is None or not 0 <= self.pos < len(batch.messages):
+            return None
+        return batch.messages[self.pos]
+
+    # -- the stream's side ----------------------------------------------------------------
+
+    def _finish(self, batch: Batch) -> None:
+        self.batch = None
+        self.pos = -1
+        if self._held is not None:
+            self._held.append(batch)
+        else:
+            batch.on_done()
+
+    def _release_held(self) -> None:
+        held = self._held
+        if held:
+            while held:
+                held.popleft().on_done()
+
+    async def _next_batch(self, timeout: float | None = None) -> Batch | None:
+        """The next batch, or None at the end of the stream (or on ``timeout``)."""
+        while True:
+            if self.closed and self._queue.empty():
+                return None
+            try:
+                if timeout is None:
+                    batch = await self._queue.get()
+                else:
+                    batch = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                return None
+            if batch is None:
+                if self.closed and self._queue.empty():
+                    return None
+                continue
+            if not batch.values:
+                batch.on_done()
+                continue
+            self.batch = batch
+            self.pos = -1
+            return batch
+
+    async def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
+        """Yield values from the current position on, applying ``ops`` lazily."""
+        fn: Any
+        if len(ops) == 0:
+            mode, fn = 0, None
+        elif len(ops) == 1 and ops[0][0] == _FILTER:
+            mode, fn = 1, ops[0][1]
+        elif len(ops) == 1 and ops[0][0] == _MAP:
+            mode, fn = 2, ops[0][1]
+        else:
+            mode, fn = 3, _compose(ops)
+        while True:
+            batch = self.batch
+            if batch is None:
+                batch = await self._next_batch()
+                if batch is None:
+                    return
+            values = batch.values
+            n = len(values)
+            i = self.pos + 1
+            # One loop per operator shape: the common shapes pay no per-record dispatch.
+            if mode == 0:
+                while i < n:
+                    self.pos = i
+                    yield values[i]
+                    i += 1
+            elif mode == 1:
+                while i < n:
+                    self.pos = i
+                    v = values[i]
+                    i += 1
+                    if fn(v):
+                        yield v
+            elif mode == 2:
+                while i < n:
+                    self.pos = i
+                    v = fn(values[i])
+                    i += 1
+                    yield v
+            else:
+                while i < n:
+                    self.pos = i
+                    v = fn(values[i], batch, i)
+                    i += 1
+                    if v is not _SKIP:
+                        yield v
+            self.records += n
+            self._finish(batch)
+
+    async def chunks(
+        self, ops: tuple[tuple[str, Any], ...], max_size: int, within: float
+    ) -> AsyncIterator[list[Any]]:
+        """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
+        for a list to fill. Records of a list are done when the next list is requested."""
+        fn = _compose(ops) if ops else None
+        self._held = deque()
+        try:
+            while True:
+                chunk: list[Any] = []
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + within
+                while len(chunk) < max_size:
+                    batch = self.batch
+                    if batch is None:
+                        left = deadline - loop.time()
+                        if left <= 0 and chunk:
+                            break
+                        batch = await self._next_batch(max(left, 0.0) if chunk else None)
+                        if batch is None:
+                            break
+                    values = batch.values
+                    i = self.pos + 1
+                    n = len(values)
+                    while i < n and len(chunk) < max_size:
+                        self.pos = i
+                        v = values[i] if fn is None else fn(values[i], batch, i)
+                        i += 1
+                        if v is not _SKIP:
+                            chunk.append(v)
+                    if i >= n:
+                        self.records += n
+                        self._finish(batch)
+                if not chunk:
+                    if self.closed and self._queue.empty() and self.batch is None:
+                        return
+                    continue
+                yield chunk
+                self._release_held()
+        finally:
+            self._release_held()
+            self._held = None
+
+
+def _compose(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Batch, int], Any]:
+    """Fold operators into one function of (value, batch, index) -> value or _SKIP."""
+    steps = list(ops)
+
+    def apply(v: Any, batch: Batch, i: int) -> Any:
+        for kind, fn in steps:
+            if kind == _FILTER:
+                if not fn(v):
+                    return _SKIP
+            elif kind == _MAP:
+                v = fn(v)
+            elif kind == _JOIN:
+                table, on, missing = fn
+                match = table.get(on(v), _SKIP)
+                if match is _SKIP:
+                    if missing == "skip":
+                        return _SKIP
+                    if missing == "error":
+                        raise KeyError(f"no {on(v)!r} in table {table.name!r} (join)")
+                    match = None
+                v = (v, match)
+            else:  # events: wrap the value in its envelope
+                v = batch.topic.event(batch.messages[i], v)
+        return v
+
+    return apply
+
+
+class Stream(Generic[T]):
+    """An async iterable of values, handed to an agent by the worker::
+
+        @app.agent(orders, sink=[big_orders])
+        async def big(stream: flowkit.Stream[Order]):
+            async for order in stream.filter(lambda o: o.amount > 100):
+                yield order
+
+    ``tests/test_agents.py`` runs every operator end to end.
+    """
+
+    def __init__(self, source: StreamSource, ops: tuple[tuple[str, Any], ...] = ()) -> None:
+        self._source = source
+        self._ops = ops
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return cast("AsyncIterator[T]", self._source.iterate(self._ops))
+
+    def filter(self, predicate: Callable[[T], object]) -> Stream[T]:
+        """Only the values for which ``predicate`` is true."""
+        return Stream(self._source, (*self._ops, (_FILTER, predicate)))
+
+    def map(self, fn: Callable[[T], U]) -> Stream[U]:
+        """Each value passed through ``fn``."""
+        return Stream(self._source, (*self._ops, (_MAP, fn)))
+
+    def events(self) -> Stream[Event[T]]:
+        """Each value in its envelope: key, headers, topic, partition, offset, timestamp."""
+        return Stream(self._source, (*self._ops, (_EVENTS, None)))
+
+    def join(
+        self, table: Any, on: Callable[[T], Any], *, missing: str = "skip"
+    ) -> Stream[tuple[T, Any]]:
+        """Each value with its match in ``table``: ``(value, table[on(value)])``.
+
+        ``missing`` says what a value without a match does: ``"skip"`` (dropped, the
+        default), ``"none"`` (paired with None) or ``"error"`` (raises ``KeyError``, so
+        the record goes to the dead-letter topic).
+        """
+        if missing not in ("skip", "none", "error"):
+            raise ValueError("missing must be 'skip', 'none' or 'error'")
+        return Stream(self._source, (*self._ops, (_JOIN, (table, on, missing))))
+
+    def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:
+        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``.
+
+        The records of a list are done (committable) when the next list is requested.
+        """
+        if max_size < 1 or within_seconds < 0:
+            raise ValueError("batches() needs max_size >= 1 and within_seconds >= 0")
+        return self._source.chunks(self._ops, max_size, within_seconds)
+
+    @property
+    def current(self) -> Event[Any] | None:
+        """The envelope of the record being processed now (None between records)."""
+        batch = self._source.batch
+        message = self._source.current_message()
+        if batch is None or message is None:
+            return None
+        return batch.topic.event(message, batch.values[self._source.pos])

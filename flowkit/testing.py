@@ -1,0 +1,240 @@
+"""Test your app without a broker: a driver over the memory broker and a fake clock.
+
+>>> import asyncio, flowkit
+>>> from flowkit.testing import TestDriver
+>>> app = flowkit.App("demo")
+>>> numbers = app.topic("numbers", value_type=int)
+>>> doubled = app.topic("doubled", value_type=int)
+>>> @app.agent(numbers, sink=[doubled])
+... async def double(stream):
+...     async for n in stream:
+...         yield n * 2
+>>> async def main():
+...     async with TestDriver(app) as driver:
+...         await driver.send(numbers, 21)
+...         await driver.run_until_idle()
+...         return await driver.values(doubled)
+>>> asyncio.run(main())
+[42]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from typing import Any
+
+from .app import App
+from .records import Headers, Message, TopicPartition
+from .runtime import Worker
+from .topics import Topic
+from .transports import MemoryBroker, MemoryTransport
+from .transports.base import Ack
+
+__all__ = ["FakeClock", "TestDriver"]
+
+
+class FakeClock:
+    """A clock that moves only when ``advance`` is awaited.
+
+    Sleepers wake in deadline order, each at its own deadline, so a 1 s timer fires ten
+    times in ``await clock.advance(10)``.
+    """
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._wall = start
+        self._mono = 0.0
+        self._seq = itertools.count()
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+
+    def time(self) -> float:
+        return self._wall
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, waking each sleeper at its deadline."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        for _ in range(5):  # let freshly started tasks reach their first sleep
+            await asyncio.sleep(0)
+        target = self._mono + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            deadline = self._sleepers[0][0]
+            self._set(deadline)
+            while self._sleepers and self._sleepers[0][0] <= deadline:
+                _, _, future = heapq.heappop(self._sleepers)
+                if not future.done():
+                    future.set_result(None)
+            for _ in range(5):  # let woken tasks run and sleep again
+                await asyncio.sleep(0)
+        self._set(target)
+
+    def _set(self, mono: float) -> None:
+        self._wall += mono - self._mono
+        self._mono = mono
+
+
+class TestDriver:
+    """Runs an app's worker on a memory broker; send records, run until idle, read outputs.
+
+    ``broker`` lets several drivers (one after another) share a broker, to test restarts.
+    With ``fail_fast=True`` a failing record stops the worker and ``run_until_idle``
+    raises its error, instead of dead-lettering it.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        broker: MemoryBroker | None = None,
+        clock: FakeClock | None = None,
+        fail_fast: bool = False,
+        **worker_options: Any,
+    ) -> None:
+        self.app = app
+        self.broker = broker or MemoryBroker()
+        self.clock = clock or FakeClock()
+        self.transport = MemoryTransport(self.broker)
+        self.worker = Worker(
+            app,
+            transport=self.transport,
+            clock=self.clock,
+            fail_fast=fail_fast,
+            **worker_options,
+        )
+        self._producer = self.transport.producer(client_id="flowkit-testing")
+
+    async def __aenter__(self) -> TestDriver:
+        await self._producer.start()
+        await self.worker.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the worker gracefully (it commits) and close the driver's producer."""
+        await self.worker.aclose()
+        await self._producer.aclose()
+        if self.worker.error is not None and not isinstance(self.worker.error, Exception):
+            raise self.worker.error
+
+    # -- input ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: Topic[Any] | str,
+        value: Any,
+        *,
+        key: Any = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Ack:
+        """Encode ``value`` with the topic's codec and produce it."""
+        t = self._topic(topic)
+        return await self.send_raw(
+            t.name,
+            None if value is None else t.encode(value),
+            key=t.encode_key(key),
+            headers=headers,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+        )
+
+    async def send_raw(
+        self,
+        topic: Topic[Any] | str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Ack:
+        """Produce bytes as they are (for malformed-input tests)."""
+        name = topic if isinstance(topic, str) else topic.name
+        if timestamp_ms is None:
+            timestamp_ms = int(self.clock.time() * 1000)
+        pending = await self._producer.send(
+            name, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+        )
+        return await pending
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run_until_idle(self, timeout: float = 10.0) -> None:
+        """Wait until every record sent so far is processed and its outputs are sent.
+
+        Raises the worker's error if it stopped on one, or ``TimeoutError`` after
+        ``timeout`` real seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        quiet = 0
+        while quiet < 3:
+            await asyncio.sleep(0 if quiet else 0.001)
+            if self.worker.error is not None:
+                raise self.worker.error
+            quiet = quiet + 1 if self.worker.is_idle() else 0
+            if loop.time() > deadline:
+                raise TimeoutError(f"the worker did not become idle within {timeout} s")
+
+    async def advance(self, seconds: float) -> None:
+        """Move the fake clock forward (timers fire, commits happen), then run until idle."""
+        await self.clock.advance(seconds)
+        await self.run_until_idle()
+
+    # -- output ---------------------------------------------------------------------------
+
+    async def messages(self, topic: Topic[Any] | str) -> list[Message]:
+        """Every record on ``topic``, by partition then offset."""
+        name = topic if isinstance(topic, str) else topic.name
+        count = await self.transport.partition_count(name)
+        if not count:
+            return []
+        consumer = self.transport.consumer(group_id=None)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(name, p) for p in range(count)]
+            consumer.assign(tps)
+            out: dict[int, list[Message]] = {p: [] for p in range(count)}
+            while True:
+                got = await consumer.getmany(0.0, 100_000)
+                if not got:
+                    break
+                for tp, msgs in got.items():
+                    out[tp.partition].extend(msgs)
+            return [m for p in range(count) for m in out[p]]
+        finally:
+            await consumer.aclose()
+
+    async def values(self, topic: Topic[Any] | str) -> list[Any]:
+        """The decoded values on ``topic``, by partition then offset."""
+        t = self._topic(topic)
+        return [None if m.value is None else t.decode(m.value) for m in await self.messages(t)]
+
+    async def dead_letters(self) -> list[Message]:
+        """The records in the app's dead-letter topic."""
+        return await self.messages(self.worker.dlq_name)
+
+    def _topic(self, topic: Topic[Any] | str) -> Topic[Any]:
+        if isinstance(topic, Topic):
+            return topic
+        found = self.app.topics.get(topic)
+        if found is None:
+            raise KeyError(f"the app declares no topic {topic!r}")
+        return found

@@ -1,0 +1,252 @@
+"""Topics: named, partitioned, typed logs that agents read and write.
+
+A ``Topic[T]`` is a declaration: its name, partitions, key and value types, and the codecs
+built once from them. It does no I/O until a worker runs; then ``await topic.send(...)``
+goes through the worker's producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+from .codecs import Codec, codec_for
+from .errors import DecodeError, DefinitionError, NotRunningError
+from .records import Event, Headers, Message
+
+__all__ = ["DecodedBatch", "Repartition", "Sender", "Topic"]
+
+T = TypeVar("T")
+
+
+class Sender(Protocol):
+    """What a running worker offers a topic: encode-free sending of bytes."""
+
+    async def send_bytes(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Headers,
+        partition: int | None,
+        timestamp_ms: int | None,
+    ) -> Awaitable[Any]: ...
+
+
+class DecodedBatch(Generic[T]):
+    """A fetched batch after decoding: ``values[i]`` came from ``messages[i]``.
+
+    Records that failed to decode are in ``failures`` and nowhere else.
+    """
+
+    __slots__ = ("failures", "messages", "values")
+
+    def __init__(
+        self,
+        values: list[T],
+        messages: list[Message],
+        failures: list[tuple[Message, DecodeError]],
+    ) -> None:
+        self.values = values
+        self.messages = messages
+        self.failures = failures
+
+
+class Topic(Generic[T]):
+    """A typed topic. Declare it with ``app.topic(...)``.
+
+    >>> import flowkit
+    >>> app = flowkit.App("shop")
+    >>> orders = app.topic("orders", value_type=int, partitions=4)
+    >>> orders.decode(orders.encode(42))
+    42
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        value_type: Any = Any,
+        key_type: Any = str,
+        partitions: int = 1,
+        codec: str | Codec[Any] | None = None,
+        key_codec: str | Codec[Any] | None = None,
+        internal: bool = False,
+        compacted: bool = False,
+    ) -> None:
+        self.name = name
+        self.value_type = value_type
+        self.key_type = key_type
+        self.partitions = partitions
+        self.internal = internal
+        self.compacted = compacted
+        self.value_codec: Codec[Any] = codec_for(value_type, codec)
+        self.key_codec: Codec[Any] = codec_for(key_type, key_codec)
+        self._sender: Sender | None = None
+        self._app_name: str | None = None
+        # Fast path: a JSON/msgpack codec exposes msgspec's own decode, so a batch decodes
+        # with one C call per record and no Python frame in between.
+        raw = getattr(self.value_codec, "_decoder", None)
+        self._fast_decode = raw.decode if raw is not None else None
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.name!r} partitions={self.partitions}>"
+
+    @property
+    def value_type_name(self) -> str:
+        """The value type as text, for the graph."""
+        return _type_name(self.value_type)
+
+    @property
+    def key_type_name(self) -> str:
+        """The key type as text, for the graph."""
+        return _type_name(self.key_type)
+
+    # -- codecs ---------------------------------------------------------------------------
+
+    def encode(self, value: T) -> bytes:
+        """The bytes ``value`` is sent as."""
+        return self.value_codec.encode(value)
+
+    def decode(self, data: bytes) -> T:
+        """Decode one value; raises ``DecodeError``."""
+        value: T = self.value_codec.decode(data)
+        return value
+
+    def encode_key(self, key: Any) -> bytes | None:
+        """The bytes ``key`` is sent as (None stays None; bytes pass unchanged)."""
+        if key is None or isinstance(key, bytes):
+            return key
+        return self.key_codec.encode(key)
+
+    def decode_key(self, data: bytes | None) -> Any:
+        """Decode a key; a key that does not decode is returned as its bytes."""
+        if data is None:
+            return None
+        try:
+            return self.key_codec.decode(data)
+        except DecodeError:
+            return data
+
+    def decode_batch(self, messages: list[Message]) -> DecodedBatch[T]:
+        """Decode a fetched batch; failures are set aside, never raised."""
+        fast = self._fast_decode
+        if fast is not None:
+            try:
+                return DecodedBatch([fast(m.value) for m in messages], messages, [])
+            except Exception:
+                pass  # some record is bad: sort them out one by one below
+        values: list[T] = []
+        good: list[Message] = []
+        failures: list[tuple[Message, DecodeError]] = []
+        for m in messages:
+            try:
+                if m.value is None:
+                    raise DecodeError("tombstone: the record has no value")
+                values.append(self.value_codec.decode(m.value))
+                good.append(m)
+            except DecodeError as exc:
+                failures.append((m, exc))
+            except Exception as exc:  # a custom codec raising something else
+                failures.append((m, DecodeError(f"{type(exc).__name__}: {exc}")))
+        return DecodedBatch(values, good, failures)
+
+    def event(self, message: Message, value: T) -> Event[T]:
+        """The envelope of ``message`` with its decoded ``value``."""
+        return Event(
+            value=value,
+            key=self.decode_key(message.key),
+            headers=message.headers,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            timestamp=message.timestamp,
+        )
+
+    def group_by(
+        self, key: Callable[[T], Any], *, name: str, partitions: int | None = None
+    ) -> Repartition[T]:
+        """This topic re-keyed by ``key``, through the internal topic
+        ``<app>-<name>-repartition``: read it with ``@app.agent(topic.group_by(...))``
+        so a table keyed by ``key(value)`` is updated on the partition that owns the key.
+
+        One hop per record; for counts and sums over windows a windowed table's ``add``
+        avoids it (see ``flowkit.windowed``).
+        """
+        if self._app_name is None:
+            raise DefinitionError(f"topic {self.name!r} was not declared with app.topic()")
+        return Repartition(self, key, name=name, partitions=partitions or self.partitions)
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        value: T,
+        *,
+        key: Any = None,
+        headers: Headers | list[tuple[str, bytes]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Any]:
+        """Send ``value`` to this topic from inside a running worker.
+
+        Returns once the record is queued; await the result for the broker's ack.
+        Raises ``NotRunningError`` outside a worker (use ``flowkit.testing`` in tests).
+        """
+        if self._sender is None:
+            raise NotRunningError(
+                f"topic {self.name!r} can send only inside a running worker "
+                "(start one with `flowkit worker`, or use flowkit.testing.TestDriver)"
+            )
+        return await self._sender.send_bytes(
+            self.name,
+            None if value is None else self.encode(value),
+            key=self.encode_key(key),
+            headers=tuple(headers),
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+        )
+
+
+class Repartition(Topic[T]):
+    """The internal topic behind ``topic.group_by``: the source's values, re-keyed."""
+
+    def __init__(
+        self, source: Topic[T], key_fn: Callable[[T], Any], *, name: str, partitions: int
+    ) -> None:
+        super().__init__(
+            f"{source._app_name}-{name}-repartition",
+            value_type=source.value_type,
+            key_type=Any,
+            partitions=partitions,
+            codec=source.value_codec,
+            key_codec="json",
+            internal=True,
+        )
+        self._app_name = source._app_name
+        self.source = source
+        self.key_fn = key_fn
+        self.group_name = name
+
+    def encode_key(self, key: Any) -> bytes | None:
+        """Keys are JSON, except text keys, which stay plain UTF-8 like Kafka's."""
+        if isinstance(key, str):
+            return key.encode()
+        return super().encode_key(key)
+
+    def decode_key(self, data: bytes | None) -> Any:
+        value = super().decode_key(data)
+        if isinstance(value, bytes):
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                return value
+        return value
+
+
+def _type_name(tp: Any) -> str:
+    if tp is Any:
+        return "Any"
+    name = getattr(tp, "__qualname__", None)
+    return name if isinstance(name, str) else repr(tp)

@@ -1,0 +1,81 @@
+"""Transports: how flowkit talks to a broker.
+
+``transport_from_url("memory://")`` gives the embedded broker; ``"kafka://host:port"``
+gives the aiokafka transport, imported only then, so memory-only users never load aiokafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigurationError
+from .base import Ack, Consumer, OffsetReset, Producer, RebalanceListener, TopicSpec, Transport
+from .memory import MemoryBroker, MemoryTransport
+
+__all__ = [
+    "Ack",
+    "Consumer",
+    "MemoryBroker",
+    "MemoryTransport",
+    "OffsetReset",
+    "Producer",
+    "RebalanceListener",
+    "TopicSpec",
+    "Transport",
+    "parse_broker_url",
+    "transport_from_url",
+]
+
+SCHEMES = ("memory", "kafka")
+
+
+def parse_broker_url(url: str) -> tuple[str, list[str]]:
+    """Split a broker URL into its scheme and a list of ``host:port`` servers.
+
+    >>> parse_broker_url("kafka://a:9092,b:9092")
+    ('kafka', ['a:9092', 'b:9092'])
+    >>> parse_broker_url("memory://")
+    ('memory', [])
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"malformed broker URL {url!r}: expected memory:// or kafka://host:port"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigurationError(
+            f"unknown broker scheme {parts.scheme!r} in {url!r}: use memory:// or kafka://"
+        )
+    rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    if scheme == "memory":
+        if rest:
+            raise ConfigurationError(f"malformed broker URL {url!r}: memory:// takes no host")
+        return scheme, []
+    servers = [s.strip() for s in rest.split(",") if s.strip()]
+    if not servers:
+        raise ConfigurationError(f"malformed broker URL {url!r}: no host:port after kafka://")
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"malformed broker URL {url!r}: {server!r} is not host:port")
+    return scheme, servers
+
+
+def transport_from_url(url: str, **settings: Any) -> Transport:
+    """The transport for ``url``; ``settings`` pass through to the client (Kafka only).
+
+    >>> transport_from_url("memory://").url
+    'memory://'
+    """
+    scheme, servers = parse_broker_url(url)
+    if scheme == "memory":
+        if settings:
+            raise ConfigurationError(
+                f"memory:// takes no client settings (got {', '.join(sorted(settings))})"
+            )
+        return MemoryTransport()
+    from .kafka import KafkaTransport  # imported here so aiokafka loads only for kafka://
+
+    return KafkaTransport(servers, **settings)

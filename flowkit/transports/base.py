@@ -1,0 +1,167 @@
+"""The transport protocol: what the worker needs from a broker, and nothing more.
+
+Two implementations: ``MemoryTransport`` (embedded, the default) and ``KafkaTransport``
+(aiokafka). The protocol follows Kafka's consumer and producer so the Kafka adapter is a
+thin mapping; nothing outside ``flowkit.transports`` knows which one runs.
+
+Offsets follow Kafka: a committed offset is the offset of the *next* record to read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from ..records import Headers, Message, TopicPartition
+
+__all__ = [
+    "Ack",
+    "Consumer",
+    "OffsetReset",
+    "Producer",
+    "RebalanceListener",
+    "TopicSpec",
+    "Transport",
+]
+
+OffsetReset = Literal["earliest", "latest"]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic the app needs: name, partitions and configuration."""
+
+    name: str
+    partitions: int
+    replication_factor: int = 1
+    compacted: bool = False
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Where the broker stored a sent record."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class RebalanceListener(Protocol):
+    """Told when the group moves partitions. Revocation comes before the new assignment.
+
+    Both callbacks run inside ``Consumer.getmany``; while ``on_partitions_revoked`` runs,
+    the partitions are still owned, so it may flush and commit.
+    """
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class Consumer(Protocol):
+    """Reads batches from assigned partitions and commits offsets for a group."""
+
+    async def start(self) -> None:
+        """Connect. For a group member, joining happens in the first ``getmany``."""
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
+        """Join the consumer group for ``topics``; the group assigns partitions."""
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions, outside any group (table recovery, global tables)."""
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now."""
+
+    async def getmany(
+        self, timeout: float, max_records: int
+    ) -> dict[TopicPartition, list[Message]]:
+        """Up to ``max_records`` records, in offset order per partition.
+
+        Waits at most ``timeout`` seconds when nothing is available; returns ``{}`` then.
+        """
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` on the next ``getmany``."""
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``getmany`` returns for ``tp``."""
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The log end offset of ``tp`` as last seen in a fetch (None before any fetch)."""
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop returning records for these partitions until ``resume``."""
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Return records for these partitions again."""
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit, for each partition, the offset of the next record to read."""
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp``, or None."""
+
+    async def aclose(self) -> None:
+        """Leave the group and disconnect. Idempotent."""
+
+
+class Producer(Protocol):
+    """Sends records. ``send`` returns once the record is queued; await its result for the ack."""
+
+    async def start(self) -> None:
+        """Connect."""
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Ack]:
+        """Queue one record; the returned awaitable resolves to its ``Ack``.
+
+        With no ``partition``, a keyed record goes where Kafka's default partitioner puts
+        it (murmur2 of the key) and a keyless one is spread over the partitions.
+        """
+
+    async def flush(self) -> None:
+        """Wait until every record queued so far is acknowledged (or failed)."""
+
+    async def aclose(self) -> None:
+        """Flush and disconnect. Idempotent."""
+
+
+class Transport(Protocol):
+    """A broker connection factory: consumers, producers, and topic administration."""
+
+    url: str
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        client_id: str = "flowkit",
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> Consumer:
+        """A new consumer; ``group_id=None`` reads only what is ``assign``ed."""
+
+    def producer(self, *, client_id: str = "flowkit") -> Producer:
+        """A new producer."""
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create the topics that do not exist yet.
+
+        Raises ``ConfigurationError`` if one exists with another partition count.
+        """
+
+    async def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has, or None if it does not exist."""
+
+    async def aclose(self) -> None:
+        """Release everything. Idempotent."""

@@ -1,0 +1,54 @@
+"""OffsetTracker: whatever the completion order, a commit never passes a pending batch."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flowkit.checkpoint import OffsetTracker
+from flowkit.records import TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 50), min_size=1, max_size=30),
+    holders=st.integers(1, 3),
+    data=st.data(),
+)
+def test_committable_never_passes_a_pending_batch(
+    sizes: list[int], holders: int, data: st.DataObject
+) -> None:
+    tracker = OffsetTracker()
+    entries = []
+    end = 0
+    for size in sizes:
+        end += size
+        entries.append(tracker.add(TP, end, holders))
+    releases = [i for i in range(len(entries)) for _ in range(holders)]
+    order = data.draw(st.permutations(releases))
+    last = 0
+    for step, i in enumerate(order):
+        entries[i].release()
+        offsets = tracker.committable()
+        done = {j for j in range(len(entries)) if entries[j].holders == 0}
+        prefix = 0
+        while prefix in done:
+            prefix += 1
+        expected = entries[prefix - 1].end if prefix else None
+        if offsets:
+            assert offsets[TP] == expected
+            assert offsets[TP] >= last  # monotone
+            last = offsets[TP]
+            tracker.committed(offsets)
+        else:
+            assert expected is None or expected == last
+        if step == len(order) - 1:
+            assert tracker.in_flight() == 0 and last == end
+
+
+def test_forget_drops_a_partition() -> None:
+    tracker = OffsetTracker()
+    tracker.add(TP, 5, 1)
+    tracker.forget([TP])
+    assert tracker.in_flight() == 0 and tracker.committable() == {}

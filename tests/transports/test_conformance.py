@@ -1,0 +1,281 @@
+"""What every transport must do, written only against the ``Transport`` protocol.
+
+Kept runnable on a real Kafka (Tansu): no ``end_offsets``, no ``auto_offset_reset="latest"``,
+no compaction, no reliance on auto-created partition counts, and polling with deadlines.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from flowkit.errors import ConfigurationError
+from flowkit.partitioning import partition_for_key
+from flowkit.records import Message, TopicPartition
+from flowkit.transports import Ack, Consumer, TopicSpec, Transport
+
+from .conftest import Recorder, TransportFactory, collect, poll, unique
+
+
+async def new_topic(transport: Transport, partitions: int) -> str:
+    name = unique("conf")
+    await transport.create_topics([TopicSpec(name, partitions)])
+    return name
+
+
+def reader(transport: Transport, topic: str, partitions: int) -> Consumer:
+    consumer = transport.consumer(group_id=None, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    return consumer
+
+
+async def test_create_topics_and_partition_count(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    a, b = unique("conf"), unique("conf")
+    await transport.create_topics([TopicSpec(a, 3), TopicSpec(b, 1)])
+    assert await transport.partition_count(a) == 3
+    assert await transport.partition_count(b) == 1
+    await transport.create_topics([TopicSpec(a, 3)])  # existing, same count: fine
+    assert await transport.partition_count(a) == 3
+
+
+async def test_create_topics_with_another_partition_count_raises(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 2)
+    with pytest.raises(ConfigurationError, match=topic):
+        await transport.create_topics([TopicSpec(topic, 3)])
+
+
+async def test_keyed_records_land_on_the_murmur2_partition(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 4)
+    producer = transport.producer()
+    await producer.start()
+    keys = [f"key-{i}".encode() for i in range(40)]
+    acks = [await (await producer.send(topic, b"v", key=key)) for key in keys]
+    await producer.flush()
+    for key, ack in zip(keys, acks, strict=True):
+        assert ack.topic == topic
+        assert ack.partition == partition_for_key(key, 4)
+    consumer = reader(transport, topic, 4)
+    await consumer.start()
+    got = await collect(consumer, len(keys))
+    assert len(got) == len(keys)
+    for message in got:
+        assert message.key is not None
+        assert message.partition == partition_for_key(message.key, 4)
+    assert sorted(m.key for m in got if m.key) == sorted(keys)
+
+
+async def test_keyless_records_spread_over_partitions(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 4)
+    producer = transport.producer()
+    await producer.start()
+    acks: list[Ack] = [await (await producer.send(topic, b"%d" % i)) for i in range(40)]
+    assert len({ack.partition for ack in acks}) > 1
+    assert all(0 <= ack.partition < 4 for ack in acks)
+
+
+async def test_headers_none_values_and_timestamps_round_trip(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    await producer.start()
+    headers = (("trace", b"abc"), ("empty", b""), ("trace", b"def"))
+    await producer.send(topic, b"one", key=b"k1", headers=headers, timestamp_ms=1_700_000_000_123)
+    await producer.send(topic, None, key=b"k2", timestamp_ms=1_700_000_000_456)
+    await producer.send(topic, b"three", partition=0, timestamp_ms=1_700_000_000_789)
+    await producer.flush()
+    got = await collect(reader(transport, topic, 1), 3)
+    assert [(m.key, m.value, m.timestamp) for m in got] == [
+        (b"k1", b"one", 1_700_000_000_123),
+        (b"k2", None, 1_700_000_000_456),
+        (None, b"three", 1_700_000_000_789),
+    ]
+    assert tuple(got[0].headers) == headers
+    assert tuple(got[1].headers) == ()
+    assert [m.offset for m in got] == [0, 1, 2]
+    assert all(isinstance(m, Message) and m.topic == topic and m.partition == 0 for m in got)
+
+
+async def test_getmany_is_in_offset_order_and_respects_max_records(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 2)
+    producer = transport.producer()
+    for i in range(30):
+        await producer.send(topic, b"%d" % i, partition=i % 2)
+    await producer.flush()
+    consumer = reader(transport, topic, 2)
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    total = 0
+    for _ in range(400):
+        batch = await consumer.getmany(timeout=0.05, max_records=4)
+        assert sum(len(ms) for ms in batch.values()) <= 4
+        for tp, messages in batch.items():
+            assert all(m.partition == tp.partition and m.topic == topic for m in messages)
+            seen[tp.partition].extend(m.offset for m in messages)
+            total += len(messages)
+        if total == 30:
+            break
+    assert seen == {0: list(range(15)), 1: list(range(15))}
+
+
+async def test_new_group_starts_at_earliest(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    for i in range(5):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    consumer = transport.consumer(group_id=unique("g"), auto_offset_reset="earliest")
+    consumer.subscribe([topic], Recorder("c", []))
+    assert [m.offset for m in await collect(consumer, 5)] == [0, 1, 2, 3, 4]
+
+
+async def test_a_new_member_resumes_at_the_committed_offset(
+    transport_factory: TransportFactory,
+) -> None:
+    group, topic = unique("g"), await new_topic(transport_factory(), 1)
+    tp = TopicPartition(topic, 0)
+    first = transport_factory()
+    producer = first.producer()
+    for i in range(10):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    consumer = first.consumer(group_id=group)
+    consumer.subscribe([topic], Recorder("first", []))
+    got = await collect(consumer, 10)
+    assert [m.offset for m in got] == list(range(10))
+    await consumer.commit({tp: 7})  # as if records 7..9 were not done yet
+    assert await consumer.committed(tp) == 7
+    await consumer.aclose()
+    await first.aclose()
+
+    second = transport_factory()  # a restarted worker on the same broker
+    producer = second.producer()
+    for i in range(10, 13):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    resumed = second.consumer(group_id=group)
+    resumed.subscribe([topic], Recorder("second", []))
+    got = await collect(resumed, 6)
+    assert [m.offset for m in got] == list(range(7, 13))
+    assert await resumed.committed(tp) == 7
+
+
+async def test_seek_and_position(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    tp = TopicPartition(topic, 0)
+    producer = transport.producer()
+    for i in range(10):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    consumer = reader(transport, topic, 1)
+    assert [m.offset for m in await collect(consumer, 10)] == list(range(10))
+    assert consumer.position(tp) == 10
+    consumer.seek(tp, 4)
+    assert consumer.position(tp) == 4
+    got = await collect(consumer, 6)
+    assert [m.offset for m in got] == list(range(4, 10))
+    assert [m.value for m in got] == [b"%d" % i for i in range(4, 10)]
+    assert consumer.position(tp) == 10
+
+
+async def test_highwater_after_a_fetch(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    tp = TopicPartition(topic, 0)
+    consumer = reader(transport, topic, 1)
+    assert consumer.highwater(tp) is None
+    producer = transport.producer()
+    for i in range(8):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    await collect(consumer, 8)
+    assert consumer.highwater(tp) == 8
+
+
+async def test_pause_and_resume(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    producer = transport.producer()
+    for i in range(10):
+        await producer.send(topic, b"%d" % i, partition=i % 2)
+    await producer.flush()
+    consumer = reader(transport, topic, 2)
+    consumer.pause([tp1])
+    got = await collect(consumer, 5)
+    assert {m.partition for m in got} == {0}
+    for _ in range(3):
+        assert await consumer.getmany(timeout=0.05, max_records=100) == {}
+    consumer.resume([tp1])
+    got = await collect(consumer, 5)
+    assert {m.partition for m in got} == {1}
+    assert consumer.assignment() == {tp0, tp1}
+
+
+async def test_two_members_split_the_partitions_and_hand_them_over(
+    transport_factory: TransportFactory,
+) -> None:
+    group, topic = unique("g"), await new_topic(transport_factory(), 4)
+    every = {TopicPartition(topic, p) for p in range(4)}
+    events: list[tuple[str, str, TopicPartition]] = []
+    a, b = Recorder("a", events), Recorder("b", events)
+    ca = transport_factory().consumer(group_id=group, client_id="a")
+    cb = transport_factory().consumer(group_id=group, client_id="b")
+    a.consumer, b.consumer = ca, cb
+    await ca.start()
+    ca.subscribe([topic], a)
+    await poll([ca], lambda: a.owned == every)
+    await cb.start()
+    cb.subscribe([topic], b)
+    await poll([ca, cb], lambda: bool(a.owned and b.owned) and a.owned | b.owned == every)
+    assert not a.owned & b.owned
+    assert ca.assignment() == a.owned and cb.assignment() == b.owned
+
+    producer = transport_factory().producer()
+    for i in range(40):
+        await producer.send(topic, b"%d" % i, key=b"k%d" % i)
+    await producer.flush()
+    got: dict[Consumer, list[Message]] = {}
+    await poll([ca, cb], lambda: sum(map(len, got.values())) >= 40, got)
+    assert {(m.partition, m.offset) for m in got[ca]}.isdisjoint(
+        (m.partition, m.offset) for m in got[cb]
+    )
+    assert {TopicPartition(topic, m.partition) for m in got[ca]} <= a.owned
+    assert {TopicPartition(topic, m.partition) for m in got[cb]} <= b.owned
+
+    # b commits what it read and leaves; a takes over from b's commits.
+    await cb.commit({tp: cb.position(tp) for tp in b.owned})
+    events.extend(("closed", "b", tp) for tp in sorted(b.owned))
+    b.owned = set()
+    await cb.aclose()
+    await poll([ca], lambda: a.owned == every)
+    for i in range(40, 60):
+        await producer.send(topic, b"%d" % i, key=b"k%d" % i)
+    await producer.flush()
+    await poll([ca], lambda: sum(map(len, got.values())) >= 60, got)
+    everything = [(m.partition, m.offset) for ms in got.values() for m in ms]
+    assert len(everything) == len(set(everything)) == 60  # every record exactly once
+    assert sorted(int(m.value or b"") for ms in got.values() for m in ms) == list(range(60))
+
+    # A partition is assigned only when no one else holds it: revoke/close comes first.
+    holder: dict[TopicPartition, str] = {}
+    for kind, name, tp in events:
+        if kind == "assigned":
+            assert tp not in holder, f"{tp} assigned to {name} while {holder.get(tp)} held it"
+            holder[tp] = name
+        else:
+            assert holder.pop(tp) == name
