@@ -1,6 +1,7 @@
 """The dataflow graph: the app's declaration as data.
 
-``Graph.from_app`` turns topics, agents, timers and tasks into nodes and edges. The worker
+``App.graph()`` (``Graph.build``) turns topics, tables, agents, timers and tasks into
+nodes and edges. The worker
 runs it, ``flowkit graph`` renders it (``flowkit.rendering``) and ``flowkit graph --check``
 validates it with ``Graph.check``.
 

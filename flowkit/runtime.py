@@ -38,7 +38,7 @@ from .records import Headers, Message, TopicPartition
 from .state import StateKeeper
 from .streams import Batch, Stream, StreamSource, bind_source
 from .topics import Topic
-from .transports import Consumer, Producer, TopicSpec, Transport, transport_from_url
+from .transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
 
 __all__ = ["Worker"]
 
@@ -122,6 +122,7 @@ class Worker:
         self._agent_tasks: list[asyncio.Task[None]] = []
         self._side_tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
+        self._forced = asyncio.Event()
         self._error: BaseException | None = None
         self._dispatching = False
         self._commit_lock = asyncio.Lock()
@@ -130,6 +131,8 @@ class Worker:
         self._force = False
         self._assigned: set[TopicPartition] = set()
         self._rebalancing = 0
+        self._joined = False
+        self._sent_end: dict[TopicPartition, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -151,8 +154,11 @@ class Worker:
             raise self._error
 
     def stop(self, *, force: bool = False) -> None:
-        """Ask the worker to stop; ``force`` skips waiting for queued batches."""
-        self._force = self._force or force
+        """Ask the worker to stop; ``force`` skips waiting for queued batches, even when a
+        graceful stop is already waiting for them."""
+        if force:
+            self._force = True
+            self._forced.set()
         self._stop.set()
 
     @property
@@ -248,12 +254,21 @@ class Worker:
         for _, source in self._sources:
             source.close()
         if self._agent_tasks:
-            timeout = 0.0 if self._force else self.shutdown_timeout
-            _, pending = await asyncio.wait(self._agent_tasks, timeout=timeout or None)
-            if self._force:
-                pending = {t for t in self._agent_tasks if not t.done()}
-            for task in pending:
-                task.cancel()
+            if not self._force:
+                # Wait for the queued batches, unless a forced stop comes first.
+                agents: asyncio.Future[Any] = asyncio.gather(
+                    *self._agent_tasks, return_exceptions=True
+                )
+                forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())
+                await asyncio.wait(
+                    {agents, forced},
+                    timeout=self.shutdown_timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                forced.cancel()
+            for task in self._agent_tasks:
+                if not task.done():
+                    task.cancel()
             await asyncio.gather(*self._agent_tasks, return_exceptions=True)
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
         try:
@@ -314,6 +329,7 @@ class Worker:
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._assigned |= assigned
+        self._joined = True
         self.metrics.assigned_partitions.set(len(self._assigned))
         log.info("partitions assigned", partitions=_show(assigned))
         # Tables first: no record of a partition is processed before its state is back.
@@ -635,14 +651,30 @@ class Worker:
             return False
         if self.tracker.in_flight():
             return False
-        if any(not _done(a) for a in self._in_flight):
-            return False
+        sent = self._sent_end
+        for ack in self._in_flight:
+            if not _done(ack):
+                return False
+            try:
+                result = ack if isinstance(ack, Ack) else ack.result()  # type: ignore[attr-defined]
+            except Exception:
+                return False  # a failed send: the next checkpoint raises it
+            tp = TopicPartition(result.topic, result.partition)
+            if result.offset >= sent.get(tp, 0):
+                sent[tp] = result.offset + 1
         consumer = self._consumer
         if consumer is not None:
-            for tp in consumer.assignment():
-                high = consumer.highwater(tp)
-                if high is None or consumer.position(tp) < high:
-                    return False
+            if not self._joined:
+                return False  # not part of the group yet: nothing is known
+            try:
+                for tp in consumer.assignment():
+                    high = consumer.highwater(tp)
+                    if high is None:
+                        return False
+                    if consumer.position(tp) < max(high, sent.get(tp, 0)):
+                        return False
+            except TransportError:  # a position not known yet, just after an assignment
+                return False
         return True
 
     @property
@@ -661,8 +693,9 @@ class Worker:
 
 
 def _done(awaitable: Awaitable[Any]) -> bool:
-    done = getattr(awaitable, "done", None)
-    return bool(done()) if callable(done) else True
+    if isinstance(awaitable, Ack):
+        return True  # an Ack is its own completed result (the memory broker's)
+    return bool(awaitable.done())  # type: ignore[attr-defined]
 
 
 def _show(tps: set[TopicPartition]) -> list[str]:

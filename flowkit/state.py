@@ -22,7 +22,7 @@ from .tables import GlobalTable, Table
 from .transports import TopicSpec, Transport
 from .windowed import WindowedTable
 
-__all__ = ["StateKeeper"]
+__all__ = ["StateKeeper", "read_to_end"]
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +90,7 @@ class StateKeeper:
                 tps[TopicPartition(table.topic.name, p)] = table
         consumer.assign(tps)
         started = self.clock.monotonic()
-        total = await _read_to_end(
+        total = await read_to_end(
             consumer, set(tps), lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
         )
         log.info(
@@ -151,7 +151,7 @@ class StateKeeper:
                 return
             consumer.assign(tps)
             started = self.clock.monotonic()
-            total = await _read_to_end(
+            total = await read_to_end(
                 consumer, set(tps), lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
             )
             log.info(
@@ -214,7 +214,7 @@ async def _fetch_some(consumer: Any, tps: set[TopicPartition]) -> bool:
     return False
 
 
-async def _read_to_end(
+async def read_to_end(
     consumer: Any,
     tps: set[TopicPartition],
     apply: Callable[[TopicPartition, list[Message]], None],

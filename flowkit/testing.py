@@ -23,13 +23,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Awaitable
 from typing import Any
 
 from .app import App
 from .records import Headers, Message, TopicPartition
+from .errors import TransportError
 from .runtime import Worker
+from .state import read_to_end
 from .topics import Topic
-from .transports import MemoryBroker, MemoryTransport
+from .transports import MemoryBroker, MemoryTransport, Transport
 from .transports.base import Ack
 
 __all__ = ["FakeClock", "TestDriver"]
@@ -89,6 +92,9 @@ class TestDriver:
     """Runs an app's worker on a memory broker; send records, run until idle, read outputs.
 
     ``broker`` lets several drivers (one after another) share a broker, to test restarts.
+    ``transport`` runs the same test on any other transport (flowkit's own tests pass a
+    Kafka transport); ``settle`` is then how many seconds the worker must stay idle
+    before ``run_until_idle`` believes it, to cover the broker's fetch latency.
     With ``fail_fast=True`` a failing record stops the worker and ``run_until_idle``
     raises its error, instead of dead-lettering it.
     """
@@ -100,14 +106,22 @@ class TestDriver:
         app: App,
         *,
         broker: MemoryBroker | None = None,
+        transport: Transport | None = None,
         clock: FakeClock | None = None,
         fail_fast: bool = False,
+        settle: float = 0.0,
         **worker_options: Any,
     ) -> None:
+        if broker is not None and transport is not None:
+            raise ValueError("give a memory broker or a transport, not both")
         self.app = app
         self.broker = broker or MemoryBroker()
         self.clock = clock or FakeClock()
-        self.transport = MemoryTransport(self.broker)
+        self._own_transport = transport is None
+        self.transport: Transport = transport or MemoryTransport(self.broker)
+        self.settle = settle
+        self._produced: dict[TopicPartition, int] = {}
+        self._unacked: list[Awaitable[Ack]] = []
         self.worker = Worker(
             app,
             transport=self.transport,
@@ -129,6 +143,8 @@ class TestDriver:
         """Stop the worker gracefully (it commits) and close the driver's producer."""
         await self.worker.aclose()
         await self._producer.aclose()
+        if self._own_transport:
+            await self.transport.aclose()
         if self.worker.error is not None and not isinstance(self.worker.error, Exception):
             raise self.worker.error
 
@@ -143,8 +159,9 @@ class TestDriver:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> Ack:
-        """Encode ``value`` with the topic's codec and produce it."""
+    ) -> Awaitable[Ack]:
+        """Encode ``value`` with the topic's codec and produce it; await the result for
+        the broker's ack (``run_until_idle`` awaits them all)."""
         t = self._topic(topic)
         return await self.send_raw(
             t.name,
@@ -164,7 +181,7 @@ class TestDriver:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> Ack:
+    ) -> Awaitable[Ack]:
         """Produce bytes as they are (for malformed-input tests)."""
         name = topic if isinstance(topic, str) else topic.name
         if timestamp_ms is None:
@@ -172,7 +189,17 @@ class TestDriver:
         pending = await self._producer.send(
             name, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
         )
-        return await pending
+        # Not awaited here: a broker acks batches, and waiting per record would make a
+        # test of 10,000 records wait 10,000 lingers. run_until_idle awaits them.
+        self._unacked.append(pending)
+        return pending
+
+    async def _await_sends(self) -> None:
+        pending, self._unacked = self._unacked, []
+        for awaitable in pending:
+            ack = await awaitable
+            tp = TopicPartition(ack.topic, ack.partition)
+            self._produced[tp] = max(self._produced.get(tp, 0), ack.offset + 1)
 
     # -- running --------------------------------------------------------------------------
 
@@ -182,16 +209,37 @@ class TestDriver:
         Raises the worker's error if it stopped on one, or ``TimeoutError`` after
         ``timeout`` real seconds.
         """
+        await self._await_sends()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         quiet = 0
-        while quiet < 3:
+        quiet_since = loop.time()
+        while quiet < 3 or loop.time() - quiet_since < self.settle:
             await asyncio.sleep(0 if quiet else 0.001)
             if self.worker.error is not None:
                 raise self.worker.error
-            quiet = quiet + 1 if self.worker.is_idle() else 0
+            if self.worker.is_idle() and self._caught_up():
+                if quiet == 0:
+                    quiet_since = loop.time()
+                quiet += 1
+            else:
+                quiet = 0
             if loop.time() > deadline:
                 raise TimeoutError(f"the worker did not become idle within {timeout} s")
+
+    def _caught_up(self) -> bool:
+        consumer = self.worker._consumer
+        if consumer is None:
+            return True
+        assigned = consumer.assignment()
+        try:
+            return all(
+                consumer.position(tp) >= end
+                for tp, end in self._produced.items()
+                if tp in assigned
+            )
+        except TransportError:
+            return False
 
     async def advance(self, seconds: float) -> None:
         """Move the fake clock forward (timers fire, commits happen), then run until idle."""
@@ -206,18 +254,15 @@ class TestDriver:
         count = await self.transport.partition_count(name)
         if not count:
             return []
-        consumer = self.transport.consumer(group_id=None)
+        consumer = self.transport.consumer(group_id=None, client_id="flowkit-testing-reader")
         await consumer.start()
         try:
             tps = [TopicPartition(name, p) for p in range(count)]
             consumer.assign(tps)
             out: dict[int, list[Message]] = {p: [] for p in range(count)}
-            while True:
-                got = await consumer.getmany(0.0, 100_000)
-                if not got:
-                    break
-                for tp, msgs in got.items():
-                    out[tp.partition].extend(msgs)
+            await read_to_end(
+                consumer, set(tps), lambda tp, msgs: out[tp.partition].extend(msgs)
+            )
             return [m for p in range(count) for m in out[p]]
         finally:
             await consumer.aclose()

@@ -259,7 +259,7 @@ class WindowedTable(TableBase[K, V]):
 
     def _late(self, key: K, window: Window, amount: Any) -> None:
         self.late_records += 1
-        log.warning("late record", table=self.name, key=key, window_start=window.start)
+        log.debug("late record", table=self.name, key=key, window_start=window.start)
         if self.late == "drop":
             return
         if callable(self.late):

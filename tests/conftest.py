@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
 import pytest
 
-from flowkit.testing import FakeClock
-from flowkit.transports import MemoryBroker
-from tests.kafka_broker import fresh_kafka, kafka_bootstrap  # noqa: F401
+import flowkit
+from flowkit.testing import FakeClock, TestDriver
+from flowkit.transports import MemoryBroker, Transport
+from tests.kafka_broker import TansuBroker, fresh_kafka, kafka_bootstrap  # noqa: F401
+
+# Client settings for tests on Tansu: quick rebalances and fetches (tansu.md).
+KAFKA_TEST_SETTINGS: dict[str, Any] = {
+    "session_timeout_ms": 2000,
+    "heartbeat_interval_ms": 400,
+    "fetch_max_wait_ms": 20,
+    "linger_ms": 1,
+}
 
 
 @pytest.fixture
@@ -17,3 +29,38 @@ def broker() -> MemoryBroker:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+DriverFactory = Callable[..., TestDriver]
+
+
+@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFactory]:
+    """``make_driver(app, **options)`` -> a TestDriver on this test's broker.
+
+    Every driver made in one test shares the broker, so a second one is a restart. On
+    Kafka each test gets its own Tansu process, so fixed topic names never collide.
+    """
+    transports: list[Transport] = []
+    if request.param == "memory":
+        broker = MemoryBroker()
+
+        def make(app: flowkit.App, **options: Any) -> TestDriver:
+            return TestDriver(app, broker=broker, **options)
+
+        yield make
+        return
+
+    from flowkit.transports.kafka import KafkaTransport
+
+    tansu: TansuBroker = request.getfixturevalue("fresh_kafka")
+
+    def make_kafka(app: flowkit.App, **options: Any) -> TestDriver:
+        transport = KafkaTransport([tansu.bootstrap], **KAFKA_TEST_SETTINGS)
+        transports.append(transport)
+        options.setdefault("settle", 0.3)
+        return TestDriver(app, transport=transport, **options)
+
+    yield make_kafka
+    for transport in transports:
+        await transport.aclose()

@@ -1,4 +1,4 @@
-"""Agents end to end through flowkit.testing on the memory broker."""
+"""Agents end to end through flowkit.testing, on the memory broker and on Kafka."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
-from flowkit.transports import MemoryBroker
+from tests.conftest import DriverFactory
 
 
 class View(flowkit.Record):
@@ -26,7 +26,7 @@ def make_app(name: str = "t") -> tuple[flowkit.App, flowkit.Topic[View], flowkit
     return app, views, out
 
 
-async def test_stream_agent_filters_maps_and_yields() -> None:
+async def test_stream_agent_filters_maps_and_yields(make_driver: DriverFactory) -> None:
     app, views, out = make_app()
 
     @app.agent(views, sink=[out])
@@ -34,21 +34,21 @@ async def test_stream_agent_filters_maps_and_yields() -> None:
         async for page in stream.filter(lambda v: v.kind == "view").map(lambda v: v.page):
             yield page.upper()
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(10):
             await driver.send(views, View(f"u{i}", f"p{i}", "view" if i % 2 else "click"))
         await driver.run_until_idle()
         assert sorted(await driver.values(out)) == ["P1", "P3", "P5", "P7", "P9"]
 
 
-async def test_outputs_keep_the_input_key_and_partition() -> None:
+async def test_outputs_keep_the_input_key_and_partition(make_driver: DriverFactory) -> None:
     app, views, out = make_app()
 
     @app.agent(views, sink=[out], per_record=True)
     def page(view: View) -> str:
         return view.page
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(20):
             await driver.send(views, View(f"u{i}", f"p{i}", "view"), key=f"u{i}")
         await driver.run_until_idle()
@@ -59,7 +59,9 @@ async def test_outputs_keep_the_input_key_and_partition() -> None:
             assert inputs[m.key] == m.partition
 
 
-async def test_per_record_async_handler_and_none_means_no_output() -> None:
+async def test_per_record_async_handler_and_none_means_no_output(
+    make_driver: DriverFactory,
+) -> None:
     app, views, out = make_app()
 
     @app.agent(views, sink=[out], per_record=True)
@@ -67,14 +69,14 @@ async def test_per_record_async_handler_and_none_means_no_output() -> None:
         await asyncio.sleep(0)
         return view.user if view.kind == "view" else None
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         await driver.send(views, View("a", "/", "view"))
         await driver.send(views, View("b", "/", "click"))
         await driver.run_until_idle()
         assert await driver.values(out) == ["a"]
 
 
-async def test_output_sets_key_headers_and_routes() -> None:
+async def test_output_sets_key_headers_and_routes(make_driver: DriverFactory) -> None:
     app, views, out = make_app()
     audit = app.topic("audit", value_type=str)
     seen: list[str] = []
@@ -87,7 +89,7 @@ async def test_output_sets_key_headers_and_routes() -> None:
             else:
                 yield v.user
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         await driver.send(views, View("a", "/", "view"))
         await driver.send(views, View("b", "/", "audit"))
         await driver.run_until_idle()
@@ -97,7 +99,7 @@ async def test_output_sets_key_headers_and_routes() -> None:
         assert (m.key, m.headers, m.value) == (b"k", (("h", b"1"),), b"b")
 
 
-async def test_events_give_the_envelope() -> None:
+async def test_events_give_the_envelope(make_driver: DriverFactory) -> None:
     app, views, _ = make_app()
     got: list[flowkit.Event[View]] = []
 
@@ -106,7 +108,7 @@ async def test_events_give_the_envelope() -> None:
         async for event in stream.events():
             got.append(event)
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         await driver.send(
             views, View("a", "/", "view"), key="a", headers=(("x", b"y"),), timestamp_ms=1234
         )
@@ -116,7 +118,7 @@ async def test_events_give_the_envelope() -> None:
     assert event.header("x") == b"y" and event.topic == "views" and event.offset == 0
 
 
-async def test_batches_group_values_and_commit_after_the_list() -> None:
+async def test_batches_group_values_and_commit_after_the_list(make_driver: DriverFactory) -> None:
     app = flowkit.App("b")
     nums = app.topic("nums", value_type=int)
     lists: list[list[int]] = []
@@ -126,7 +128,7 @@ async def test_batches_group_values_and_commit_after_the_list() -> None:
         async for chunk in stream.batches(max_size=4, within_seconds=0.05):
             lists.append(chunk)
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(10):
             await driver.send(nums, i)
         await driver.run_until_idle()
@@ -136,7 +138,7 @@ async def test_batches_group_values_and_commit_after_the_list() -> None:
     assert all(len(chunk) <= 4 for chunk in lists) and lists[0] == [0, 1, 2, 3]
 
 
-async def test_topic_send_from_an_agent_and_agent_as_sink() -> None:
+async def test_topic_send_from_an_agent_and_agent_as_sink(make_driver: DriverFactory) -> None:
     app = flowkit.App("s")
     a = app.topic("a", value_type=int)
     b = app.topic("b", value_type=int)
@@ -154,14 +156,14 @@ async def test_topic_send_from_an_agent_and_agent_as_sink() -> None:
             await c.send(n * 10)
             yield n + 1
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         await driver.send(a, 1)
         await driver.run_until_idle()
         assert total == [2]
         assert await driver.values(c) == [10]
 
 
-async def test_concurrency_keeps_partition_order() -> None:
+async def test_concurrency_keeps_partition_order(make_driver: DriverFactory) -> None:
     app = flowkit.App("c")
     nums = app.topic("nums", value_type=int, partitions=4)
     seen: dict[str, list[int]] = {}
@@ -172,7 +174,7 @@ async def test_concurrency_keeps_partition_order() -> None:
             seen.setdefault(event.key, []).append(event.value)
             await asyncio.sleep(0)
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(200):
             await driver.send(nums, i, key=f"k{i % 7}")
         await driver.run_until_idle()
@@ -181,7 +183,7 @@ async def test_concurrency_keeps_partition_order() -> None:
         assert values == sorted(values)
 
 
-async def test_agent_error_goes_to_dlq_and_the_agent_goes_on() -> None:
+async def test_agent_error_goes_to_dlq_and_the_agent_goes_on(make_driver: DriverFactory) -> None:
     app = flowkit.App("e")
     nums = app.topic("nums", value_type=int)
     ok: list[int] = []
@@ -193,7 +195,7 @@ async def test_agent_error_goes_to_dlq_and_the_agent_goes_on() -> None:
                 raise ValueError("three is bad")
             ok.append(n)
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(6):
             await driver.send(nums, i, key="k")
         await driver.run_until_idle()
@@ -211,14 +213,14 @@ async def test_agent_error_goes_to_dlq_and_the_agent_goes_on() -> None:
         assert driver.worker.metrics.errors.labels("picky", "process")._value.get() == 1
 
 
-async def test_undecodable_records_go_to_dlq_untouched() -> None:
+async def test_undecodable_records_go_to_dlq_untouched(make_driver: DriverFactory) -> None:
     app, views, out = make_app()
 
     @app.agent(views, sink=[out], per_record=True)
     def user(view: View) -> str:
         return view.user
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         await driver.send_raw(views, b'{"user": "a", "page": "/", "kind": "view"}', partition=0)
         await driver.send_raw(
             views, b"not json", key=b"bad", partition=0, headers=(("trace", b"t1"),)
@@ -236,7 +238,7 @@ async def test_undecodable_records_go_to_dlq_untouched() -> None:
         assert first["flowkit.source.offset"] == b"1"
 
 
-async def test_fail_fast_raises_the_processing_error() -> None:
+async def test_fail_fast_raises_the_processing_error(make_driver: DriverFactory) -> None:
     app = flowkit.App("ff")
     nums = app.topic("nums", value_type=int)
 
@@ -245,15 +247,14 @@ async def test_fail_fast_raises_the_processing_error() -> None:
         async for _ in stream:
             raise KeyError("nope")
 
-    driver = TestDriver(app, fail_fast=True)
+    driver = make_driver(app, fail_fast=True)
     async with driver:
         await driver.send(nums, 1)
         with pytest.raises(KeyError):
             await driver.run_until_idle()
 
 
-async def test_restart_resumes_from_committed_offsets() -> None:
-    broker = MemoryBroker()
+async def test_restart_resumes_from_committed_offsets(make_driver: DriverFactory) -> None:
     seen: list[int] = []
 
     def build() -> tuple[flowkit.App, flowkit.Topic[int]]:
@@ -268,20 +269,21 @@ async def test_restart_resumes_from_committed_offsets() -> None:
         return app, nums
 
     app, nums = build()
-    async with TestDriver(app, broker=broker) as driver:
+    async with make_driver(app) as driver:
         for i in range(10):
             await driver.send(nums, i)
         await driver.run_until_idle()
     app, nums = build()
-    async with TestDriver(app, broker=broker) as driver:
+    async with make_driver(app) as driver:
         for i in range(10, 15):
             await driver.send(nums, i)
         await driver.run_until_idle()
     assert sorted(seen) == list(range(15))  # nothing twice, nothing lost
 
 
-async def test_uncommitted_records_are_redelivered_after_a_crash() -> None:
-    broker = MemoryBroker()
+async def test_uncommitted_records_are_redelivered_after_a_crash(
+    make_driver: DriverFactory,
+) -> None:
     seen: list[int] = []
     app = flowkit.App("crash", commit_interval=3600)
     nums = app.topic("nums", value_type=int)
@@ -291,7 +293,7 @@ async def test_uncommitted_records_are_redelivered_after_a_crash() -> None:
         async for n in stream:
             seen.append(n)
 
-    driver = TestDriver(app, broker=broker)
+    driver = make_driver(app)
     await driver.__aenter__()
     for i in range(5):
         await driver.send(nums, i)
@@ -307,7 +309,7 @@ async def test_uncommitted_records_are_redelivered_after_a_crash() -> None:
         async for n in stream:
             seen.append(n)
 
-    async with TestDriver(again, broker=broker) as d2:
+    async with make_driver(again) as d2:
         await d2.run_until_idle()
     assert seen == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
 
@@ -349,7 +351,9 @@ async def test_commit_interval_commits_on_the_clock() -> None:
         assert driver.broker.committed("ci", tp) == 1
 
 
-async def test_agent_that_returns_early_is_restarted_on_the_rest() -> None:
+async def test_agent_that_returns_early_is_restarted_on_the_rest(
+    make_driver: DriverFactory,
+) -> None:
     app = flowkit.App("ret")
     nums = app.topic("nums", value_type=int)
     seen: list[int] = []
@@ -360,14 +364,16 @@ async def test_agent_that_returns_early_is_restarted_on_the_rest() -> None:
             seen.append(n)
             break
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(4):
             await driver.send(nums, i)
         await driver.run_until_idle()
     assert seen == [0, 1, 2, 3]
 
 
-async def test_callable_sink_failure_is_a_sink_stage_dead_letter() -> None:
+async def test_callable_sink_failure_is_a_sink_stage_dead_letter(
+    make_driver: DriverFactory,
+) -> None:
     app = flowkit.App("cs")
     nums = app.topic("nums", value_type=int)
 
@@ -379,7 +385,7 @@ async def test_callable_sink_failure_is_a_sink_stage_dead_letter() -> None:
     def passthrough(n: int) -> int:
         return n
 
-    async with TestDriver(app) as driver:
+    async with make_driver(app) as driver:
         for i in range(4):
             await driver.send(nums, i)
         await driver.run_until_idle()

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from examples import ysb
-from flowkit.testing import FakeClock, TestDriver
-from flowkit.transports import MemoryBroker
+from flowkit.testing import FakeClock
 from flowkit.windows import WindowResult
+from tests.conftest import DriverFactory
 
 GRACE_MS = 5_000
 WINDOW_MS = 10_000
@@ -38,11 +38,11 @@ def data_set(clock: FakeClock, count: int = 12_000, late: int = 25):
     return events, late_events, truth
 
 
-async def run_ysb(broker: MemoryBroker, clock: FakeClock, batches: list[list]) -> None:
+async def run_ysb(make_driver: DriverFactory, clock: FakeClock, batches: list[list]) -> None:
     """Run the YSB app once per list of events, a fresh app each time (restarts)."""
     for i, events in enumerate(batches):
         app = ysb.make_app(generate=False, grace=GRACE_MS / 1000, on_close=None)
-        async with TestDriver(app, broker=broker, clock=clock) as driver:
+        async with make_driver(app, clock=clock) as driver:
             for user, event in events:
                 await driver.send("ysb-events", event, key=user, timestamp_ms=event.event_time)
             await driver.run_until_idle()
@@ -52,9 +52,9 @@ async def run_ysb(broker: MemoryBroker, clock: FakeClock, batches: list[list]) -
                 await driver.advance(35)
 
 
-async def results(broker: MemoryBroker, clock: FakeClock) -> tuple[Counter, list]:
+async def results(make_driver: DriverFactory, clock: FakeClock) -> tuple[Counter, list]:
     app = ysb.make_app(generate=False, on_close=None)
-    driver = TestDriver(app, broker=broker, clock=clock)
+    driver = make_driver(app, clock=clock)
     got: Counter[tuple[str, int]] = Counter()
     seen = []
     for value in await driver.values("ysb-window-counts"):
@@ -65,21 +65,21 @@ async def results(broker: MemoryBroker, clock: FakeClock) -> tuple[Counter, list
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["one-run", "restart-midway"])
-async def test_ysb_counts_equal_ground_truth(restart: bool) -> None:
-    broker, clock = MemoryBroker(), FakeClock()
+async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverFactory) -> None:
+    clock = FakeClock()
     events, late_events, truth = data_set(clock)
     if restart:
         half = len(events) // 2
         batches = [events[:half], events[half:] + late_events]
     else:
         batches = [events + late_events]
-    await run_ysb(broker, clock, batches)
-    got, seen = await results(broker, clock)
+    await run_ysb(make_driver, clock, batches)
+    got, seen = await results(make_driver, clock)
     assert len(seen) == len(set(seen)), "a window was emitted twice"
     assert got == truth
     # Late records are not mixed in: they are in the dead-letter topic, one each.
     app = ysb.make_app(generate=False, on_close=None)
-    dead = await TestDriver(app, broker=broker, clock=clock).dead_letters()
+    dead = await make_driver(app, clock=clock).dead_letters()
     assert len(dead) == len(late_events)
     assert {dict(d.headers)["flowkit.error.type"] for d in dead} == {b"LateRecord"}
     assert {dict(d.headers)["flowkit.error.stage"] for d in dead} == {b"window"}

@@ -126,6 +126,9 @@ class Producer(Protocol):
     ) -> Awaitable[Ack]:
         """Queue one record; the returned awaitable resolves to its ``Ack``.
 
+        The awaitable is either an ``Ack`` (already stored) or has ``done()`` and
+        ``result()`` like a future, so the worker can check sends without awaiting them.
+
         With no ``partition``, a keyed record goes where Kafka's default partitioner puts
         it (murmur2 of the key) and a keyless one is spread over the partitions.
         """

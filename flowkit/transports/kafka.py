@@ -661,6 +661,18 @@ class _PendingAck:
             raise _translate(exc) from exc
         return Ack(meta.topic, meta.partition, meta.offset)
 
+    def done(self) -> bool:
+        """True once the broker answered (ack or error)."""
+        return self._future.done()
+
+    def result(self) -> Ack:
+        """The ``Ack`` of a ``done()`` send; raises its translated error."""
+        try:
+            meta = self._future.result()
+        except _ALL_ERRORS as exc:
+            raise _translate(exc) from exc
+        return Ack(meta.topic, meta.partition, meta.offset)
+
 
 class KafkaProducer:
     """An ``AIOKafkaProducer`` behind the ``Producer`` protocol; started by ``start`` or
