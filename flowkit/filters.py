@@ -139,20 +139,29 @@ def resolve(value: Any, path: Path) -> Any:
     (1, MISSING)
     """
     for key in path:
-        if value.__class__ is dict:  # decoded JSON: answer a miss without an exception
+        cls = value.__class__
+        if cls is dict:  # decoded JSON: no exception for a miss
             value = value.get(key, MISSING)
-            if value is MISSING:
+        elif isinstance(key, str) and not _subscriptable(cls):  # a Struct or other object
+            value = MISSING if key[:1] == "_" else getattr(value, key, MISSING)
+        else:
+            try:
+                value = value[key]
+            except (LookupError, TypeError):
                 return MISSING
-            continue
-        try:
-            value = value[key]
-        except (LookupError, TypeError):
-            if isinstance(key, int) or key.startswith("_") or hasattr(value, "__getitem__"):
-                return MISSING
-            value = getattr(value, key, MISSING)
-            if value is MISSING:
-                return MISSING
+        if value is MISSING:
+            return MISSING
     return value
+
+
+_SUBSCRIPTABLE: dict[type, bool] = {}
+
+
+def _subscriptable(cls: type) -> bool:
+    known = _SUBSCRIPTABLE.get(cls)
+    if known is None:  # hasattr on a class raises and swallows an exception when false
+        known = _SUBSCRIPTABLE[cls] = hasattr(cls, "__getitem__")
+    return known
 
 
 # --- code generation, shared with flowkit.transforms -------------------------------------
@@ -328,7 +337,10 @@ def _compile(node: _Node) -> Callable[[Any], bool]:
     # goes on to `interpreted`, which defines the semantics.
     try:
         safe_cg, fast_cg = Codegen(), Codegen()
-        safe = safe_cg.function([_returns_bool(_emit(node, safe_cg, True))], interpreted)
+        guard = (
+            f"if v.__class__ is not {safe_cg.const(dict)}: return {safe_cg.const(interpreted)}(v)"
+        )
+        safe = safe_cg.function([guard, _returns_bool(_emit(node, safe_cg, True))], interpreted)
         return fast_cg.function([_returns_bool(_emit(node, fast_cg, False))], safe)
     except (SyntaxError, RecursionError, MemoryError):  # nested too deep for the parser
         return interpreted

@@ -234,9 +234,7 @@ class TestDriver:
         assigned = consumer.assignment()
         try:
             return all(
-                consumer.position(tp) >= end
-                for tp, end in self._produced.items()
-                if tp in assigned
+                consumer.position(tp) >= end for tp, end in self._produced.items() if tp in assigned
             )
         except TransportError:
             return False
@@ -260,9 +258,7 @@ class TestDriver:
             tps = [TopicPartition(name, p) for p in range(count)]
             consumer.assign(tps)
             out: dict[int, list[Message]] = {p: [] for p in range(count)}
-            await read_to_end(
-                consumer, set(tps), lambda tp, msgs: out[tp.partition].extend(msgs)
-            )
+            await read_to_end(consumer, set(tps), lambda tp, msgs: out[tp.partition].extend(msgs))
             return [m for p in range(count) for m in out[p]]
         finally:
             await consumer.aclose()
