@@ -102,7 +102,11 @@ def show(campaign: str, window: Window, count: int) -> None:
 
 
 def make_app(
-    *, generate: bool = True, grace: float = 5.0, on_close: Callable[..., Any] | None = show
+    *,
+    generate: bool = True,
+    grace: float = 5.0,
+    idle_timeout: float = 30.0,
+    on_close: Callable[..., Any] | None = show,
 ) -> flowkit.App:
     """The YSB app; ``generate`` adds the live event generator task."""
     app = flowkit.App("ysb", partitions=PARTITIONS)
@@ -117,6 +121,7 @@ def make_app(
         time=lambda view: view.event_time,
         to=window_counts,
         on_close=on_close,
+        idle_timeout=idle_timeout,
     )
 
     @app.agent(events)

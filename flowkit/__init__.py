@@ -25,6 +25,7 @@ from .errors import (
     ProcessingError,
     SinkError,
     TransportError,
+    WorkerStalled,
 )
 from .graph import Graph
 from .records import Event, Message, Record, TopicPartition
@@ -80,5 +81,6 @@ __all__ = [
     "WindowSpec",
     "WindowedTable",
     "Worker",
+    "WorkerStalled",
     "__version__",
 ]

@@ -10,6 +10,7 @@ FlowkitError
 ├── TransportError         broker I/O, mapped from the client library in one place
 │   ├── BrokerUnavailable
 │   └── CommitFailed
+├── WorkerStalled          lag but no progress for longer than the watchdog allows
 └── ProcessingError        one record failed; carries where it came from
     ├── DecodeError        the bytes could not be decoded into the declared type
     ├── AgentError         the agent raised while processing the record
@@ -36,6 +37,7 @@ __all__ = [
     "ProcessingError",
     "SinkError",
     "TransportError",
+    "WorkerStalled",
 ]
 
 
@@ -77,6 +79,10 @@ class BrokerUnavailable(TransportError):
 
 class CommitFailed(TransportError):
     """An offset commit failed (for example during a rebalance)."""
+
+
+class WorkerStalled(FlowkitError):
+    """The worker holds partitions with lag but processed nothing for too long."""
 
 
 class ProcessingError(FlowkitError):

@@ -32,6 +32,7 @@ from .errors import (
     ProcessingError,
     SinkError,
     TransportError,
+    WorkerStalled,
 )
 from .metrics import Metrics
 from .records import Headers, Message, TopicPartition
@@ -40,7 +41,7 @@ from .streams import Batch, Stream, StreamSource, bind_source
 from .topics import Topic
 from .transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "required_topics"]
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +91,7 @@ class Worker:
         metrics: Metrics | None = None,
         fail_fast: bool = False,
         client_settings: dict[str, Any] | None = None,
+        stall_timeout: float | None = 300.0,
     ) -> None:
         self.app = app
         self._own_transport = transport is None
@@ -105,6 +107,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.metrics = metrics or Metrics()
         self.fail_fast = fail_fast
+        self.stall_timeout = stall_timeout
         self.tracker = OffsetTracker()
         self.records_in = 0
         self.started_at: float | None = None
@@ -189,12 +192,7 @@ class Worker:
     async def _start(self) -> None:
         app = self.app
         self.started_at = self.clock.monotonic()
-        specs = [
-            TopicSpec(t.name, t.partitions, compacted=t.compacted) for t in app.topics.values()
-        ]
-        specs.append(TopicSpec(self.dlq_name, 1))
-        specs.extend(self.state.topic_specs())
-        await self.transport.create_topics(specs)
+        await self.transport.create_topics(required_topics(app))
         self._producer = self.transport.producer(client_id=f"{app.name}-producer")
         await self._producer.start()
         for topic in app.topics.values():
@@ -216,6 +214,8 @@ class Worker:
         self._side_tasks.append(self._spawn(self._commit_loop(), "commit"))
         if self.state.windowed:
             self._side_tasks.append(self._spawn(self._tick_loop(), "window-ticks"))
+        if self.stall_timeout and self._consumer is not None:
+            self._side_tasks.append(self._spawn(self._watchdog(), "watchdog"))
         for timer in app.timers:
             self._side_tasks.append(self._spawn(self._run_timer(timer), f"timer:{timer.name}"))
         log.info(
@@ -517,12 +517,16 @@ class Worker:
 
     async def _await_in_flight(self) -> None:
         pending, self._in_flight = self._in_flight, []
-        if not pending:
-            return
-        results = await asyncio.gather(*pending, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise TransportError(f"a send was not acknowledged: {result!r}") from result
+        sent = self._sent_end
+        for ack in pending:
+            if not isinstance(ack, Ack):  # an Ack is already stored; others are futures
+                try:
+                    ack = await ack
+                except Exception as exc:
+                    raise TransportError(f"a send was not acknowledged: {exc!r}") from exc
+            tp = TopicPartition(ack.topic, ack.partition)
+            if ack.offset >= sent.get(tp, 0):
+                sent[tp] = ack.offset + 1
 
     async def _record_failed(self, agent: Agent[Any], message: Message, exc: Exception) -> None:
         stage = exc.stage if isinstance(exc, ProcessingError) else "process"
@@ -599,6 +603,47 @@ class Worker:
             self.tracker.committed(offsets)
             self.metrics.commits.inc()
             self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+
+    async def _watchdog(self) -> None:
+        """Exit, rather than hang as a zombie, when lag does not move for stall_timeout."""
+        assert self.stall_timeout is not None
+        last_records, last_progress = -1, self.clock.monotonic()
+        while True:
+            await self.clock.sleep(self.stall_timeout / 4)
+            now = self.clock.monotonic()
+            if self.records_in != last_records or not self._lagging() or self._rebalancing:
+                last_records, last_progress = self.records_in, now
+                continue
+            if now - last_progress >= self.stall_timeout:
+                raise WorkerStalled(
+                    f"no record processed for {now - last_progress:.0f} s while partitions "
+                    f"have lag ({', '.join(self._lagging())}); exiting so a supervisor "
+                    "restarts the worker"
+                )
+
+    def _lagging(self) -> list[str]:
+        consumer = self._consumer
+        if consumer is None:
+            return []
+        out = []
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            try:
+                if high is not None and consumer.position(tp) < high:
+                    out.append(f"{tp.topic}/{tp.partition}")
+            except TransportError:
+                continue
+        return sorted(out)
+
+    @property
+    def ready(self) -> bool:
+        """True once the worker joined its group and holds its tables' state."""
+        return (
+            self._started
+            and not self._closed
+            and (self._consumer is None or self._joined)
+            and not self._rebalancing
+        )
 
     async def _tick_loop(self) -> None:
         while True:
@@ -690,6 +735,15 @@ class Worker:
         seconds = self.elapsed
         rate = self.records_in / seconds if seconds > 0 else 0.0
         return f"processed {self.records_in} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+
+
+def required_topics(app: App) -> list[TopicSpec]:
+    """Every topic a worker of ``app`` needs: declared, dead-letter, changelog and
+    repartition topics, with their partition counts."""
+    specs = [TopicSpec(t.name, t.partitions, compacted=t.compacted) for t in app.topics.values()]
+    specs.append(TopicSpec(dead_letter_topic(app.name), 1))
+    specs.extend(StateKeeper.specs_for(app))
+    return specs
 
 
 def _done(awaitable: Awaitable[Any]) -> bool:

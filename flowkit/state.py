@@ -56,12 +56,15 @@ class StateKeeper:
     def _now_ms(self) -> int:
         return int(self.clock.time() * 1000)
 
-    def topic_specs(self) -> list[TopicSpec]:
-        """Changelog and repartition topics the tables need."""
-        specs = [
-            TopicSpec(t.changelog_topic, t.partitions, compacted=True) for t in self.partitioned
-        ]
-        specs += [TopicSpec(t.repartition_topic, t.partitions) for t in self.windowed]
+    @staticmethod
+    def specs_for(app: App) -> list[TopicSpec]:
+        """Changelog and repartition topics the app's tables need."""
+        specs: list[TopicSpec] = []
+        for t in app.tables.values():
+            if isinstance(t, Table | WindowedTable):
+                specs.append(TopicSpec(t.changelog_topic, t.partitions, compacted=True))
+            if isinstance(t, WindowedTable):
+                specs.append(TopicSpec(t.repartition_topic, t.partitions))
         return specs
 
     # -- global tables --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from .operators import EVENTS, FILTER, JOIN, MAP, SKIP, fused_loop
 from .records import Event, Message, TopicPartition
 
 if TYPE_CHECKING:
@@ -30,11 +31,11 @@ __all__ = ["Batch", "Stream", "StreamSource", "active_source", "bind_source"]
 T = TypeVar("T")
 U = TypeVar("U")
 
-_SKIP: Any = object()
-_FILTER = "filter"
-_MAP = "map"
-_EVENTS = "events"
-_JOIN = "join"
+_SKIP = SKIP
+_FILTER = FILTER
+_MAP = MAP
+_EVENTS = EVENTS
+_JOIN = JOIN
 
 
 _ACTIVE: contextvars.ContextVar[StreamSource | None] = contextvars.ContextVar(
@@ -160,54 +161,10 @@ class StreamSource:
             self.pos = -1
             return batch
 
-    async def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
+    def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
-        fn: Any
-        if len(ops) == 0:
-            mode, fn = 0, None
-        elif len(ops) == 1 and ops[0][0] == _FILTER:
-            mode, fn = 1, ops[0][1]
-        elif len(ops) == 1 and ops[0][0] == _MAP:
-            mode, fn = 2, ops[0][1]
-        else:
-            mode, fn = 3, _compose(ops)
-        while True:
-            batch = self.batch
-            if batch is None:
-                batch = await self._next_batch()
-                if batch is None:
-                    return
-            values = batch.values
-            n = len(values)
-            i = self.pos + 1
-            # One loop per operator shape: the common shapes pay no per-record dispatch.
-            if mode == 0:
-                while i < n:
-                    self.pos = i
-                    yield values[i]
-                    i += 1
-            elif mode == 1:
-                while i < n:
-                    self.pos = i
-                    v = values[i]
-                    i += 1
-                    if fn(v):
-                        yield v
-            elif mode == 2:
-                while i < n:
-                    self.pos = i
-                    v = fn(values[i])
-                    i += 1
-                    yield v
-            else:
-                while i < n:
-                    self.pos = i
-                    v = fn(values[i], batch, i)
-                    i += 1
-                    if v is not _SKIP:
-                        yield v
-            self.records += n
-            self._finish(batch)
+        loop, args = fused_loop(ops)
+        return loop(self, _SKIP, *args)
 
     async def chunks(
         self, ops: tuple[tuple[str, Any], ...], max_size: int, within: float

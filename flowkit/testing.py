@@ -27,8 +27,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from .app import App
-from .records import Headers, Message, TopicPartition
 from .errors import TransportError
+from .records import Headers, Message, TopicPartition
 from .runtime import Worker
 from .state import read_to_end
 from .topics import Topic

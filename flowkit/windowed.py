@@ -73,6 +73,33 @@ _encoder = msgspec.json.Encoder()
 _decode_any = msgspec.json.Decoder().decode
 
 
+class _Part:
+    """Stage-1 state of one source partition."""
+
+    __slots__ = (
+        "active",
+        "dirty",
+        "logged",
+        "max_ts",
+        "next_end",
+        "number",
+        "partials",
+        "sent_wm",
+        "wm",
+    )
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.partials: dict[int, dict[Any, Any]] = {}  # window start -> key -> partial
+        self.wm = _NONE
+        self.max_ts = _NONE
+        self.next_end = _INF  # the earliest end among open windows
+        self.sent_wm = _NONE  # the watermark last announced to the owners
+        self.active = -1.0  # when the partition went quiet (monotonic), or -1 if not quiet
+        self.dirty: set[int] = set()  # windows changed since the last changelog flush
+        self.logged: tuple[int, int, int] | None = None
+
+
 class _Owner:
     """Stage-2 state of one owning partition."""
 
@@ -123,20 +150,15 @@ class WindowedTable(TableBase[K, V]):
         self.late_records = 0
         self.closed_windows = 0
         self.now_ms: Callable[[], int] = _unset_clock
+        self._size = spec.size_ms
+        self._tumbling = spec.step_ms == spec.size_ms
         # stage 1, per source partition
-        self._partials: dict[int, dict[int, dict[Any, Any]]] = {}
-        self._wm: dict[int, int] = {}
-        self._max_ts: dict[int, int] = {}
-        self._next_end: dict[int, int] = {}
-        self._sent_wm: dict[int, int] = {}
-        self._active: dict[int, float] = {}
-        self._dirty_windows: dict[int, set[int]] = {}
+        self._parts: dict[int, _Part] = {}
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
         self._outbox: list[tuple[int, bytes | None, bytes]] = []
         # stage 2, per owning partition
         self._owners: dict[int, _Owner] = {}
         self._changes2: list[tuple[int, bytes, bytes | None]] = []
-        self._logged_wm: dict[int, tuple[int, int, int]] = {}
 
     @property
     def repartition_topic(self) -> str:
@@ -155,8 +177,9 @@ class WindowedTable(TableBase[K, V]):
         agent is processing (the table's ``time`` function, else the record timestamp).
         """
         source = active_source()
-        if source is not None and source.batch is not None:
-            p = source.batch.tp.partition
+        batch = None if source is None else source.batch
+        if batch is not None:
+            part = self._parts.get(batch.tp.partition)
             if ts is None:
                 ts = self._time_of(source)
         else:
@@ -164,49 +187,62 @@ class WindowedTable(TableBase[K, V]):
                 raise NotRunningError(
                     f"table {self.name!r}: outside an agent, add() needs ts= (event time, ms)"
                 )
-            p = self.partition_of(key)
-        partials = self._partials.get(p)
-        if partials is None:
-            raise NotRunningError(
-                f"table {self.name!r}: partition {p} is not assigned to this worker"
-            )
-        spec = self.spec
-        if ts > self._max_ts[p]:
-            self._advance(p, ts)
-        wm = self._wm[p]
-        self._active[p] = -1.0  # seen data: not idle
-        dirty = self._dirty_windows[p]
-        size = spec.size_ms
-        if spec.step_ms == size:
-            starts: Iterable[int] = (ts - ts % size,)
-        else:
-            starts = spec.starts(ts)
-        for start in starts:
-            if start + size <= wm:
-                self._late(key, spec.window(start), amount)
-                continue
-            window = partials.get(start)
+            part = self._parts.get(self.partition_of(key))
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        if ts > part.max_ts:
+            self._advance(part, ts)
+        part.active = -1.0
+        size = self._size
+        if self._tumbling:  # the common case, without a loop
+            start = ts - ts % size
+            if start + size <= part.wm:
+                self._late(key, self.spec.window(start), amount)
+                return
+            window = part.partials.get(start)
             if window is None:
-                window = partials[start] = {}
-                end = start + size
-                if end < self._next_end[p]:
-                    self._next_end[p] = end
+                window = self._open(part, start)
             old = window.get(key, _MISSING)
             window[key] = amount if old is _MISSING else self.combine(old, amount)
-            dirty.add(start)
+            part.dirty.add(start)
+            return
+        for start in self.spec.starts(ts):
+            if start + size <= part.wm:
+                self._late(key, self.spec.window(start), amount)
+                continue
+            window = part.partials.get(start)
+            if window is None:
+                window = self._open(part, start)
+            old = window.get(key, _MISSING)
+            window[key] = amount if old is _MISSING else self.combine(old, amount)
+            part.dirty.add(start)
+
+    def _open(self, part: _Part, start: int) -> dict[Any, Any]:
+        window: dict[Any, Any] = {}
+        part.partials[start] = window
+        end = start + self._size
+        if end < part.next_end:
+            part.next_end = end
+        return window
+
+    def _part_of_record(self, what: str) -> tuple[Any, _Part]:
+        source = active_source()
+        if source is None or source.batch is None:
+            raise NotRunningError(
+                f"windowed table {self.name!r}: {what} works inside an agent only; "
+                "use add(key, n, ts=...) or value(key, ts=...) elsewhere"
+            )
+        part = self._parts.get(source.batch.tp.partition)
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        return source, part
 
     def __getitem__(self, key: K) -> V:
         """Inside an agent: this partition's running part of ``key`` in the current
         window (so ``counts[key] += 1`` adds 1). Use ``value()`` for the combined value."""
-        source = active_source()
-        if source is None or source.batch is None:
-            raise NotRunningError(
-                f"windowed table {self.name!r}: table[key] works inside an agent only; "
-                "use value(key, ts=...) elsewhere"
-            )
-        p = source.batch.tp.partition
-        start = self._current_start(source)
-        window = self._partials.get(p, {}).get(start, {})
+        source, part = self._part_of_record("table[key]")
+        ts = self._time_of(source)
+        window = part.partials.get(ts - ts % self.spec.step_ms, {})
         if key in window:
             return window[key]  # type: ignore[no-any-return]
         if self.default is None:
@@ -214,29 +250,19 @@ class WindowedTable(TableBase[K, V]):
         return self.default()
 
     def __setitem__(self, key: K, value: V) -> None:
-        source = active_source()
-        if source is None or source.batch is None:
-            raise NotRunningError(
-                f"windowed table {self.name!r}: table[key] = v works inside an agent only"
-            )
-        p = source.batch.tp.partition
+        source, part = self._part_of_record("table[key] = value")
         ts = self._time_of(source)
-        if ts > self._max_ts[p]:
-            self._advance(p, ts)
+        if ts > part.max_ts:
+            self._advance(part, ts)
         start = ts - ts % self.spec.step_ms
-        if start + self.spec.size_ms <= self._wm[p]:
+        if start + self._size <= part.wm:
             self._late(key, self.spec.window(start), value)
             return
-        window = self._partials[p].setdefault(start, {})
-        end = start + self.spec.size_ms
-        if end < self._next_end[p]:
-            self._next_end[p] = end
+        window = part.partials.get(start)
+        if window is None:
+            window = self._open(part, start)
         window[key] = value
-        self._dirty_windows[p].add(start)
-
-    def _current_start(self, source: Any) -> int:
-        ts = self._time_of(source)
-        return ts - ts % self.spec.step_ms
+        part.dirty.add(start)
 
     def _time_of(self, source: Any) -> int:
         batch = source.batch
@@ -244,18 +270,18 @@ class WindowedTable(TableBase[K, V]):
             return int(self.time(batch.values[source.pos]))
         return int(batch.messages[source.pos].timestamp)
 
-    def _advance(self, p: int, ts: int) -> None:
+    def _advance(self, part: _Part, ts: int) -> None:
         if ts > self.now_ms() + self.spec.max_future_ms:
             raise FutureRecord(
                 f"event time {ts} is more than {self.spec.max_future_ms} ms ahead of the "
                 f"wall clock; table {self.name!r} does not let it move the watermark"
             )
-        self._max_ts[p] = ts
+        part.max_ts = ts
         wm = ts - self.spec.grace_ms
-        if wm > self._wm[p]:
-            self._wm[p] = wm
-            if wm >= self._next_end[p]:
-                self._close_partials(p)
+        if wm > part.wm:
+            part.wm = wm
+            if wm >= part.next_end:
+                self._close_partials(part)
 
     def _late(self, key: K, window: Window, amount: Any) -> None:
         self.late_records += 1
@@ -270,85 +296,69 @@ class WindowedTable(TableBase[K, V]):
             "arrived after the window closed on its partition"
         )
 
-    def _close_partials(self, p: int) -> None:
+    def _close_partials(self, part: _Part) -> None:
         """Ship every window that ended at or before the watermark to its owners."""
-        wm = self._wm[p]
-        partials = self._partials[p]
-        size = self.spec.size_ms
+        wm = part.wm
+        size = self._size
+        p = part.number
         next_end = _INF
-        for start in sorted(partials):
+        for start in sorted(part.partials):
             if start + size > wm:
                 next_end = min(next_end, start + size)
                 continue
-            window = partials.pop(start)
+            window = part.partials.pop(start)
             for key, value in window.items():
-                raw_key = self.encode_key(key)
                 self._outbox.append(
-                    (self.partition_of(key), raw_key, _encoder.encode(("p", start, p, key, value)))
+                    (
+                        self.partition_of(key),
+                        self.encode_key(key),
+                        _encoder.encode(("p", start, p, key, value)),
+                    )
                 )
             self._shipped.append((p, start, list(window)))
-            self._dirty_windows[p].discard(start)
-        self._next_end[p] = next_end
+            part.dirty.discard(start)
+        part.next_end = next_end
 
     # -- the worker's side: stage 1 --------------------------------------------------------
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Start holding these partitions (as source and as owner)."""
         for p in partitions:
-            if p in self._partials:
-                continue
-            self._partials[p] = {}
-            self._wm[p] = _NONE
-            self._max_ts[p] = _NONE
-            self._next_end[p] = _INF
-            self._sent_wm[p] = _NONE
-            self._active[p] = -1.0
-            self._dirty_windows[p] = set()
-            self._owners[p] = _Owner(self.partitions)
+            if p not in self._parts:
+                self._parts[p] = _Part(p)
+                self._owners[p] = _Owner(self.partitions)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop these partitions' state (after the final flush)."""
         for p in partitions:
-            for d in (
-                self._partials,
-                self._wm,
-                self._max_ts,
-                self._next_end,
-                self._sent_wm,
-                self._active,
-                self._dirty_windows,
-                self._owners,
-            ):
-                d.pop(p, None)
+            self._parts.pop(p, None)
+            self._owners.pop(p, None)
 
     def held(self) -> set[int]:
         """Partitions this worker holds."""
-        return set(self._partials)
+        return set(self._parts)
 
     def tick(self, now: float, caught_up: set[int]) -> None:
         """Idle handling: a caught-up partition with no adds for ``idle_timeout`` seconds
         moves its watermark to the wall clock minus grace."""
-        for p in list(self._partials):
-            since = self._active.get(p, -1.0)
+        for p, part in self._parts.items():
             if p not in caught_up:
-                self._active[p] = -1.0
-                continue
-            if since < 0:
-                self._active[p] = now
-                continue
-            if now - since >= self.idle_timeout:
+                part.active = -1.0
+            elif part.active < 0:
+                part.active = now
+            elif now - part.active >= self.idle_timeout:
                 wm = self.now_ms() - self.spec.grace_ms
-                if wm > self._wm[p]:
-                    self._wm[p] = wm
-                    if wm >= self._next_end[p]:
-                        self._close_partials(p)
+                if wm > part.wm:
+                    part.wm = wm
+                    if wm >= part.next_end:
+                        self._close_partials(part)
 
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """Partials and watermark markers to send: (partition, key, value)."""
-        for p, wm in self._wm.items():
-            if self._announce(p, wm):
-                self._sent_wm[p] = wm
-                marker = _encoder.encode(("w", wm, p, None, None))
+        for p, part in self._parts.items():
+            if self._announce(part):
+                part.sent_wm = part.wm
+                marker = _encoder.encode(("w", part.wm, p, None, None))
                 self._outbox.extend((q, None, marker) for q in range(self.partitions))
         out, self._outbox = self._outbox, []
         return out
@@ -357,16 +367,15 @@ class WindowedTable(TableBase[K, V]):
         """True when partials or markers wait to be sent."""
         if self._outbox:
             return True
-        return any(self._announce(p, wm) for p, wm in self._wm.items())
+        return any(self._announce(part) for part in self._parts.values())
 
-    def _announce(self, p: int, wm: int) -> bool:
+    def _announce(self, part: _Part) -> bool:
         # A marker only when the watermark crosses a window boundary: owners can close
         # nothing new in between, so one marker per window per partition is enough.
-        if wm == _NONE:
+        if part.wm == _NONE:
             return False
-        sent = self._sent_wm[p]
         step = self.spec.step_ms
-        return sent == _NONE or wm // step > sent // step
+        return part.sent_wm == _NONE or part.wm // step > part.sent_wm // step
 
     # -- stage 2: partials arriving at their owner -----------------------------------------
 
@@ -469,8 +478,8 @@ class WindowedTable(TableBase[K, V]):
             for start, by_key in owner.open.items():
                 if key in by_key:
                     out[self.spec.window(start)] = _fold(self.combine, by_key[key].values())
-        for p, partials in self._partials.items():
-            for start, window in partials.items():
+        for p, part in self._parts.items():
+            for start, window in part.partials.items():
                 if key in window:
                     w = self.spec.window(start)
                     if (
@@ -490,8 +499,8 @@ class WindowedTable(TableBase[K, V]):
                 keys.update(finals)
             for by_key in owner.open.values():
                 keys.update(by_key)
-        for partials in self._partials.values():
-            for window in partials.values():
+        for part in self._parts.values():
+            for window in part.partials.values():
                 keys.update(window)
         return iter(sorted(keys, key=repr))
 
@@ -505,23 +514,22 @@ class WindowedTable(TableBase[K, V]):
             for key in keys:
                 out.append((p, _encoder.encode(("p", start, key)), None))
         self._shipped = []
-        for p, starts in self._dirty_windows.items():
-            partials = self._partials[p]
-            for start in starts:
-                for key, value in partials.get(start, {}).items():
+        for p, part in self._parts.items():
+            for start in part.dirty:
+                for key, value in part.partials.get(start, {}).items():
                     out.append((p, _encoder.encode(("p", start, key)), _encoder.encode(value)))
-            starts.clear()
-        for p, wm in self._wm.items():
-            state = (wm, self._max_ts[p], self._sent_wm[p])
-            if wm != _NONE and self._logged_wm.get(p) != state:
-                self._logged_wm[p] = state
+            part.dirty.clear()
+            state = (part.wm, part.max_ts, part.sent_wm)
+            if part.wm != _NONE and part.logged != state:
+                part.logged = state
                 out.append((p, b'["w"]', _encoder.encode(state)))
         return out
 
     def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
         """Rebuild both stages of ``partition`` from its changelog."""
         self.assign([partition])
-        partials = self._partials[partition]
+        part = self._parts[partition]
+        partials = part.partials
         owner = self._owners[partition]
         for m in messages:
             if m.key is None:
@@ -531,7 +539,8 @@ class WindowedTable(TableBase[K, V]):
             value = None if m.value is None else _decode_any(m.value)
             if kind == "w":
                 if value is not None:
-                    self._wm[partition], self._max_ts[partition], self._sent_wm[partition] = value
+                    part.wm, part.max_ts, part.sent_wm = value
+                    part.logged = tuple(value)
             elif kind == "p":
                 start, key = parts[1], self._key_from_json(parts[2])
                 if value is None:
@@ -555,8 +564,7 @@ class WindowedTable(TableBase[K, V]):
         for d in (partials, owner.open, owner.closed):
             for start in [s for s, v in d.items() if not v]:
                 del d[start]
-        size = self.spec.size_ms
-        self._next_end[partition] = min((s + size for s in partials), default=_INF)
+        part.next_end = min((s + self._size for s in partials), default=_INF)
 
     def _key_from_json(self, key: Any) -> Any:
         if isinstance(key, list):

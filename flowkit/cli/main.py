@@ -1,4 +1,4 @@
-"""The ``flowkit`` command: ``flowkit worker APP`` and ``flowkit graph APP``.
+"""The ``flowkit`` command: ``flowkit worker APP``, ``flowkit graph APP``, ``flowkit topics APP``.
 
 Thin on purpose: it loads the app, then calls the runtime or the renderers. Bad input is
 one ``Error: ...`` line on stderr and exit code 2; a worker that dies is one line and 1.
@@ -22,8 +22,8 @@ from .. import __version__
 from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
 from ..logs import configure_logging
 from ..rendering import render
-from ..runtime import Worker
-from ..transports import parse_broker_url
+from ..runtime import Worker, required_topics
+from ..transports import Transport, parse_broker_url, transport_from_url
 from .loader import load_app
 
 __all__ = ["cli"]
@@ -182,6 +182,63 @@ def graph(
     typer.echo(f"ok: {shown or 'an empty app'}")
 
 
+@cli.command()
+def topics(
+    app: AppArg,
+    broker: Annotated[
+        str | None,
+        typer.Option(
+            "--broker",
+            "-b",
+            envvar="FLOWKIT_BROKER",
+            metavar="URL",
+            help="The broker to compare with (default: the app's own).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show the topics APP needs beside what exists on the broker (creates nothing)."""
+    with _errors():
+        the_app = load_app(app)
+        url = broker or the_app.broker
+        parse_broker_url(url)
+        needed = required_topics(the_app)
+        transport = transport_from_url(url)
+        try:
+            existing = asyncio.run(_partition_counts(transport, [s.name for s in needed]))
+        except FlowkitError as exc:
+            _fail(f"cannot read topics from {url}: {exc}", FAILED)
+    width = max(len(s.name) for s in needed)
+    typer.echo(f"{'topic':<{width}}  needs  on broker  notes")
+    problems = 0
+    for spec in needed:
+        have = existing.get(spec.name)
+        if have is None:
+            status = "missing (created when a worker starts)"
+        elif have != spec.partitions:
+            status = f"MISMATCH: {have} partitions; a worker refuses to start"
+            problems += 1
+        else:
+            status = "ok"
+        notes = "compacted" if spec.compacted else ""
+        shown = "-" if have is None else str(have)
+        typer.echo(f"{spec.name:<{width}}  {spec.partitions:>5}  {shown:>9}  {status} {notes}")
+    if problems:
+        raise typer.Exit(FAILED)
+
+
+async def _partition_counts(transport: Transport, names: list[str]) -> dict[str, int]:
+    try:
+        counts = {}
+        for name in names:
+            count = await transport.partition_count(name)
+            if count is not None:
+                counts[name] = count
+        return counts
+    finally:
+        await transport.aclose()
+
+
 async def _serve(worker: Worker) -> BaseException | None:
     """Run ``worker`` with uvicorn's signals; the fatal error it stopped on, if any.
 
@@ -200,9 +257,13 @@ async def _serve(worker: Worker) -> BaseException | None:
             log.info("stopping gracefully; send the signal again to force", signal=name)
             worker.stop()
         elif not forced:
-            log.warning("forcing the worker to stop", signal=name)
+            # Forced: queued batches are dropped (they are not committed, so nothing is
+            # lost), but done work is still committed and the clients are closed.
+            log.warning("forcing the worker to stop; a third signal cancels", signal=name)
             forced = True
             worker.stop(force=True)
+        else:
+            log.warning("cancelling the worker", signal=name)
             task.cancel()
 
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -7,7 +7,7 @@ gives the aiokafka transport, imported only then, so memory-only users never loa
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigurationError
 from .base import Ack, Consumer, OffsetReset, Producer, RebalanceListener, TopicSpec, Transport
@@ -25,6 +25,7 @@ __all__ = [
     "Transport",
     "parse_broker_url",
     "transport_from_url",
+    "url_settings",
 ]
 
 SCHEMES = ("memory", "kafka")
@@ -63,13 +64,37 @@ def parse_broker_url(url: str) -> tuple[str, list[str]]:
     return scheme, servers
 
 
+def url_settings(url: str) -> dict[str, Any]:
+    """Client settings given in the URL's query string, with numbers made numbers.
+
+    >>> url_settings("kafka://h:9092?linger_ms=5&compression_type=gzip&acks=all")
+    {'linger_ms': 5, 'compression_type': 'gzip', 'acks': 'all'}
+    """
+    settings: dict[str, Any] = {}
+    for name, values in parse_qs(urlsplit(url).query, keep_blank_values=True).items():
+        value: Any = values[-1]
+        if value.lower() == "none":
+            value = None
+        elif value.lstrip("-").isdigit():
+            value = int(value)
+        else:
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        settings[name] = value
+    return settings
+
+
 def transport_from_url(url: str, **settings: Any) -> Transport:
-    """The transport for ``url``; ``settings`` pass through to the client (Kafka only).
+    """The transport for ``url``; ``settings`` (and the URL's query string, which they
+    override) pass through to the client (Kafka only).
 
     >>> transport_from_url("memory://").url
     'memory://'
     """
     scheme, servers = parse_broker_url(url)
+    settings = {**url_settings(url), **settings}
     if scheme == "memory":
         if settings:
             raise ConfigurationError(

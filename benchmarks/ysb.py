@@ -1,0 +1,163 @@
+"""The Yahoo Streaming Benchmark: flowkit vs a hand-written loop, same data, same process.
+
+    python -m benchmarks.ysb [--events 1000000] [--repeat 3]
+    python -m benchmarks.ysb --memory          # peak memory at N and 10 N events
+
+Both sides read the same pre-encoded events (about 250 bytes of JSON each):
+
+* hand-written: ``for data in payloads``: decode into the projected struct, ``if view``,
+  ``campaign = ads[ad_id]``, ``counts[campaign, window] += 1``;
+* flowkit: ``examples/ysb.py`` (filter, global-table join, two-phase windowed count) run
+  by a worker over the events pre-loaded into a 4-partition topic on the memory broker,
+  timed until every event is processed; then its emitted window counts are checked
+  against the hand-written ones.
+
+``--memory`` runs flowkit alone in a subprocess per size, producing events while the
+worker consumes them (broker retention on), and prints the peak RSS for N and 10 N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import msgspec
+
+import flowkit
+from examples import ysb
+from flowkit.logs import configure_logging
+from flowkit.testing import FakeClock
+from flowkit.transports import MemoryBroker, MemoryTransport, TopicSpec
+
+START_MS = 1_700_000_000_000
+RATE = 100_000  # events per second of event time: 10 s windows of 1 M events hold 10 windows
+
+
+def payloads(n: int) -> list[tuple[bytes, bytes]]:
+    enc = msgspec.json.Encoder()
+    return [
+        (user.encode(), enc.encode(event))
+        for user, event in ysb.generate_events(n, start_ms=START_MS, per_second=RATE)
+    ]
+
+
+def hand_written(data: list[tuple[bytes, bytes]]) -> tuple[float, Counter[tuple[str, int]]]:
+    decode = msgspec.json.Decoder(ysb.AdView).decode
+    ads = ysb.campaign_map()
+    counts: Counter[tuple[str, int]] = Counter()
+    start = time.perf_counter()
+    for _, raw in data:
+        view = decode(raw)
+        if view.event_type == "view":
+            t = view.event_time
+            counts[ads[view.ad_id], t - t % 10_000] += 1
+    return time.perf_counter() - start, counts
+
+
+async def with_flowkit(data: list[tuple[bytes, bytes]]) -> tuple[float, Counter[tuple[str, int]]]:
+    broker = MemoryBroker(retention_records=None)
+    transport = MemoryTransport(broker)
+    await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
+    producer = transport.producer()
+    for key, raw in data:
+        await producer.send("ysb-events", raw, key=key)
+    clock = FakeClock(START_MS / 1000 + 3600)
+    app = ysb.make_app(generate=False, on_close=None)
+    worker = flowkit.Worker(app, transport=transport, clock=clock)
+    total = len(data)
+    async with worker:
+        start = time.perf_counter()
+        while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+        elapsed = time.perf_counter() - start
+        await clock.advance(40)  # the data ended: quiet partitions close the last windows
+        await clock.advance(40)
+        while not worker.is_idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+    reader = transport.consumer(group_id=None)
+    counts: Counter[tuple[str, int]] = Counter()
+    from flowkit.records import TopicPartition
+    from flowkit.state import read_to_end
+
+    out = app.topics["ysb-window-counts"]
+    tps = {TopicPartition(out.name, p) for p in range(out.partitions)}
+    reader.assign(tps)
+
+    def add(_: TopicPartition, messages: list[flowkit.Message]) -> None:
+        for m in messages:
+            r = out.decode(m.value)  # type: ignore[arg-type]
+            counts[r.key, r.start] += r.value
+
+    await read_to_end(reader, tps, add)
+    return elapsed, counts
+
+
+async def memory_run(n: int) -> int:
+    """Produce n events while a worker consumes them; return peak RSS in KiB."""
+    broker = MemoryBroker(retention_records=50_000)
+    transport = MemoryTransport(broker)
+    await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
+    producer = transport.producer()
+    app = ysb.make_app(generate=False, on_close=None)
+    clock = FakeClock(START_MS / 1000 + 3600)
+    enc = msgspec.json.Encoder()
+    worker = flowkit.Worker(app, transport=transport, clock=clock, commit_interval=0.05)
+    async with worker:
+        for i, (user, event) in enumerate(
+            ysb.generate_events(n, start_ms=START_MS, per_second=RATE)
+        ):
+            await producer.send("ysb-events", enc.encode(event), key=user.encode())
+            if i % 20_000 == 0:
+                while worker.records_in < i - 40_000:  # noqa: ASYNC110
+                    await asyncio.sleep(0.001)
+                await clock.advance(0.05)  # commits, so retention can drop consumed records
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="YSB: flowkit vs a hand-written loop")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--memory", action="store_true", help="peak RSS at N and 10 N")
+    parser.add_argument("--memory-run", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    configure_logging("warning")
+    if args.memory_run:
+        print(asyncio.run(memory_run(args.memory_run)))
+        return
+    if args.memory:
+        for n in (args.events, args.events * 10):
+            out = subprocess.run(
+                [sys.executable, "-m", "benchmarks.ysb", "--memory-run", str(n)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            print(f"{n:>12,} events: peak RSS {int(out.stdout.split()[-1]) / 1024:,.0f} MiB")
+        return
+    data = payloads(args.events)
+    size = sum(len(raw) for _, raw in data) / len(data)
+    print(f"{args.events:,} YSB events of {size:.0f} bytes, {ysb.PARTITIONS} partitions")
+    best_hand = best_flow = float("inf")
+    for _ in range(args.repeat):
+        gc.collect()
+        t_hand, expected = hand_written(data)
+        gc.collect()
+        t_flow, got = asyncio.run(with_flowkit(data))
+        if got != expected:
+            raise SystemExit("flowkit's window counts differ from the hand-written loop's")
+        best_hand, best_flow = min(best_hand, t_hand), min(best_flow, t_flow)
+    hand_rate, flow_rate = args.events / best_hand, args.events / best_flow
+    print(f"hand-written : {hand_rate:>12,.0f} events/s")
+    print(f"flowkit      : {flow_rate:>12,.0f} events/s")
+    print(f"ratio        : {flow_rate / hand_rate:.2f}   (counts identical)")
+
+
+if __name__ == "__main__":
+    main()
