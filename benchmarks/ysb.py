@@ -83,7 +83,7 @@ async def with_flowkit(data: list[tuple[bytes, bytes]]) -> tuple[float, Counter[
     reader = transport.consumer(group_id=None)
     counts: Counter[tuple[str, int]] = Counter()
     from flowkit.records import TopicPartition
-    from flowkit.state import read_to_end
+    from flowkit.runtime.state import read_to_end
 
     out = app.topics["ysb-window-counts"]
     tps = {TopicPartition(out.name, p) for p in range(out.partitions)}

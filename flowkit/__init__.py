@@ -11,6 +11,7 @@ from .agents import Agent, Output
 from .app import App
 from .clock import Clock, SystemClock
 from .codecs import Codec, JsonCodec, MsgpackCodec, RawCodec, StrCodec
+from .deadletter import DeadLetter
 from .errors import (
     AgentError,
     AppNotFound,
@@ -27,12 +28,16 @@ from .errors import (
     TransportError,
     WorkerStalled,
 )
+from .filters import Field, Filter, all_of, any_of, field
 from .graph import Graph
+from .policies import ErrorPolicy, Retry
 from .records import Event, Message, Record, TopicPartition
 from .runtime import Worker
+from .sinks import CallableSink, PartialWrite, Sink
 from .streams import Stream
 from .tables import GlobalTable, Table
 from .topics import Repartition, Topic
+from .transforms import MissingFieldError, Transform
 from .windowed import FutureRecord, LateRecord, WindowedTable
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
 
@@ -44,13 +49,18 @@ __all__ = [
     "App",
     "AppNotFound",
     "BrokerUnavailable",
+    "CallableSink",
     "Clock",
     "Codec",
     "CommitFailed",
     "ConfigurationError",
+    "DeadLetter",
     "DecodeError",
     "DefinitionError",
+    "ErrorPolicy",
     "Event",
+    "Field",
+    "Filter",
     "FlowkitError",
     "FutureRecord",
     "GlobalTable",
@@ -60,13 +70,17 @@ __all__ = [
     "JsonCodec",
     "LateRecord",
     "Message",
+    "MissingFieldError",
     "MsgpackCodec",
     "NotRunningError",
     "Output",
+    "PartialWrite",
     "ProcessingError",
     "RawCodec",
     "Record",
     "Repartition",
+    "Retry",
+    "Sink",
     "SinkError",
     "StrCodec",
     "Stream",
@@ -74,6 +88,7 @@ __all__ = [
     "Table",
     "Topic",
     "TopicPartition",
+    "Transform",
     "TransportError",
     "TumblingWindow",
     "Window",
@@ -82,5 +97,8 @@ __all__ = [
     "WindowedTable",
     "Worker",
     "WorkerStalled",
+    "all_of",
+    "any_of",
+    "field",
     "__version__",
 ]

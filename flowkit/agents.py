@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .errors import DefinitionError
+from .policies import ErrorPolicy
 from .records import Headers
 from .topics import Topic
 
@@ -72,6 +73,8 @@ class Agent(Generic[T]):
         concurrency: int = 1,
         per_record: bool = False,
         internal: bool = False,
+        on_error: Any = None,
+        dead_letter: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise DefinitionError(f"agent {name!r}: concurrency must be >= 1")
@@ -93,6 +96,8 @@ class Agent(Generic[T]):
         self.concurrency = concurrency
         self.per_record = per_record
         self.internal = internal
+        self.on_error = ErrorPolicy.of(on_error)
+        self.dead_letter = dead_letter
         self.yields = is_gen
         self.is_async = is_coro
         self.__doc__ = fn.__doc__

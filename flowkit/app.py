@@ -17,13 +17,14 @@ resolves. Once a worker runs, the declaration is frozen.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
 from .codecs import Codec
 from .errors import DefinitionError
 from .graph import Graph
+from .policies import Action, ErrorPolicy
 from .tables import GlobalTable, Table, TableBase
 from .topics import Repartition, Topic
 from .windowed import WindowedTable
@@ -212,12 +213,18 @@ class App:
         sink: Sequence[SinkTarget] | SinkTarget = (),
         concurrency: int = 1,
         per_record: bool = False,
+        on_error: ErrorPolicy
+        | Mapping[type[BaseException] | tuple[type[BaseException], ...], Action]
+        | None = None,
+        dead_letter: str | None = None,
     ) -> Callable[[Callable[..., Any]], Agent[T]]:
         """Declare an agent over ``topic``; see ``flowkit.agents`` for the two forms.
 
-        ``sink`` lists where outputs go: topics, topic names, agents or callables.
-        ``concurrency`` runs that many instances, each owning some partitions, so the
-        records of one partition are never reordered.
+        ``sink`` lists where outputs go: topics, topic names, agents, ``Sink`` objects or
+        callables. ``concurrency`` runs that many instances, each owning some partitions,
+        so the records of one partition are never reordered. ``on_error`` maps exception
+        types to actions (``flowkit.policies``); failed records go to ``dead_letter``
+        (default: the app's ``<app>-dlq`` topic).
         """
         self._check_open()
         sinks = _as_list(sink)
@@ -235,6 +242,8 @@ class App:
                 sinks=sinks,
                 concurrency=concurrency,
                 per_record=per_record,
+                on_error=on_error,
+                dead_letter=dead_letter,
             )
             self.agents.append(agent)
             return agent

@@ -11,7 +11,13 @@ import traceback
 
 from .records import Headers, Message
 
-__all__ = ["HEADER_PREFIX", "MAX_TRACEBACK", "dead_letter_headers", "dead_letter_topic"]
+__all__ = [
+    "DeadLetter",
+    "HEADER_PREFIX",
+    "MAX_TRACEBACK",
+    "dead_letter_headers",
+    "dead_letter_topic",
+]
 
 HEADER_PREFIX = "flowkit."
 MAX_TRACEBACK = 4000  # bytes of traceback kept: enough to find the line, bounded per record
@@ -52,3 +58,88 @@ def dead_letter_headers(
         ("failed_at", str(failed_at_ms).encode()),
     ]
     return (*message.headers, *((HEADER_PREFIX + k, v) for k, v in extra))
+
+
+class DeadLetter:
+    """A dead-letter record read back: the original record and why it failed.
+
+    >>> from flowkit.records import Message
+    >>> m = Message("orders", 2, 7, 1000, b"k", b"{", (("trace", b"t"),))
+    >>> headers = dead_letter_headers(m, ValueError("bad"), stage="process", agent="a",
+    ...                               attempts=1, failed_at_ms=5)
+    >>> letter = DeadLetter(Message("app-dlq", 0, 0, 1000, b"k", b"{", headers))
+    >>> letter.source_topic, letter.source_offset, letter.error_type, letter.original_headers
+    ('orders', 7, 'ValueError', (('trace', b't'),))
+    """
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+        meta: dict[str, str] = {}
+        original: list[tuple[str, bytes]] = []
+        for name, value in message.headers:
+            if name.startswith(HEADER_PREFIX):
+                meta[name[len(HEADER_PREFIX) :]] = value.decode(errors="replace")
+            else:
+                original.append((name, value))
+        self.meta = meta
+        self.original_headers: tuple[tuple[str, bytes], ...] = tuple(original)
+
+    @property
+    def error_type(self) -> str:
+        return self.meta.get("error.type", "?")
+
+    @property
+    def error_message(self) -> str:
+        return self.meta.get("error.message", "")
+
+    @property
+    def stage(self) -> str:
+        return self.meta.get("error.stage", "?")
+
+    @property
+    def agent(self) -> str:
+        return self.meta.get("agent", "")
+
+    @property
+    def source_topic(self) -> str:
+        return self.meta.get("source.topic", "")
+
+    @property
+    def source_partition(self) -> int:
+        return int(self.meta.get("source.partition", "-1"))
+
+    @property
+    def source_offset(self) -> int:
+        return int(self.meta.get("source.offset", "-1"))
+
+    @property
+    def failed_at_ms(self) -> int:
+        return int(self.meta.get("failed_at", "0"))
+
+    def matches(self, where: dict[str, str]) -> bool:
+        """True if every ``field=value`` in ``where`` holds (fields: stage, error, agent,
+        topic, partition)."""
+        fields = {
+            "stage": self.stage,
+            "error": self.error_type,
+            "agent": self.agent,
+            "topic": self.source_topic,
+            "partition": str(self.source_partition),
+        }
+        return all(fields.get(k) == v for k, v in where.items())
+
+    def describe(self, width: int = 60) -> str:
+        """One readable line: where it came from, when, why, and a value preview."""
+        import datetime
+
+        when = datetime.datetime.fromtimestamp(self.failed_at_ms / 1000, datetime.UTC)
+        value = self.message.value
+        preview = "<none>" if value is None else value[:width].decode(errors="replace")
+        if value is not None and len(value) > width:
+            preview += "…"
+        return (
+            f"{self.message.offset:>6}  {when:%Y-%m-%d %H:%M:%S}  {self.stage:<7} "
+            f"{self.source_topic}/{self.source_partition}@{self.source_offset}  "
+            f"agent={self.agent or '-'}  {self.error_type}: {self.error_message[:80]}  "
+            f"value={preview}"
+        )

@@ -33,6 +33,15 @@ class Metrics:
             ["agent", "stage"],
             registry=r,
         )
+        self.retries = Counter(
+            "flowkit_retries", "Records processed again after an error", ["agent"], registry=r
+        )
+        self.skipped = Counter(
+            "flowkit_skipped",
+            "Failed records skipped by an error policy",
+            ["agent"],
+            registry=r,
+        )
         self.commits = Counter("flowkit_commits", "Offset commits", registry=r)
         self.commit_seconds = Histogram(
             "flowkit_commit_seconds",

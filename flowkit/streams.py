@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -238,6 +239,14 @@ def _compose(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Batch, int], An
     return apply
 
 
+def _unwrap(fn: Any) -> Any:
+    # flowkit.Filter and Transform are functools.partial objects around generated code:
+    # calling the code directly saves a wrapper call per record.
+    if isinstance(fn, functools.partial) and not fn.args and not fn.keywords:
+        return fn.func
+    return fn
+
+
 class Stream(Generic[T]):
     """An async iterable of values, handed to an agent by the worker::
 
@@ -258,11 +267,11 @@ class Stream(Generic[T]):
 
     def filter(self, predicate: Callable[[T], object]) -> Stream[T]:
         """Only the values for which ``predicate`` is true."""
-        return Stream(self._source, (*self._ops, (_FILTER, predicate)))
+        return Stream(self._source, (*self._ops, (_FILTER, _unwrap(predicate))))
 
     def map(self, fn: Callable[[T], U]) -> Stream[U]:
         """Each value passed through ``fn``."""
-        return Stream(self._source, (*self._ops, (_MAP, fn)))
+        return Stream(self._source, (*self._ops, (_MAP, _unwrap(fn))))
 
     def events(self) -> Stream[Event[T]]:
         """Each value in its envelope: key, headers, topic, partition, offset, timestamp."""

@@ -30,7 +30,7 @@ from .app import App
 from .errors import TransportError
 from .records import Headers, Message, TopicPartition
 from .runtime import Worker
-from .state import read_to_end
+from .runtime.state import read_to_end
 from .topics import Topic
 from .transports import MemoryBroker, MemoryTransport, Transport
 from .transports.base import Ack

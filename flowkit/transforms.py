@@ -86,7 +86,7 @@ def literal(value: Any) -> Literal:
     return Literal(value)
 
 
-# --- the reference semantics: what the generated code falls back to -------------------------
+# --- the reference semantics, which the generated code falls back to ---------------------
 
 
 def _get(value: Any, path: Path, step: str) -> Any:
@@ -99,19 +99,19 @@ def _get(value: Any, path: Path, step: str) -> Any:
 def _set(value: Any, path: Path, new: Any, step: str, depth: int = 0) -> Any:
     """A copy of ``value`` with ``new`` at ``path``; missing dicts on the way are created."""
     key = path[depth]
-    if isinstance(value, dict):
-        inner = value.get(key, {}) if depth + 1 < len(path) else None
-    elif isinstance(value, list) and isinstance(key, int):
+    if isinstance(value, list) and isinstance(key, int):
         if not -len(value) <= key < len(value):
             raise MissingFieldError(step, path[: depth + 1])
-        inner = value[key] if depth + 1 < len(path) else None
-    else:
-        where = path_text(path[:depth]) if depth else "the record"
-        raise TypeError(
-            f"{step}: cannot set {path_text(path)!r}: {where} is a {type(value).__name__}"
-        )
+    elif not isinstance(value, dict):
+        where = repr(path_text(path[:depth])) if depth else "the record"
+        kind = type(value).__name__
+        raise TypeError(f"{step}: cannot set {path_text(path)!r}: {where} is of type {kind}")
     out = copy.copy(value)
-    out[key] = new if depth + 1 == len(path) else _set(inner, path, new, step, depth + 1)
+    if depth + 1 == len(path):
+        out[key] = new
+    else:
+        inner = value.get(key, {}) if isinstance(value, dict) else value[key]
+        out[key] = _set(inner, path, new, step, depth + 1)
     return out
 
 
@@ -119,9 +119,9 @@ def _delete(value: Any, path: Path) -> Any:
     """A copy of ``value`` without ``path``, or ``value`` itself when there is nothing there."""
     key, rest = path[0], path[1:]
     if isinstance(value, dict) and key in value:
-        out = dict(value)
+        out: Any = dict(value)
     elif isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
-        out = list(value)  # type: ignore[assignment]
+        out = list(value)
     else:
         return value
     if rest:
@@ -129,39 +129,6 @@ def _delete(value: Any, path: Path) -> Any:
     else:
         del out[key]
     return out
-
-
-def _tree(paths: Sequence[Path], step: str) -> dict[Any, Any]:
-    """Output paths as nested dicts of keys, leaves None; a shorter path wins."""
-    tree: dict[Any, Any] = {}
-    for path in paths:
-        if any(isinstance(key, int) for key in path):
-            raise ConfigurationError(f"{step}: output path {path_text(path)!r} has a list index")
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-            if node is None:
-                break
-        else:
-            node[path[-1]] = None
-    return tree
-
-
-def _sources(tree: dict[Any, Any], leaf: Callable[[Path], str], at: Path = ()) -> dict[Any, Any]:
-    """``tree`` with the source of each value (from ``leaf``) at its leaves."""
-    return {
-        key: leaf((*at, key)) if sub is None else _sources(sub, leaf, (*at, key))
-        for key, sub in tree.items()
-    }
-
-
-def _render(cg: Codegen, sources: dict[Any, Any]) -> str:
-    """A dict display of a tree of sources."""
-    items = (
-        f"{cg.const(key)}: {sub if isinstance(sub, str) else _render(cg, sub)}"
-        for key, sub in sources.items()
-    )
-    return "{" + ", ".join(items) + "}"
 
 
 def _put(cg: Codegen, src: str, path: Path, value: str) -> str | None:
@@ -173,11 +140,15 @@ def _put(cg: Codegen, src: str, path: Path, value: str) -> str | None:
     return f"{{**{src}, {key}: {inner}}}"
 
 
-# --- steps: each knows its reference `apply`, its generated source, its spec and repr -----
+# --- steps: each has its reference `apply`, generated source, and spec -----------------------
 
 
 class _Step:
-    name = "step"
+    kind = ""
+
+    def __init__(self, arg: Any, **options: Any) -> None:
+        self.arg = arg  # as in a spec
+        self.options = {k: v for k, v in options.items() if v is not None}
 
     def apply(self, value: Any) -> Any:
         raise NotImplementedError
@@ -186,133 +157,98 @@ class _Step:
         return f"{cg.const(self.apply)}({src})"  # no faster form: call the reference
 
     def spec(self) -> Any:
-        raise NotImplementedError
+        return {self.kind: self.arg, **self.options}
 
     def show(self) -> str:
-        raise NotImplementedError
+        spread = self.kind in ("pick", "drop")
+        args = [repr(a) for a in self.arg] if spread else [repr(self.arg)]
+        args += [f"{k}={'<hidden>' if k == 'salt' else repr(v)}" for k, v in self.options.items()]
+        return f"{'hash_field' if self.kind == 'hash' else self.kind}({', '.join(args)})"
 
 
-class _Pick(_Step):
-    name = "pick"
+class _Shape(_Step):
+    """pick and build: a new dict from a tree of output paths, each with its source."""
 
-    def __init__(self, paths: tuple[Path, ...], missing: str) -> None:
-        if missing not in ("error", "skip"):
-            raise ConfigurationError(f"pick: missing must be 'error' or 'skip', not {missing!r}")
-        self.paths, self.missing, self.tree = paths, missing, _tree(paths, "pick")
-        self.leaves = tuple(_leaves(self.tree))  # a shorter path wins over a longer one
+    def __init__(self, kind: str, arg: Any, items: Sequence[tuple[Path, Any]], **opts: Any) -> None:
+        super().__init__(arg, **opts)
+        self.kind = kind
+        self.tree: dict[Any, Any] = {}
+        for out, source in items:
+            if any(isinstance(key, int) for key in out):
+                raise ConfigurationError(f"{kind}: output path {path_text(out)!r} has a list index")
+            node = self.tree
+            for key in out[:-1]:
+                node = node.setdefault(key, {})
+                if not isinstance(node, dict):
+                    break
+            if not isinstance(node, dict) or out[-1] in node:
+                raise ConfigurationError(f"{kind}: output path {path_text(out)!r} overlaps another")
+            node[out[-1]] = source
 
     def apply(self, value: Any) -> Any:
         out: dict[str, Any] = {}
-        for path in self.leaves:
-            found = resolve(value, path)
-            if found is not MISSING:
-                out = _set(out, path, found, "pick")
-            elif self.missing == "error":
-                raise MissingFieldError("pick", path)
-        return out
-
-    def sources(self, cg: Codegen, src: str) -> dict[Any, Any]:
-        return _sources(self.tree, lambda path: cg.access(src, path))
-
-    def emit(self, cg: Codegen, src: str) -> str:
-        return _render(cg, self.sources(cg, src))
-
-    def spec(self) -> Any:
-        spec: dict[str, Any] = {"pick": [path_text(p) for p in self.paths]}
-        return spec | {"missing": "skip"} if self.missing == "skip" else spec
-
-    def show(self) -> str:
-        skip = ", missing='skip'" if self.missing == "skip" else ""
-        return f"pick({', '.join(repr(path_text(p)) for p in self.paths)}{skip})"
-
-
-class _Build(_Step):
-    name = "build"
-
-    def __init__(self, items: tuple[tuple[Path, Path | Literal], ...]) -> None:
-        self.items, self.tree = items, _tree([out for out, _ in items], "build")
-        if len(list(_leaves(self.tree))) != len(items):
-            raise ConfigurationError("build: an output path is inside another output path")
-
-    def apply(self, value: Any) -> Any:
-        out: dict[str, Any] = {}
-        for path, source in self.items:
-            new = (
-                _literal(source.value)
-                if isinstance(source, Literal)
-                else _get(value, source, "build")
-            )
-            out = _set(out, path, new, "build")
-        return out
-
-    def sources(self, cg: Codegen, src: str) -> dict[Any, Any]:
-        by_path = dict(self.items)
-
-        def leaf(path: Path) -> str:
-            source = by_path[path]
+        for path, source in _leaves(self.tree):
             if isinstance(source, Literal):
-                return f"{cg.const(_literal)}({cg.const(source.value)})"
-            return cg.access(src, source)
+                out = _set(out, path, copy.deepcopy(source.value), self.kind)
+                continue
+            found = resolve(value, source)
+            if found is not MISSING:
+                out = _set(out, path, found, self.kind)
+            elif self.options.get("missing") != "skip":
+                raise MissingFieldError(self.kind, source)
+        return out
 
-        return _sources(self.tree, leaf)
+    def sources(self, cg: Codegen, src: str, tree: dict[Any, Any] | None = None) -> dict[Any, Any]:
+        """The tree, with the source code of each value at its leaves."""
+        out: dict[Any, Any] = {}
+        for key, sub in (self.tree if tree is None else tree).items():
+            if isinstance(sub, dict):
+                out[key] = self.sources(cg, src, sub)
+            elif isinstance(sub, Literal):  # a container is copied: no two outputs share one
+                copied = isinstance(sub.value, dict | list)
+                const = cg.const(sub.value)
+                out[key] = f"{cg.const(copy.deepcopy)}({const})" if copied else const
+            else:
+                out[key] = cg.access(src, sub)
+        return out
 
     def emit(self, cg: Codegen, src: str) -> str:
         return _render(cg, self.sources(cg, src))
 
-    def spec(self) -> Any:
-        return {"build": {_key_text(out): _source_spec(src) for out, src in self.items}}
 
-    def show(self) -> str:
-        items = (f"{_key_text(out)!r}: {_source_show(src)}" for out, src in self.items)
-        return f"build({{{', '.join(items)}}})"
-
-
-def _leaves(tree: dict[Any, Any], at: Path = ()) -> Iterator[Path]:
+def _leaves(tree: dict[Any, Any], at: Path = ()) -> Iterator[tuple[Path, Any]]:
     for key, sub in tree.items():
-        yield from [(*at, key)] if sub is None else _leaves(sub, (*at, key))
+        yield from _leaves(sub, (*at, key)) if isinstance(sub, dict) else [((*at, key), sub)]
 
 
-def _literal(value: Any) -> Any:
-    """A literal for one record: containers are copied, so no two outputs share one."""
-    return copy.deepcopy(value) if isinstance(value, dict | list) else value
-
-
-def _key_text(path: Path) -> str:
-    text = path_text(path)
-    return text if isinstance(text, str) else ".".join(str(k) for k in text)
-
-
-def _source_spec(source: Path | Literal) -> Any:
-    return {"literal": source.value} if isinstance(source, Literal) else path_text(source)
-
-
-def _source_show(source: Path | Literal) -> str:
-    return repr(source if isinstance(source, Literal) else path_text(source))
+def _render(cg: Codegen, sources: dict[Any, Any]) -> str:
+    """A dict display of a tree of sources."""
+    items = (
+        f"{cg.const(key)}: {sub if isinstance(sub, str) else _render(cg, sub)}"
+        for key, sub in sources.items()
+    )
+    return "{" + ", ".join(items) + "}"
 
 
 class _Drop(_Step):
-    name = "drop"
+    kind = "drop"
 
-    def __init__(self, paths: tuple[Path, ...]) -> None:
-        self.paths = paths
+    def __init__(self, arg: list[Any]) -> None:
+        super().__init__(arg)
+        self.paths = [parse_path(p) for p in arg]
 
     def apply(self, value: Any) -> Any:
         for path in self.paths:
             value = _delete(value, path)
         return value
 
-    def spec(self) -> Any:
-        return {"drop": [path_text(p) for p in self.paths]}
-
-    def show(self) -> str:
-        return f"drop({', '.join(repr(path_text(p)) for p in self.paths)})"
-
 
 class _Rename(_Step):
-    name = "rename"
+    kind = "rename"
 
-    def __init__(self, pairs: tuple[tuple[Path, Path], ...]) -> None:
-        self.pairs = pairs
+    def __init__(self, arg: dict[str, str]) -> None:
+        super().__init__(arg)
+        self.pairs = [(parse_path(old), parse_path(new)) for old, new in arg.items()]
 
     def apply(self, value: Any) -> Any:
         for old, new in self.pairs:
@@ -320,78 +256,60 @@ class _Rename(_Step):
             value = _set(_delete(value, old), new, found, "rename")
         return value
 
-    def spec(self) -> Any:
-        return {"rename": {_key_text(old): _key_text(new) for old, new in self.pairs}}
-
-    def show(self) -> str:
-        items = (f"{_key_text(o)!r}: {_key_text(n)!r}" for o, n in self.pairs)
-        return f"rename({{{', '.join(items)}}})"
-
 
 class _Update(_Step):
     """Writes ``fn(value at path)`` to ``to`` (default: the same path)."""
 
-    def __init__(self, name: str, path: Path, fn: Callable[[Any], Any], to: Path | None) -> None:
-        self.name, self.path, self.fn, self.to = name, path, fn, to
-        self.options: dict[str, Any] = {}
+    def __init__(
+        self, kind: str, path: Any, fn: Callable[[Any], Any], to: Any = None, **options: Any
+    ) -> None:
+        self.kind, self.path, self.fn = kind, parse_path(path), fn
+        self.to = self.path if to is None else parse_path(to)
+        text = None if to is None else path_text(self.to)
+        super().__init__(path_text(self.path), **options, to=text)
 
     def apply(self, value: Any) -> Any:
-        found = _get(value, self.path, self.name)
+        found = _get(value, self.path, self.kind)
         try:
             new = self.fn(found)
         except (TypeError, AttributeError):
             kind = type(found).__name__
-            raise TypeError(f"{self.name}: field {path_text(self.path)!r} is a {kind}") from None
-        return _set(value, self.to or self.path, new, self.name)
+            message = f"{self.kind}: field {path_text(self.path)!r} is of type {kind}"
+            raise TypeError(message) from None
+        return _set(value, self.to, new, self.kind)
 
     def value_source(self, cg: Codegen, x: str) -> str:
         return f"{cg.const(self.fn)}({x})"
 
     def emit(self, cg: Codegen, src: str) -> str:
         new = self.value_source(cg, cg.access(src, self.path))
-        return _put(cg, src, self.to or self.path, new) or super().emit(cg, src)
+        return _put(cg, src, self.to, new) or super().emit(cg, src)
 
     def fuse(self, cg: Codegen, sources: dict[Any, Any]) -> bool:
         """Apply this step inside the sources of a pick/build, if it writes in place."""
-        if self.to not in (None, self.path):
-            return False
         node: Any = sources
         for key in self.path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         leaf = node.get(self.path[-1]) if isinstance(node, dict) else None
-        if not isinstance(leaf, str):
+        if self.to != self.path or not isinstance(leaf, str):
             return False
         node[self.path[-1]] = self.value_source(cg, leaf)
         return True
 
-    def spec(self) -> Any:
-        spec = {self.name: path_text(self.path), **self.options}
-        return spec | {"to": path_text(self.to)} if self.to else spec
-
-    def show(self) -> str:
-        fn = "hash_field" if self.name == "hash" else self.name
-        args = [repr(path_text(self.path))]
-        args += [f"{k}={'<hidden>' if k == 'salt' else repr(v)}" for k, v in self.options.items()]
-        args += [f"to={path_text(self.to)!r}"] if self.to else []
-        return f"{fn}({', '.join(args)})"
-
-
-_NO_HEXDIGEST: Final = ("shake_128", "shake_256")  # their hexdigest needs a length
-
 
 class _Hash(_Update):
-    def __init__(self, path: Path, algorithm: str, salt: bytes, to: Path | None) -> None:
-        if algorithm not in hashlib.algorithms_available or algorithm in _NO_HEXDIGEST:
+    def __init__(self, path: Any, algorithm: str, salt: bytes | str, to: Any) -> None:
+        known = isinstance(algorithm, str) and algorithm in hashlib.algorithms_available
+        if not known or algorithm.startswith("shake_"):  # shake's hexdigest needs a length
             raise ConfigurationError(f"unknown hash algorithm {algorithm!r}")
-        if not isinstance(salt, bytes):
-            raise ConfigurationError(f"hash salt must be bytes, not {type(salt).__name__}")
-        constructor = getattr(hashlib, algorithm, None)
-        self.new = constructor or functools.partial(hashlib.new, algorithm)
-        self.salt = salt
-        super().__init__("hash", path, self.digest, to)
-        self.options = {"algorithm": algorithm} if algorithm != "sha256" else {}
-        if salt:  # text in a spec; surrogateescape round-trips any bytes
-            self.options["salt"] = salt.decode("utf-8", "surrogateescape")
+        if not isinstance(salt, bytes | str):
+            raise ConfigurationError(f"hash: salt must be text or bytes, not {salt!r}")
+        # Text in a spec: surrogateescape round-trips any bytes through it.
+        self.salt = salt.encode("utf-8", "surrogateescape") if isinstance(salt, str) else salt
+        self.new = getattr(hashlib, algorithm, None) or functools.partial(hashlib.new, algorithm)
+        text = self.salt.decode("utf-8", "surrogateescape") if salt else None
+        default = None if algorithm == "sha256" else algorithm
+        super().__init__("hash", path, self.digest, to, algorithm=default, salt=text)
 
     def digest(self, value: Any) -> str:
         cls = value.__class__
@@ -409,10 +327,11 @@ _json: Final = msgspec.json.encode
 
 
 class _Template(_Step):
-    name = "template"
+    kind = "template"
 
-    def __init__(self, fmt: str, to: Path) -> None:
-        self.fmt, self.to, self.paths, self.pattern = fmt, to, *_parse_template(fmt)
+    def __init__(self, fmt: Any, to: Any) -> None:
+        super().__init__(fmt, to=to)
+        self.to, self.paths, self.pattern = parse_path(to), *_parse_template(fmt)
 
     def apply(self, value: Any) -> Any:
         found = [_get(value, path, "template") for path in self.paths]
@@ -420,19 +339,14 @@ class _Template(_Step):
 
     def emit(self, cg: Codegen, src: str) -> str:
         args = ", ".join(cg.access(src, p) for p in self.paths)
-        return _put(cg, src, self.to, f"{cg.const(self.pattern)}.format({args})") or super().emit(
-            cg, src
-        )
-
-    def spec(self) -> Any:
-        return {"template": self.fmt, "to": path_text(self.to)}
-
-    def show(self) -> str:
-        return f"template({self.fmt!r}, to={path_text(self.to)!r})"
+        new = f"{cg.const(self.pattern)}.format({args})"
+        return _put(cg, src, self.to, new) or super().emit(cg, src)
 
 
-def _parse_template(fmt: str) -> tuple[tuple[Path, ...], str]:
+def _parse_template(fmt: Any) -> tuple[tuple[Path, ...], str]:
     """``"{user.id}-{n:03d}"`` -> the paths, and ``"{}-{:03d}"`` to format them with."""
+    if not isinstance(fmt, str):
+        raise ConfigurationError(f"template: the format must be a string, not {fmt!r}")
     paths: list[Path] = []
     pattern: list[str] = []
     try:
@@ -452,10 +366,11 @@ def _parse_template(fmt: str) -> tuple[tuple[Path, ...], str]:
 
 
 class _Chain(_Step):
-    name = "chain"
+    kind = "chain"
 
-    def __init__(self, steps: tuple[_Step, ...]) -> None:
-        self.steps = steps
+    def __init__(self, steps: Sequence[_Step]) -> None:
+        super().__init__(None)
+        self.steps = tuple(steps)
 
     def apply(self, value: Any) -> Any:
         for step in self.steps:
@@ -474,8 +389,8 @@ def _compile(step: _Step) -> Callable[[Any], Any]:
     # steps run one after another in it, with no call between them, and a hash or string op
     # right after a pick/build is applied inside its dict display (no copy of the new dict).
     # A missing field or a wrong type raises inside, and the except branch reruns the record
-    # through the steps' `apply`, which raises the precise error (or, for pick with
-    # missing="skip", skips).
+    # through the steps' `apply`, which raises the precise error (or skips, for
+    # pick(missing="skip")).
     cg = Codegen()
     lines: list[str] = []
     src, pending = "v", None
@@ -485,7 +400,7 @@ def _compile(step: _Step) -> Callable[[Any], Any]:
         if pending is not None:
             lines.append(f"x = {_render(cg, pending)}")
             src, pending = "x", None
-        if isinstance(s, _Pick | _Build):
+        if isinstance(s, _Shape):
             pending = s.sources(cg, src)
         else:
             lines.append(f"x = {s.emit(cg, src)}")
@@ -499,7 +414,7 @@ def _compile(step: _Step) -> Callable[[Any], Any]:
 class Transform(functools.partial[Any]):
     """A compiled transform: ``t(value) -> new value``. Combine with ``chain``.
 
-    ``t.func`` is the generated function itself, a few ns cheaper per call than ``t``.
+    ``t.func`` is the generated function itself: calling it skips the wrapper's call.
 
     >>> t = Transform.from_spec([{"rename": {"uid": "user.id"}}, {"lower": "user.id"}])
     >>> t, t({"uid": "ADA", "n": 1})
@@ -510,6 +425,8 @@ class Transform(functools.partial[Any]):
     _step: _Step
 
     def __new__(cls, step: _Step) -> Transform:
+        if not isinstance(step, _Step):
+            raise TypeError("build transforms with pick(), build(), ... or from_spec()")
         self = super().__new__(cls, _compile(step))
         self._step = step
         return self
@@ -540,14 +457,43 @@ class Transform(functools.partial[Any]):
 
 
 def pick(*paths: PathLike, missing: str = "error") -> Transform:
-    """A new dict with only these fields, nested as in the input.
+    """A new dict with only these fields, nested as in the input (a shorter path wins).
 
     A missing field raises ``MissingFieldError``; with ``missing="skip"`` it is left out.
 
     >>> pick("id", "user.id")({"id": 1, "user": {"id": 2, "name": "x"}, "z": 0})
     {'id': 1, 'user': {'id': 2}}
     """
-    return Transform(_Pick(tuple(parse_path(p) for p in paths), missing))
+    if missing not in ("error", "skip"):
+        raise ConfigurationError(f"pick: missing must be 'error' or 'skip', not {missing!r}")
+    parsed = list(dict.fromkeys(parse_path(p) for p in paths))
+    kept = [p for p in parsed if not any(p[: len(q)] == q and p != q for q in parsed)]
+    skip = "skip" if missing == "skip" else None
+    arg = [path_text(p) for p in parsed]
+    return Transform(_Shape("pick", arg, [(p, p) for p in kept], missing=skip))
+
+
+def build(mapping: Mapping[str, str | Literal | Mapping[str, Any]]) -> Transform:
+    """A new dict: each output path gets the input field at a path, or a ``literal``
+    (``{"literal": value}`` in a spec).
+
+    >>> build({"who": "user.id", "meta.source": literal("web")})({"user": {"id": 7}})
+    {'who': 7, 'meta': {'source': 'web'}}
+    """
+    items: list[tuple[Path, Path | Literal]] = []
+    for out, source in mapping.items():
+        if isinstance(source, Mapping) and list(source) == ["literal"]:
+            source = Literal(source["literal"])
+        elif not isinstance(source, str | Literal):
+            raise ConfigurationError(f"build: {out!r} needs a field path or a literal")
+        items.append(
+            (parse_path(out), source if isinstance(source, Literal) else parse_path(source))
+        )
+    arg = {
+        out: {"literal": src.value} if isinstance(src, Literal) else src
+        for out, src in mapping.items()
+    }
+    return Transform(_Shape("build", arg, items))
 
 
 def drop(*paths: PathLike) -> Transform:
@@ -556,7 +502,7 @@ def drop(*paths: PathLike) -> Transform:
     >>> drop("user.email")({"id": 1, "user": {"id": 2, "email": "a@b"}})
     {'id': 1, 'user': {'id': 2}}
     """
-    return Transform(_Drop(tuple(parse_path(p) for p in paths)))
+    return Transform(_Drop(list(paths)))
 
 
 def rename(mapping: Mapping[str, str]) -> Transform:
@@ -565,24 +511,11 @@ def rename(mapping: Mapping[str, str]) -> Transform:
     >>> rename({"uid": "user.id"})({"uid": 7, "n": 1})
     {'n': 1, 'user': {'id': 7}}
     """
-    return Transform(_Rename(tuple((parse_path(o), parse_path(n)) for o, n in mapping.items())))
-
-
-def build(mapping: Mapping[str, str | Literal]) -> Transform:
-    """A new dict: each output path gets the input field at a path, or a ``literal``.
-
-    >>> build({"who": "user.id", "meta.source": literal("web")})({"user": {"id": 7}})
-    {'who': 7, 'meta': {'source': 'web'}}
-    """
-    items = tuple(
-        (parse_path(out), src if isinstance(src, Literal) else parse_path(src))
-        for out, src in mapping.items()
-    )
-    return Transform(_Build(items))
+    return Transform(_Rename(dict(mapping)))
 
 
 def hash_field(
-    path: PathLike, algorithm: str = "sha256", salt: bytes = b"", to: PathLike | None = None
+    path: PathLike, algorithm: str = "sha256", salt: bytes | str = b"", to: PathLike | None = None
 ) -> Transform:
     """Replace a field (or write ``to``) with the hex digest of ``salt`` + its value.
 
@@ -591,7 +524,7 @@ def hash_field(
     >>> hash_field("email", algorithm="md5")({"email": "a@b"})
     {'email': 'a1ca0ed6e42a23f4758e8a3f6b54de58'}
     """
-    return Transform(_Hash(parse_path(path), algorithm, salt, _opt_path(to)))
+    return Transform(_Hash(path, algorithm, salt, to))
 
 
 def lower(path: PathLike, to: PathLike | None = None) -> Transform:
@@ -600,7 +533,7 @@ def lower(path: PathLike, to: PathLike | None = None) -> Transform:
     >>> lower("country")({"country": "NL"})
     {'country': 'nl'}
     """
-    return Transform(_Update("lower", parse_path(path), str.lower, _opt_path(to)))
+    return Transform(_Update("lower", path, str.lower, to=to))
 
 
 def upper(path: PathLike, to: PathLike | None = None) -> Transform:
@@ -609,7 +542,7 @@ def upper(path: PathLike, to: PathLike | None = None) -> Transform:
     >>> upper("country")({"country": "nl"})
     {'country': 'NL'}
     """
-    return Transform(_Update("upper", parse_path(path), str.upper, _opt_path(to)))
+    return Transform(_Update("upper", path, str.upper, to=to))
 
 
 def strip(path: PathLike, to: PathLike | None = None) -> Transform:
@@ -618,7 +551,7 @@ def strip(path: PathLike, to: PathLike | None = None) -> Transform:
     >>> strip("name")({"name": "  ada "})
     {'name': 'ada'}
     """
-    return Transform(_Update("strip", parse_path(path), str.strip, _opt_path(to)))
+    return Transform(_Update("strip", path, str.strip, to=to))
 
 
 def template(fmt: str, to: PathLike) -> Transform:
@@ -627,7 +560,7 @@ def template(fmt: str, to: PathLike) -> Transform:
     >>> template("{user.id}-{n:03d}", to="key")({"user": {"id": "u"}, "n": 7})
     {'user': {'id': 'u'}, 'n': 7, 'key': 'u-007'}
     """
-    return Transform(_Template(fmt, parse_path(to)))
+    return Transform(_Template(fmt, to))
 
 
 def chain(*transforms: Transform) -> Transform:
@@ -636,30 +569,23 @@ def chain(*transforms: Transform) -> Transform:
     >>> chain(pick("a"), rename({"a": "b"}))({"a": 1, "c": 2})
     {'b': 1}
     """
-    steps: list[_Step] = []
-    for t in transforms:
-        step = t._step
-        steps.extend(step.steps if isinstance(step, _Chain) else (step,))
-    return Transform(_Chain(tuple(steps)))
-
-
-def _opt_path(path: PathLike | None) -> Path | None:
-    return None if path is None else parse_path(path)
+    steps = [t._step for t in transforms]
+    return Transform(_Chain([s for step in steps for s in getattr(step, "steps", (step,))]))
 
 
 # --- specs -----------------------------------------------------------------------------------
 
-_KINDS: Final = {
-    "pick": ("missing",),
-    "drop": (),
-    "rename": (),
-    "build": (),
-    "hash": ("algorithm", "salt", "to"),
-    "lower": ("to",),
-    "upper": ("to",),
-    "strip": ("to",),
-    "template": ("to",),
-    "chain": (),
+_BUILDERS: Final[dict[str, tuple[Callable[..., Transform], tuple[str, ...]]]] = {
+    "pick": (pick, ("missing",)),
+    "drop": (drop, ()),
+    "rename": (rename, ()),
+    "build": (build, ()),
+    "hash": (hash_field, ("algorithm", "salt", "to")),
+    "lower": (lower, ("to",)),
+    "upper": (upper, ("to",)),
+    "strip": (strip, ("to",)),
+    "template": (template, ("to",)),
+    "chain": (chain, ()),
 }
 
 
@@ -670,61 +596,28 @@ def _from_spec(spec: Any, where: str) -> _Step:
         raise ConfigurationError(
             f"{where}: expected an object or a list, got {type(spec).__name__}"
         )
-    kinds = [key for key in spec if key in _KINDS]
+    kinds = [key for key in spec if key in _BUILDERS]
     if len(kinds) != 1:
-        raise ConfigurationError(f"{where}: expected exactly one of {', '.join(_KINDS)}")
-    kind = kinds[0]
-    for key in spec:
-        if key != kind and key not in _KINDS[kind]:
+        raise ConfigurationError(f"{where}: expected exactly one of {', '.join(_BUILDERS)}")
+    kind, arg = kinds[0], spec[kinds[0]]
+    builder, allowed = _BUILDERS[kind]
+    options = {key: value for key, value in spec.items() if key != kind}
+    for key in options:
+        if key not in allowed:
             raise ConfigurationError(f"{where}: unexpected key {key!r} for {kind!r}")
-    arg = spec[kind]
     if kind == "chain":
         if not isinstance(arg, list | tuple):
             raise ConfigurationError(f"{where}.chain: expected a list of transforms")
-        return _Chain(tuple(_from_spec(s, f"{where}[{i}]") for i, s in enumerate(arg)))
+        return _Chain([_from_spec(s, f"{where}[{i}]") for i, s in enumerate(arg)])
     try:
-        return _step_from_spec(kind, arg, spec)._step
+        if kind in ("pick", "drop"):
+            if not isinstance(arg, list | tuple):
+                raise ConfigurationError(f"{kind}: expected a list of field paths")
+            return builder(*arg, **options)._step
+        if kind in ("rename", "build") and not isinstance(arg, Mapping):
+            raise ConfigurationError(f"{kind}: expected an object of output: input paths")
+        if kind == "template" and "to" not in options:
+            raise ConfigurationError("template: needs a format string and a 'to' path")
+        return builder(arg, **options)._step
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
-
-
-def _step_from_spec(kind: str, arg: Any, spec: Mapping[str, Any]) -> Transform:
-    if kind in ("pick", "drop"):
-        if not isinstance(arg, list | tuple):
-            raise ConfigurationError(f"{kind}: expected a list of field paths")
-        made = pick(*arg, missing=spec.get("missing", "error")) if kind == "pick" else drop(*arg)
-    elif kind in ("rename", "build"):
-        if not isinstance(arg, Mapping):
-            raise ConfigurationError(f"{kind}: expected an object of output: input paths")
-        if kind == "rename":
-            made = rename(arg)
-        else:
-            made = build({out: _source_from_spec(src) for out, src in arg.items()})
-    elif kind == "template":
-        if not isinstance(arg, str) or "to" not in spec:
-            raise ConfigurationError("template: needs a format string and a 'to' path")
-        made = template(arg, spec["to"])
-    else:
-        made = _update_from_spec(kind, arg, spec)
-    return made
-
-
-def _update_from_spec(kind: str, arg: Any, spec: Mapping[str, Any]) -> Transform:
-    to = spec.get("to")
-    if kind != "hash":
-        return {"lower": lower, "upper": upper, "strip": strip}[kind](arg, to=to)
-    salt = spec.get("salt", "")
-    if not isinstance(salt, str | bytes):
-        raise ConfigurationError("hash: salt must be a string")
-    salt_bytes = salt.encode("utf-8", "surrogateescape") if isinstance(salt, str) else salt
-    return hash_field(arg, algorithm=spec.get("algorithm", "sha256"), salt=salt_bytes, to=to)
-
-
-def _source_from_spec(source: Any) -> str | Literal:
-    if isinstance(source, Mapping) and set(source) == {"literal"}:
-        return Literal(source["literal"])
-    if isinstance(source, str):
-        return source
-    raise ConfigurationError(
-        f"build: a value is a field path or {{'literal': ...}}, not {source!r}"
-    )

@@ -228,7 +228,7 @@ async def test_undecodable_records_go_to_dlq_untouched(make_driver: DriverFactor
         await driver.send_raw(views, b'{"user": 1}', partition=0)
         await driver.send_raw(views, b'{"user": "b", "page": "/", "kind": "view"}', partition=0)
         await driver.run_until_idle()
-        assert await driver.values(out) == ["a", "b"]
+        assert sorted(await driver.values(out)) == ["a", "b"]
         dead = await driver.dead_letters()
         assert [d.value for d in dead] == [b"not json", b'{"user": 1}']
         first = dict(dead[0].headers)

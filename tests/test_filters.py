@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -60,9 +61,7 @@ def test_parse_path(text: Any, path: tuple[Any, ...]) -> None:
     ],
 )
 def test_bad_paths_say_what_is_wrong(text: Any, message: str) -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"bad field path .*" + message.replace("[", r"\[")
-    ):
+    with pytest.raises(ConfigurationError, match=r"bad field path .*" + re.escape(message)):
         parse_path(text)
 
 
@@ -220,7 +219,7 @@ def test_a_filter_has_no_truth_value() -> None:
 
 def test_combining_with_something_else_is_a_type_error() -> None:
     with pytest.raises(TypeError):
-        _ = (field("a") == 1) & (lambda v: True)  # type: ignore[operator]
+        _ = (field("a") == 1) & (lambda v: True)
 
 
 def test_repr_reads_like_the_code() -> None:
@@ -470,8 +469,8 @@ def test_compiled_filter_matches_a_naive_reference(spec: Any, values: list[Any])
 
 async def test_a_filter_works_in_stream_filter() -> None:
     app = flowkit.App("filters")
-    events = app.topic("events")
-    out = app.topic("out")
+    events: flowkit.Topic[Any] = app.topic("events")
+    out: flowkit.Topic[Any] = app.topic("out")
     keep = (field("user.age") >= 18) & ~field("test").is_true()
 
     @app.agent(events, sink=[out])
@@ -487,3 +486,8 @@ async def test_a_filter_works_in_stream_filter() -> None:
         await driver.run_until_idle()
         assert sorted(await driver.values(out)) == ["u1", "u2"]
         assert await driver.dead_letters() == []
+
+
+def test_filter_is_built_from_the_helpers_only() -> None:
+    with pytest.raises(TypeError, match="build filters with field"):
+        Filter(lambda v: True)  # type: ignore[arg-type]

@@ -22,7 +22,10 @@ from .. import __version__
 from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
 from ..logs import configure_logging
 from ..rendering import render
+from ..app import App
+from ..deadletter import DeadLetter, dead_letter_topic
 from ..runtime import Worker, required_topics
+from ..runtime.deadletters import read_dead_letters, replay_dead_letters
 from ..transports import Transport, parse_broker_url, transport_from_url
 from .loader import load_app
 
@@ -128,6 +131,19 @@ def worker(
         Literal["console", "json"],
         typer.Option("--log-format", help="Log lines for people or as JSON."),
     ] = "console",
+    web_port: Annotated[
+        int | None,
+        typer.Option(
+            "--web-port",
+            min=0,
+            max=65535,
+            help="Serve /metrics (Prometheus), /ready and /graph on this port.",
+            show_default=False,
+        ),
+    ] = None,
+    web_host: Annotated[
+        str, typer.Option("--web-host", help="The address --web-port listens on.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
@@ -135,7 +151,7 @@ def worker(
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
         configure_logging(log_level, log_format)
-        running = Worker(the_app, broker=url)
+        running = Worker(the_app, broker=url, web_port=web_port, web_host=web_host)
         try:
             error = asyncio.run(_serve(running))
         except (DefinitionError, ConfigurationError):
@@ -225,6 +241,119 @@ def topics(
         typer.echo(f"{spec.name:<{width}}  {spec.partitions:>5}  {shown:>9}  {status} {notes}")
     if problems:
         raise typer.Exit(FAILED)
+
+
+dlq = typer.Typer(
+    name="dlq",
+    help="Inspect and replay dead letters.",
+    add_completion=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+)
+cli.add_typer(dlq)
+
+BrokerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        "-b",
+        envvar="FLOWKIT_BROKER",
+        metavar="URL",
+        help="The broker (default: the app's own).",
+        show_default=False,
+    ),
+]
+TopicOpt = Annotated[
+    str | None,
+    typer.Option("--topic", help="The dead-letter topic (default: <app>-dlq).", show_default=False),
+]
+WhereOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        metavar="FIELD=VALUE",
+        help="Only dead letters with stage, error, agent, topic or partition equal to VALUE "
+        "(repeat for AND).",
+        show_default=False,
+    ),
+]
+
+
+@dlq.command("show")
+def dlq_show(
+    app: AppArg,
+    broker: BrokerOpt = None,
+    topic: TopicOpt = None,
+    where: WhereOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Newest N.")] = 20,
+) -> None:
+    """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
+    with _errors():
+        the_app, url, name, filters = _dlq_args(app, broker, topic, where)
+        letters = asyncio.run(_read_letters(url, name))
+    chosen = [letter for letter in letters if letter.matches(filters)][-limit:]
+    typer.echo(f"{len(chosen)} of {len(letters)} dead letters in {name}")
+    for letter in chosen:
+        typer.echo(letter.describe())
+
+
+@dlq.command("replay")
+def dlq_replay(
+    app: AppArg,
+    broker: BrokerOpt = None,
+    topic: TopicOpt = None,
+    where: WhereOpt = None,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", metavar="TOPIC", help="Send them here instead of their source."),
+    ] = None,
+) -> None:
+    """Send dead letters back to their source topic (or --to), unchanged."""
+    with _errors():
+        _, url, name, filters = _dlq_args(app, broker, topic, where)
+
+        async def run() -> tuple[int, int]:
+            transport = transport_from_url(url)
+            try:
+                letters = await read_dead_letters(transport, name)
+                chosen = [letter for letter in letters if letter.matches(filters)]
+                return await replay_dead_letters(transport, chosen, to), len(letters)
+            finally:
+                await transport.aclose()
+
+        sent, total = asyncio.run(run())
+    typer.echo(f"replayed {sent} of {total} dead letters from {name}")
+
+
+def _dlq_args(
+    app: str, broker: str | None, topic: str | None, where: list[str] | None
+) -> tuple[App, str, str, dict[str, str]]:
+    the_app = load_app(app)
+    url = broker or the_app.broker
+    parse_broker_url(url)
+    if url.startswith("memory://"):
+        raise ConfigurationError(
+            "a memory:// broker lives inside one worker process; dead letters can be read "
+            "from Kafka (--broker kafka://...) or in tests with TestDriver.dead_letters()"
+        )
+    filters: dict[str, str] = {}
+    for item in where or []:
+        field, sep, value = item.partition("=")
+        if not sep or field not in ("stage", "error", "agent", "topic", "partition"):
+            raise ConfigurationError(
+                f"--where {item!r}: use FIELD=VALUE with FIELD one of stage, error, agent, "
+                "topic, partition"
+            )
+        filters[field] = value
+    return the_app, url, topic or dead_letter_topic(the_app.name), filters
+
+
+async def _read_letters(url: str, topic: str) -> list[DeadLetter]:
+    transport = transport_from_url(url)
+    try:
+        return await read_dead_letters(transport, topic)
+    finally:
+        await transport.aclose()
 
 
 async def _partition_counts(transport: Transport, names: list[str]) -> dict[str, int]:

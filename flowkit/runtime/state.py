@@ -15,12 +15,12 @@ from typing import Any
 
 import structlog
 
-from .app import App
-from .clock import Clock
-from .records import Message, TopicPartition
-from .tables import GlobalTable, Table
-from .transports import TopicSpec, Transport
-from .windowed import WindowedTable
+from ..app import App
+from ..clock import Clock
+from ..records import Message, TopicPartition
+from ..tables import GlobalTable, Table
+from ..transports import TopicSpec, Transport
+from ..windowed import WindowedTable
 
 __all__ = ["StateKeeper", "read_to_end"]
 

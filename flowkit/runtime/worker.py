@@ -13,53 +13,36 @@ issued so far is acknowledged, then commit those offsets.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from .agents import KEEP_KEY, Agent, Output, Timer
-from .app import App
-from .checkpoint import OffsetTracker
-from .clock import Clock, SystemClock
-from .deadletter import dead_letter_headers, dead_letter_topic
-from .errors import (
-    DefinitionError,
+from ..agents import Agent, Timer
+from ..app import App
+from ..checkpoint import OffsetTracker
+from ..clock import Clock, SystemClock
+from ..deadletter import dead_letter_topic
+from ..errors import (
+    CommitFailed,
     FlowkitError,
     GraphError,
-    ProcessingError,
-    SinkError,
     TransportError,
     WorkerStalled,
 )
-from .metrics import Metrics
-from .records import Headers, Message, TopicPartition
+from ..metrics import Metrics
+from ..records import Headers, Message, TopicPartition
+from ..streams import Batch, StreamSource
+from ..transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
+from .dispatch import Dispatcher, Route
+from .web import WebServer
 from .state import StateKeeper
-from .streams import Batch, Stream, StreamSource, bind_source
-from .topics import Topic
-from .transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
 
 __all__ = ["Worker", "required_topics"]
 
 log = structlog.get_logger(__name__)
 
 MAX_IN_FLIGHT = 10_000  # unacknowledged sends before an agent waits (bounded memory)
-
-
-@dataclass
-class _Route:
-    """Where the batches of one topic go: per reading agent, its instances' sources."""
-
-    topic: Topic[Any]
-    readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
-
-
-@dataclass
-class _Sink:
-    topic: Topic[Any] | None = None
-    call: Callable[[Any], Any] | None = None
 
 
 class Worker:
@@ -92,6 +75,8 @@ class Worker:
         fail_fast: bool = False,
         client_settings: dict[str, Any] | None = None,
         stall_timeout: float | None = 300.0,
+        web_port: int | None = None,
+        web_host: str = "127.0.0.1",
     ) -> None:
         self.app = app
         self._own_transport = transport is None
@@ -108,17 +93,18 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.fail_fast = fail_fast
         self.stall_timeout = stall_timeout
+        self.web = WebServer(self, web_host, web_port) if web_port is not None else None
         self.tracker = OffsetTracker()
         self.records_in = 0
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self.dlq_name = dead_letter_topic(app.name)
         self.state = StateKeeper(app, self.transport, self.clock, self.send_bytes)
+        self.dispatcher: Dispatcher | None = None
         self.tick_interval = 1.0
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._routes: dict[str, _Route] = {}
-        self._sinks: dict[str, list[_Sink]] = {}
+        self._routes: dict[str, Route] = {}
         self._sources: list[tuple[Agent[Any], StreamSource]] = []
         self._in_flight: list[Awaitable[Any]] = []
         self._fetch_task: asyncio.Task[None] | None = None
@@ -192,16 +178,30 @@ class Worker:
     async def _start(self) -> None:
         app = self.app
         self.started_at = self.clock.monotonic()
+        if self.web is not None:
+            await self.web.start()  # first, so /ready answers 503 while recovering
+            log.info(
+                "serving /metrics, /ready and /graph", url=f"http://{self.web.host}:{self.web.port}"
+            )
         await self.transport.create_topics(required_topics(app))
         self._producer = self.transport.producer(client_id=f"{app.name}-producer")
         await self._producer.start()
         for topic in app.topics.values():
             topic._sender = self
-        self._build_routes()
+        dispatcher = self.dispatcher = Dispatcher(
+            app,
+            send=self.send_bytes,
+            clock=self.clock,
+            metrics=self.metrics,
+            fail_fast=self.fail_fast,
+            queue_batches=self.queue_batches,
+        )
+        self._routes, self._sources = dispatcher.routes, dispatcher.sources
+        dispatcher.start_sinks(self._spawn)
         await self.state.start_globals()
         for agent, source in self._sources:
             self._agent_tasks.append(
-                self._spawn(self._drive(agent, source), f"agent:{source.name}")
+                self._spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
             )
         subscribed = sorted({*self._routes, *self.state.repartition})
         if subscribed:
@@ -277,6 +277,8 @@ class Worker:
         except FlowkitError as exc:
             self._error = self._error or exc
         finally:
+            if self.dispatcher is not None:
+                await self.dispatcher.aclose_sinks()
             for topic in self.app.topics.values():
                 if topic._sender is self:
                     topic._sender = None
@@ -285,45 +287,13 @@ class Worker:
             if self._producer is not None:
                 await self._producer.aclose()
             await self.state.aclose()
+            if self.web is not None:
+                await self.web.aclose()
             if self._own_transport:
                 await self.transport.aclose()
             self.app._unfreeze(self)
             self.stopped_at = self.clock.monotonic()
             log.info("worker stopped", app=self.app.name, records=self.records_in)
-
-    # -- wiring ---------------------------------------------------------------------------
-
-    def _build_routes(self) -> None:
-        app = self.app
-        for agent in app.agents:
-            topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
-            if topic is None:
-                raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
-            route = self._routes.setdefault(topic.name, _Route(topic))
-            sources = [
-                StreamSource(
-                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
-                    self.queue_batches,
-                )
-                for i in range(agent.concurrency)
-            ]
-            route.readers.append((agent, sources))
-            self._sources.extend((agent, s) for s in sources)
-            self._sinks[agent.name] = [self._resolve_sink(agent, s) for s in agent.sinks]
-
-    def _resolve_sink(self, agent: Agent[Any], sink: Any) -> _Sink:
-        if isinstance(sink, Topic):
-            return _Sink(topic=sink)
-        if isinstance(sink, Agent):
-            return self._resolve_sink(agent, sink.topic)
-        if isinstance(sink, str):
-            topic = self.app.topics.get(sink)
-            if topic is None:
-                raise DefinitionError(f"agent {agent.name!r} writes undeclared topic {sink!r}")
-            return _Sink(topic=topic)
-        if callable(sink):
-            return _Sink(call=sink)
-        raise DefinitionError(f"agent {agent.name!r}: {sink!r} is not a topic, agent or callable")
 
     # -- rebalancing (called by the consumer inside getmany) ------------------------------
 
@@ -395,8 +365,9 @@ class Worker:
             return
         decoded = route.topic.decode_batch(messages)
         if decoded.failures:
+            assert self.dispatcher is not None
             for message, error in decoded.failures:
-                await self._dead_letter(message, error, stage="decode", agent=None)
+                await self.dispatcher.dead_letter(message, error, stage="decode", agent=None)
         readers = route.readers
         entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
         for _agent, sources in readers:
@@ -405,92 +376,7 @@ class Worker:
                 Batch(route.topic, tp, decoded.values, decoded.messages, entry.release)
             )
 
-    # -- agents ---------------------------------------------------------------------------
-
-    async def _drive(self, agent: Agent[Any], source: StreamSource) -> None:
-        """Run one agent instance until its stream ends, restarting it after errors."""
-        bind_source(source)  # once per task: tables find the agent's stream through it
-        backoff = 0.1
-        while True:
-            before = (source.records, source.pos, source.batch)
-            try:
-                if agent.per_record:
-                    await self._drive_per_record(agent, source)
-                elif agent.yields:
-                    async for out in agent.fn(Stream(source)):
-                        await self._emit(agent, source, out)
-                else:
-                    await agent.fn(Stream(source))
-            except (asyncio.CancelledError, DefinitionError):
-                raise  # a wrong declaration (say, a table written off its partition) is fatal
-            except Exception as exc:
-                message = source.current_message()
-                if message is None:
-                    if self.fail_fast:
-                        raise
-                    log.error(
-                        "agent crashed outside a record; restarting",
-                        agent=agent.name,
-                        error=repr(exc),
-                        backoff=backoff,
-                    )
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                    continue
-                await self._record_failed(agent, message, exc)
-                continue
-            if source.closed and not source.busy():
-                return
-            if (source.records, source.pos, source.batch) == before:
-                await asyncio.sleep(backoff)  # returned without reading: don't spin
-                backoff = min(backoff * 2, 5.0)
-            log.warning(
-                "agent returned before its stream ended; starting it again", agent=agent.name
-            )
-
-    async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
-        fn = agent.fn
-        is_async = agent.is_async
-        async for value in source.iterate(()):
-            out = fn(value)
-            if is_async:
-                out = await out
-            if out is not None:
-                await self._emit(agent, source, out)
-
-    async def _emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
-        sinks = self._sinks[agent.name]
-        key: Any = KEEP_KEY
-        headers: Headers = ()
-        value = out
-        if isinstance(out, Output):
-            value, key, headers = out.value, out.key, tuple(out.headers)
-            if out.to is not None:
-                targets = out.to if isinstance(out.to, list | tuple) else [out.to]
-                sinks = [self._resolve_sink(agent, t) for t in targets]
-        for sink in sinks:
-            if sink.topic is not None:
-                topic = sink.topic
-                if key is KEEP_KEY:
-                    message = source.current_message()
-                    raw_key = message.key if message is not None else None
-                else:
-                    raw_key = topic.encode_key(key)
-                await self.send_bytes(
-                    topic.name,
-                    None if value is None else topic.encode(value),
-                    key=raw_key,
-                    headers=headers,
-                    partition=None,
-                    timestamp_ms=None,
-                )
-            elif sink.call is not None:
-                try:
-                    result = sink.call(value)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception as exc:
-                    raise SinkError(f"sink {_callable_name(sink.call)} failed: {exc!r}") from exc
+    # -- sends ----------------------------------------------------------------------------
 
     async def send_bytes(
         self,
@@ -528,59 +414,17 @@ class Worker:
             if ack.offset >= sent.get(tp, 0):
                 sent[tp] = ack.offset + 1
 
-    async def _record_failed(self, agent: Agent[Any], message: Message, exc: Exception) -> None:
-        stage = exc.stage if isinstance(exc, ProcessingError) else "process"
-        self.metrics.errors.labels(agent.name, stage).inc()
-        log.error(
-            "record failed",
-            agent=agent.name,
-            stage=stage,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            error=repr(exc),
-        )
-        if self.fail_fast:
-            raise exc
-        await self._dead_letter(message, exc, stage=stage, agent=agent.name)
-
-    async def _dead_letter(
-        self, message: Message, error: BaseException, *, stage: str, agent: str | None
-    ) -> None:
-        if stage == "decode":
-            log.warning(
-                "record does not decode",
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                error=str(error),
-            )
-            if self.fail_fast:
-                raise error
-        self.metrics.dead_letters.labels(stage).inc()
-        headers = dead_letter_headers(
-            message,
-            error,
-            stage=stage,
-            agent=agent,
-            attempts=1,
-            failed_at_ms=int(self.clock.time() * 1000),
-        )
-        await self.send_bytes(
-            self.dlq_name,
-            message.value,
-            key=message.key,
-            headers=headers,
-            partition=None,
-            timestamp_ms=message.timestamp,
-        )
-
     # -- commits --------------------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
         while True:
             await self.clock.sleep(self.commit_interval)
-            await self.checkpoint()
+            try:
+                await self.checkpoint()
+            except CommitFailed as exc:
+                # The group is rebalancing: the revocation that follows commits what is
+                # done while we still own it; until then the records stay uncommitted.
+                log.warning("commit refused during a rebalance; retrying later", error=str(exc))
 
     async def checkpoint(self, tps: set[TopicPartition] | None = None) -> None:
         """Commit what is done: sends acknowledged first, then offsets."""
@@ -593,6 +437,8 @@ class Worker:
             # Every send caused by a done record was issued before the record became done,
             # so it is in the in-flight list now, and every table change it made is in the
             # tables' buffers: send those, acknowledge everything, then commit.
+            if self.dispatcher is not None:
+                await self.dispatcher.flush_sinks()  # may dead-letter: before the acks
             await self.state.flush_outbox()
             await self.state.flush_changelogs()
             await self._await_in_flight()
@@ -692,6 +538,8 @@ class Worker:
         """True when nothing is fetched, queued, processing or unacknowledged."""
         if self._dispatching or self._rebalancing or self.state.has_outbox():
             return False
+        if self.dispatcher is not None and self.dispatcher.sinks_busy():
+            return False
         if any(source.busy() for _, source in self._sources):
             return False
         if self.tracker.in_flight():
@@ -741,7 +589,9 @@ def required_topics(app: App) -> list[TopicSpec]:
     """Every topic a worker of ``app`` needs: declared, dead-letter, changelog and
     repartition topics, with their partition counts."""
     specs = [TopicSpec(t.name, t.partitions, compacted=t.compacted) for t in app.topics.values()]
-    specs.append(TopicSpec(dead_letter_topic(app.name), 1))
+    dead_letters = {dead_letter_topic(app.name)}
+    dead_letters.update(a.dead_letter for a in app.agents if a.dead_letter)
+    specs.extend(TopicSpec(name, 1) for name in sorted(dead_letters) if name not in app.topics)
     specs.extend(StateKeeper.specs_for(app))
     return specs
 

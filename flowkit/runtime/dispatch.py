@@ -1,0 +1,351 @@
+"""Running agents: their streams, their outputs, and what happens when a record fails.
+
+The ``Dispatcher`` owns every agent instance of a worker. For each record it routes the
+outputs (topics through the worker's producer, other sinks through a ``SinkRunner``
+each), and when processing raises it applies the agent's ``ErrorPolicy``: retry the
+record after a backoff, dead-letter it, skip it, or stop the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ..agents import KEEP_KEY, Agent, Output
+from ..app import App
+from ..clock import Clock
+from ..deadletter import dead_letter_headers, dead_letter_topic
+from ..errors import DefinitionError, NotRunningError, ProcessingError, SinkError
+from ..metrics import Metrics
+from ..policies import Retry
+from ..records import Headers, Message
+from ..sinks import CallableSink, Sink, SinkRunner, sink_name
+from ..streams import Stream, StreamSource, bind_source
+from ..topics import Topic
+
+__all__ = ["Dispatcher", "Route"]
+
+log = structlog.get_logger(__name__)
+
+SendBytes = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Route:
+    """Where the batches of one topic go: per reading agent, its instances' sources."""
+
+    topic: Topic[Any]
+    readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Target:
+    topic: Topic[Any] | None = None
+    runner: SinkRunner | None = None
+
+
+class Dispatcher:
+    """Drives the agent instances of one worker."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        send: SendBytes,
+        clock: Clock,
+        metrics: Metrics,
+        fail_fast: bool,
+        queue_batches: int,
+    ) -> None:
+        self.app = app
+        self._send = send
+        self.clock = clock
+        self.metrics = metrics
+        self.fail_fast = fail_fast
+        self.routes: dict[str, Route] = {}
+        self.sources: list[tuple[Agent[Any], StreamSource]] = []
+        self.runners: dict[int, SinkRunner] = {}  # id(sink) -> its runner, shared by agents
+        self._targets: dict[str, list[_Target]] = {}
+        self._dlq: dict[str, str] = {}
+        self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
+        default_dlq = dead_letter_topic(app.name)
+        for agent in app.agents:
+            topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
+            if topic is None:
+                raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
+            route = self.routes.setdefault(topic.name, Route(topic))
+            sources = [
+                StreamSource(
+                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name, queue_batches
+                )
+                for i in range(agent.concurrency)
+            ]
+            route.readers.append((agent, sources))
+            self.sources.extend((agent, s) for s in sources)
+            self._targets[agent.name] = [self._target(agent, s) for s in agent.sinks]
+            self._dlq[agent.name] = agent.dead_letter or default_dlq
+        self.default_dlq = default_dlq
+
+    def dead_letter_topics(self) -> set[str]:
+        """Every dead-letter topic the agents use."""
+        return {self.default_dlq, *self._dlq.values()}
+
+    # -- sinks ----------------------------------------------------------------------------
+
+    def _target(self, agent: Agent[Any], sink: Any) -> _Target:
+        if isinstance(sink, Topic):
+            return _Target(topic=sink)
+        if isinstance(sink, Agent):
+            return self._target(agent, sink.topic)
+        if isinstance(sink, str):
+            topic = self.app.topics.get(sink)
+            if topic is None:
+                raise DefinitionError(f"agent {agent.name!r} writes undeclared topic {sink!r}")
+            return _Target(topic=topic)
+        runner = self.runners.get(id(sink))
+        if runner is None:
+            if isinstance(sink, Sink):
+                wrapped: Sink = sink
+            elif callable(sink):
+                wrapped = CallableSink(sink)
+            else:
+                raise DefinitionError(
+                    f"agent {agent.name!r}: {sink!r} is not a topic, agent, Sink or callable"
+                )
+            runner = SinkRunner(
+                wrapped,
+                name=sink_name(sink),
+                on_give_up=self._sink_gave_up,
+                **getattr(sink, "runner_options", {}),
+            )
+            if self._spawn is not None:
+                runner.start(self._spawn)
+            self.runners[id(sink)] = runner
+        return _Target(runner=runner)
+
+    async def _sink_gave_up(
+        self, batch: list[tuple[Any, Any]], exc: BaseException, attempts: int
+    ) -> None:
+        error = SinkError(f"sink failed after {attempts} attempts: {exc!r}")
+        error.__cause__ = exc
+        if self.fail_fast:
+            raise error
+        for _, origin in batch:
+            if origin is not None:
+                message, agent = origin
+                await self.dead_letter(
+                    message,
+                    error,
+                    stage="sink",
+                    agent=agent,
+                    attempts=attempts,
+                    topic=self._dlq.get(agent, self.default_dlq),
+                )
+
+    def start_sinks(self, spawn: Callable[[Any, str], Any]) -> None:
+        """Start every sink's writer task with ``spawn`` (the worker's task starter, so a
+        sink whose dead letters cannot be written stops the worker)."""
+        self._spawn = spawn
+        for runner in self.runners.values():
+            runner.start(spawn)
+
+    _spawn: Callable[[Any, str], Any] | None = None
+
+    async def flush_sinks(self) -> None:
+        """Wait until every output handed to a sink so far is written or dead-lettered."""
+        for runner in self.runners.values():
+            await runner.flush()
+
+    def sinks_busy(self) -> bool:
+        """True while any sink has outputs queued or being written."""
+        return any(runner.pending() for runner in self.runners.values())
+
+    async def aclose_sinks(self) -> None:
+        """Stop the writers and close the sinks."""
+        for runner in self.runners.values():
+            await runner.aclose()
+
+    # -- agents ---------------------------------------------------------------------------
+
+    async def drive(self, agent: Agent[Any], source: StreamSource) -> None:
+        """Run one agent instance until its stream ends, restarting it after errors."""
+        bind_source(source)  # once per task: tables find the agent's stream through it
+        backoff = 0.1
+        while True:
+            before = (source.records, source.pos, source.batch)
+            try:
+                if agent.per_record:
+                    await self._drive_per_record(agent, source)
+                elif agent.yields:
+                    async for out in agent.fn(Stream(source)):
+                        await self.emit(agent, source, out)
+                else:
+                    await agent.fn(Stream(source))
+            except (asyncio.CancelledError, DefinitionError, NotRunningError):
+                # A wrong declaration (a table written off its partition), or state this
+                # worker no longer holds: not the record's fault, so not a dead letter.
+                raise
+            except Exception as exc:
+                message = source.current_message()
+                if message is None:
+                    if self.fail_fast:
+                        raise
+                    log.error(
+                        "agent crashed outside a record; restarting",
+                        agent=agent.name,
+                        error=repr(exc),
+                        backoff=backoff,
+                    )
+                    await asyncio.sleep(backoff)  # real time: nothing to do with event time
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                await self._failed(agent, source, message, exc)
+                continue
+            self._retrying.pop(source.name, None)
+            if source.closed and not source.busy():
+                return
+            if (source.records, source.pos, source.batch) == before:
+                await asyncio.sleep(backoff)  # returned without reading: don't spin
+                backoff = min(backoff * 2, 5.0)
+            log.warning(
+                "agent returned before its stream ended; starting it again", agent=agent.name
+            )
+
+    async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
+        fn = agent.fn
+        is_async = agent.is_async
+        async for value in source.iterate(()):
+            out = fn(value)
+            if is_async:
+                out = await out
+            if out is not None:
+                await self.emit(agent, source, out)
+
+    async def emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
+        """Send one output to the agent's sinks (or the ones ``Output.to`` names)."""
+        targets = self._targets[agent.name]
+        key: Any = KEEP_KEY
+        headers: Headers = ()
+        value = out
+        if isinstance(out, Output):
+            value, key, headers = out.value, out.key, tuple(out.headers)
+            if out.to is not None:
+                chosen = out.to if isinstance(out.to, list | tuple) else [out.to]
+                targets = [self._target(agent, t) for t in chosen]
+        message = source.current_message()
+        for target in targets:
+            topic = target.topic
+            if topic is not None:
+                if key is KEEP_KEY:
+                    raw_key = message.key if message is not None else None
+                else:
+                    raw_key = topic.encode_key(key)
+                await self._send(
+                    topic.name,
+                    None if value is None else topic.encode(value),
+                    key=raw_key,
+                    headers=headers,
+                )
+            elif target.runner is not None:
+                origin = None if message is None else (message, agent.name)
+                await target.runner.submit(value, origin)
+
+    # -- failures -------------------------------------------------------------------------
+
+    async def _failed(
+        self, agent: Agent[Any], source: StreamSource, message: Message, exc: Exception
+    ) -> None:
+        stage = exc.stage if isinstance(exc, ProcessingError) else "process"
+        action = agent.on_error.action_for(exc)
+        attempts = 1
+        previous = self._retrying.get(source.name)
+        if previous is not None and previous[0] is message:
+            attempts = previous[1] + 1
+        if isinstance(action, Retry):
+            if attempts < action.attempts:
+                delay = action.delay(attempts)
+                self._retrying[source.name] = (message, attempts)
+                self.metrics.retries.labels(agent.name).inc()
+                log.warning(
+                    "record failed; retrying",
+                    agent=agent.name,
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                    attempt=attempts,
+                    delay=round(delay, 3),
+                    error=repr(exc),
+                )
+                # Real time, like the sinks' retries: what failed needs time to recover.
+                await asyncio.sleep(delay)
+                source.pos -= 1  # the same record again
+                return
+            action = action.then
+        self._retrying.pop(source.name, None)
+        self.metrics.errors.labels(agent.name, stage).inc()
+        log.error(
+            "record failed",
+            agent=agent.name,
+            stage=stage,
+            action=action,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            attempts=attempts,
+            error=repr(exc),
+        )
+        if self.fail_fast or action == "stop":
+            raise exc
+        if action == "skip":
+            self.metrics.skipped.labels(agent.name).inc()
+            return
+        await self.dead_letter(
+            message,
+            exc,
+            stage=stage,
+            agent=agent.name,
+            attempts=attempts,
+            topic=self._dlq[agent.name],
+        )
+
+    async def dead_letter(
+        self,
+        message: Message,
+        error: BaseException,
+        *,
+        stage: str,
+        agent: str | None,
+        attempts: int = 1,
+        topic: str | None = None,
+    ) -> None:
+        """Send ``message`` unchanged to the dead-letter topic, with headers saying why."""
+        if stage == "decode":
+            log.warning(
+                "record does not decode",
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                error=str(error),
+            )
+            if self.fail_fast:
+                raise error
+        self.metrics.dead_letters.labels(stage).inc()
+        headers = dead_letter_headers(
+            message,
+            error,
+            stage=stage,
+            agent=agent,
+            attempts=attempts,
+            failed_at_ms=int(self.clock.time() * 1000),
+        )
+        await self._send(
+            topic or self.default_dlq,
+            message.value,
+            key=message.key,
+            headers=headers,
+            timestamp_ms=message.timestamp,
+        )

@@ -1,0 +1,1 @@
+"""Apps that the Kafka process tests run with ``python -m flowkit.cli worker``."""
