@@ -10,7 +10,7 @@ it commits (see ``Worker.checkpoint``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .records import TopicPartition
 
@@ -18,13 +18,18 @@ __all__ = ["OffsetTracker", "PendingBatch"]
 
 
 class PendingBatch:
-    """A dispatched batch: its end offset and how many agent instances still hold it."""
+    """A dispatched batch: its end offset and how many agent instances still hold it.
 
-    __slots__ = ("end", "holders")
+    ``progress``, when set (a batch with one holder), returns the offset of the record
+    the holder is on: the records before it are done, so a commit may stop there.
+    """
+
+    __slots__ = ("end", "holders", "progress")
 
     def __init__(self, end: int, holders: int) -> None:
         self.end = end
         self.holders = holders
+        self.progress: Callable[[], int | None] | None = None
 
     def release(self) -> None:
         """One holder is done with the batch."""
@@ -66,6 +71,11 @@ class OffsetTracker:
             end = queue.popleft().end
         if end is not None:
             self._done[tp] = end
+        if queue and queue[0].progress is not None:
+            # Part of the oldest batch is done: commit up to the record being processed.
+            offset = queue[0].progress()
+            if offset is not None and offset > self._done.get(tp, -1):
+                self._done[tp] = offset
 
     def committable(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Offsets (next to read) that advanced past the last commit, per partition."""

@@ -84,12 +84,39 @@ class Graph:
                     f"agent:{agent.name}",
                     "agent",
                     agent.name,
-                    {"concurrency": agent.concurrency, "form": agent.form},
+                    {
+                        "concurrency": agent.concurrency,
+                        "form": agent.form,
+                        **(
+                            {"on_error": agent.on_error.describe()}
+                            if agent.on_error.rules or agent.on_error.default != "dead_letter"
+                            else {}
+                        ),
+                    },
                 )
             )
             graph.edges.append(Edge(f"topic:{agent.topic_name}", f"agent:{agent.name}", "reads"))
             for sink in agent.sinks:
                 graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
+        for agent in graph.agents:
+            dlq = agent.dead_letter or f"{app}-dlq"
+            if graph.node(f"topic:{dlq}") is None:
+                graph.nodes.append(
+                    Node(
+                        f"topic:{dlq}",
+                        "topic",
+                        dlq,
+                        {
+                            "partitions": 1,
+                            "key_type": "bytes",
+                            "value_type": "dead letters",
+                            "codec": "raw",
+                            "internal": True,
+                            "dead_letter": True,
+                        },
+                    )
+                )
+            graph.edges.append(Edge(f"agent:{agent.name}", f"topic:{dlq}", "dead_letters"))
         for table in graph.tables:
             graph._add_table(table)
         for agent in graph.agents:

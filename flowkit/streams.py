@@ -116,6 +116,13 @@ class StreamSource:
         """True while a batch is being processed or waits in the queue."""
         return self.batch is not None or self._queue.qsize() > 0
 
+    def progress_of(self, batch: Batch) -> int | None:
+        """The offset of the record being processed in ``batch`` (the ones before it are
+        done), or None if that is not known (not started, or held by ``batches()``)."""
+        if self.batch is not batch or self._held is not None or self.pos < 0:
+            return None
+        return batch.messages[self.pos].offset
+
     def current_message(self) -> Message | None:
         """The message of the record the agent is processing, if any."""
         batch = self.batch

@@ -52,3 +52,17 @@ def test_forget_drops_a_partition() -> None:
     tracker.add(TP, 5, 1)
     tracker.forget([TP])
     assert tracker.in_flight() == 0 and tracker.committable() == {}
+
+
+def test_progress_commits_part_of_the_oldest_batch() -> None:
+    tracker = OffsetTracker()
+    entry = tracker.add(TP, 100, 1)
+    position: list[int | None] = [None]
+    entry.progress = lambda: position[0]
+    assert tracker.committable() == {}  # not started
+    position[0] = 42  # records 0..41 are done, 42 is being processed
+    assert tracker.committable() == {TP: 42}
+    tracker.committed({TP: 42})
+    assert tracker.committable() == {}
+    entry.release()
+    assert tracker.committable() == {TP: 100}

@@ -19,11 +19,11 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
+from ..app import App
+from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
 from ..logs import configure_logging
 from ..rendering import render
-from ..app import App
-from ..deadletter import DeadLetter, dead_letter_topic
 from ..runtime import Worker, required_topics
 from ..runtime.deadletters import read_dead_letters, replay_dead_letters
 from ..transports import Transport, parse_broker_url, transport_from_url

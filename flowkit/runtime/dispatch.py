@@ -72,6 +72,7 @@ class Dispatcher:
         self._targets: dict[str, list[_Target]] = {}
         self._dlq: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
+        self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
             topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
@@ -228,6 +229,7 @@ class Dispatcher:
     async def emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
         """Send one output to the agent's sinks (or the ones ``Output.to`` names)."""
         targets = self._targets[agent.name]
+        self.outputs[agent.name] += 1
         key: Any = KEEP_KEY
         headers: Headers = ()
         value = out

@@ -13,6 +13,7 @@ issued so far is acknowledged, then commit those offsets.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,8 +36,8 @@ from ..records import Headers, Message, TopicPartition
 from ..streams import Batch, StreamSource
 from ..transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
 from .dispatch import Dispatcher, Route
-from .web import WebServer
 from .state import StateKeeper
+from .web import WebServer
 
 __all__ = ["Worker", "required_topics"]
 
@@ -122,6 +123,7 @@ class Worker:
         self._rebalancing = 0
         self._joined = False
         self._sent_end: dict[TopicPartition, int] = {}
+        self._reported: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -372,9 +374,10 @@ class Worker:
         entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
         for _agent, sources in readers:
             source = sources[tp.partition % len(sources)]
-            await source.put(
-                Batch(route.topic, tp, decoded.values, decoded.messages, entry.release)
-            )
+            batch = Batch(route.topic, tp, decoded.values, decoded.messages, entry.release)
+            if len(readers) == 1 and decoded.messages:
+                entry.progress = functools.partial(source.progress_of, batch)
+            await source.put(batch)
 
     # -- sends ----------------------------------------------------------------------------
 
@@ -444,6 +447,7 @@ class Worker:
             await self._await_in_flight()
             if not offsets:
                 return
+            self._update_metrics()
             started = self.clock.monotonic()
             await consumer.commit(offsets)
             self.tracker.committed(offsets)
@@ -490,6 +494,22 @@ class Worker:
             and (self._consumer is None or self._joined)
             and not self._rebalancing
         )
+
+    def _update_metrics(self) -> None:
+        """Move per-agent counts into Prometheus once per checkpoint, not per record."""
+        reported = self._reported
+        for agent, source in self._sources:
+            done = source.records - reported.get(source.name, 0)
+            if done:
+                self.metrics.records_processed.labels(agent.name).inc(done)
+                reported[source.name] = source.records
+            self.metrics.queue_depth.labels(source.name).set(source.pending())
+        if self.dispatcher is not None:
+            for name, count in self.dispatcher.outputs.items():
+                sent = count - reported.get(f"out:{name}", 0)
+                if sent:
+                    self.metrics.outputs.labels(name).inc(sent)
+                    reported[f"out:{name}"] = count
 
     async def _tick_loop(self) -> None:
         while True:

@@ -74,13 +74,17 @@ def test_graph_text_is_the_default() -> None:
         "app clickstream",
         "├── topics",
         "│   ├── clicks (4 partitions, key str, value Click)",
-        "│   └── page-counts (4 partitions, key str, value PageCount)",
+        "│   ├── page-counts (4 partitions, key str, value PageCount)",
+        "│   └── clickstream-dlq (1 partition, key bytes, value dead letters, codec raw, "
+        "dead_letter, internal)",
         "├── agents",
         "│   ├── count_views",
         "│   │   ├── reads clicks",
-        "│   │   └── writes page-counts",
+        "│   │   ├── writes page-counts",
+        "│   │   └── dead_letters clickstream-dlq",
         "│   └── report",
-        "│       └── reads page-counts",
+        "│       ├── reads page-counts",
+        "│       └── dead_letters clickstream-dlq",
         "└── tasks",
         "    └── generate_traffic",
     ]
@@ -96,6 +100,7 @@ def test_graph_json() -> None:
     assert set(nodes) == {
         "topic:clicks",
         "topic:page-counts",
+        "topic:clickstream-dlq",
         "agent:count_views",
         "agent:report",
         "task:generate_traffic",
@@ -107,6 +112,8 @@ def test_graph_json() -> None:
         ("topic:clicks", "agent:count_views", "reads"),
         ("agent:count_views", "topic:page-counts", "writes"),
         ("topic:page-counts", "agent:report", "reads"),
+        ("agent:count_views", "topic:clickstream-dlq", "dead_letters"),
+        ("agent:report", "topic:clickstream-dlq", "dead_letters"),
     ]
     # Stable: the same declaration always prints the same bytes, keys sorted.
     assert out == invoke("graph", CLICKSTREAM, "-f", "json")[1]
@@ -119,7 +126,14 @@ def test_graph_mermaid() -> None:
     lines = out.splitlines()
     assert lines[0] == "flowchart LR"
     ids = {m[1]: m[0] for m in re.findall(r'^ +(n\d+)[\[({]+"([\w-]+)', out, re.MULTILINE)}
-    assert set(ids) == {"clicks", "page-counts", "count_views", "report", "generate_traffic"}
+    assert set(ids) == {
+        "clicks",
+        "page-counts",
+        "clickstream-dlq",
+        "count_views",
+        "report",
+        "generate_traffic",
+    }
     assert f'{ids["clicks"]}[("clicks<br/>' in out  # a topic is a cylinder
     assert f'{ids["report"]}["report"]' in out  # an agent is a box
     assert f'{ids["clicks"]} -->|"reads"| {ids["count_views"]}' in out
@@ -156,7 +170,7 @@ def test_graph_contacts_no_broker() -> None:
 
 def test_graph_check_ok() -> None:
     code, out, err = invoke("graph", CLICKSTREAM, "--check")
-    assert (code, out, err) == (0, "ok: 2 topics, 2 agents, 1 task\n", "")
+    assert (code, out, err) == (0, "ok: 3 topics, 2 agents, 1 task\n", "")
 
 
 def test_graph_check_problems() -> None:

@@ -1,0 +1,119 @@
+"""`flowkit dlq show` and `flowkit dlq replay` against a real broker, and the web endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import flowkit
+from flowkit.cli import cli
+from flowkit.testing import TestDriver
+from flowkit.transports.kafka import KafkaTransport
+from tests.conftest import KAFKA_TEST_SETTINGS
+from tests.kafka.apps import dlq_app
+from tests.kafka_broker import TansuBroker
+
+pytestmark = pytest.mark.kafka
+
+
+class _Runner:
+    """CliRunner in a thread: the CLI runs its own event loop."""
+
+    async def invoke(self, *args: Any) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, *args)
+
+
+async def test_show_and_replay_dead_letters(fresh_kafka: TansuBroker) -> None:
+    url = f"kafka://{fresh_kafka.bootstrap}"
+    transport = KafkaTransport([fresh_kafka.bootstrap], **KAFKA_TEST_SETTINGS)
+    try:
+        async with TestDriver(dlq_app.app, transport=transport, settle=0.3) as driver:
+            for n in range(6):
+                await driver.send(dlq_app.numbers, n, key=f"k{n}", headers=(("trace", b"t"),))
+            await driver.run_until_idle()
+    finally:
+        await transport.aclose()
+    runner = _Runner()
+    shown = await runner.invoke(
+        cli, ["dlq", "show", "tests.kafka.apps.dlq_app:app", "--broker", url]
+    )
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0] == "3 of 3 dead letters in dlqtest-dlq"
+    assert all("ValueError" in line and "evens_only" in line for line in lines[1:])
+    assert [line.split("value=")[1] for line in lines[1:]] == ["1", "3", "5"]
+    only = await runner.invoke(
+        cli,
+        [
+            "dlq",
+            "show",
+            "tests.kafka.apps.dlq_app:app",
+            "--broker",
+            url,
+            "--where",
+            "partition=0",
+            "--where",
+            "stage=process",
+            "-n",
+            "1",
+        ],
+    )
+    assert only.output.splitlines()[0] == "1 of 3 dead letters in dlqtest-dlq"
+    bad = await runner.invoke(
+        cli, ["dlq", "show", "tests.kafka.apps.dlq_app:app", "--broker", url, "--where", "x"]
+    )
+    assert bad.exit_code == 2 and "FIELD=VALUE" in bad.output
+
+    replayed = await runner.invoke(
+        cli,
+        ["dlq", "replay", "tests.kafka.apps.dlq_app:app", "--broker", url, "--to", "replayed"],
+    )
+    assert replayed.exit_code == 0, replayed.output
+    assert replayed.output.strip() == "replayed 3 of 3 dead letters from dlqtest-dlq"
+    app = flowkit.App("reader")
+    transport = KafkaTransport([fresh_kafka.bootstrap], **KAFKA_TEST_SETTINGS)
+    try:
+        messages = await TestDriver(app, transport=transport).messages("replayed")
+    finally:
+        await transport.aclose()
+    assert sorted(m.value for m in messages) == [b"1", b"3", b"5"]
+    # The original key and headers come back; the flowkit.* failure headers do not.
+    assert {m.key for m in messages} == {b"k1", b"k3", b"k5"}
+    assert all(m.headers == (("trace", b"t"),) for m in messages)
+
+
+def test_dlq_on_the_memory_broker_is_a_clear_error() -> None:
+    result = CliRunner().invoke(cli, ["dlq", "show", "tests.kafka.apps.dlq_app:app"])
+    assert result.exit_code == 2
+    assert "memory:// broker lives inside one worker process" in result.output
+
+
+async def test_the_web_endpoint_serves_metrics_readiness_and_graph() -> None:
+    worker = flowkit.Worker(dlq_app.app, web_port=0)
+    async with worker:
+        assert worker.web is not None
+        base = f"http://127.0.0.1:{worker.web.port}"
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(base + path, timeout=5) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+
+        for _ in range(100):
+            if worker.ready:
+                break
+            await asyncio.sleep(0.02)
+        status, body = await asyncio.to_thread(get, "/ready")
+        assert (status, body) == (200, '{"ready": true, "app": "dlqtest"}')
+        status, body = await asyncio.to_thread(get, "/metrics")
+        assert status == 200 and "flowkit_assigned_partitions 1.0" in body
+        status, body = await asyncio.to_thread(get, "/graph")
+        assert status == 200 and '"agent:evens_only"' in body
+        status, _ = await asyncio.to_thread(get, "/nothing")
+        assert status == 404
