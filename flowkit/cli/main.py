@@ -289,7 +289,7 @@ def dlq_show(
 ) -> None:
     """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
     with _errors():
-        the_app, url, name, filters = _dlq_args(app, broker, topic, where)
+        _, url, name, filters = _dlq_args(app, broker, topic, where)
         letters = asyncio.run(_read_letters(url, name))
     chosen = [letter for letter in letters if letter.matches(filters)][-limit:]
     typer.echo(f"{len(chosen)} of {len(letters)} dead letters in {name}")

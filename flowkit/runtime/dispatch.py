@@ -46,6 +46,12 @@ class Route:
 class _Target:
     topic: Topic[Any] | None = None
     runner: SinkRunner | None = None
+    encode: Callable[[Any], bytes] | None = None  # the codec's own encoder: no extra frame
+
+    @classmethod
+    def for_topic(cls, topic: Topic[Any]) -> _Target:
+        raw = getattr(topic.value_codec, "_encoder", None)
+        return cls(topic=topic, encode=raw.encode if raw is not None else topic.encode)
 
 
 class Dispatcher:
@@ -73,6 +79,7 @@ class Dispatcher:
         self._dlq: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
+        self._route_cache: dict[tuple[str, tuple[Any, ...]], list[_Target]] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
             topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
@@ -99,14 +106,14 @@ class Dispatcher:
 
     def _target(self, agent: Agent[Any], sink: Any) -> _Target:
         if isinstance(sink, Topic):
-            return _Target(topic=sink)
+            return _Target.for_topic(sink)
         if isinstance(sink, Agent):
             return self._target(agent, sink.topic)
         if isinstance(sink, str):
             topic = self.app.topics.get(sink)
             if topic is None:
                 raise DefinitionError(f"agent {agent.name!r} writes undeclared topic {sink!r}")
-            return _Target(topic=topic)
+            return _Target.for_topic(topic)
         runner = self.runners.get(id(sink))
         if runner is None:
             if isinstance(sink, Sink):
@@ -127,6 +134,19 @@ class Dispatcher:
                 runner.start(self._spawn)
             self.runners[id(sink)] = runner
         return _Target(runner=runner)
+
+    def _routed(self, agent: Agent[Any], to: Any) -> list[_Target]:
+        """The targets an ``Output(to=...)`` names, resolved once per distinct ``to``."""
+        chosen = tuple(to) if isinstance(to, list | tuple) else (to,)
+        key = (agent.name, chosen)
+        try:
+            return self._route_cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable target: resolve it every time
+            return [self._target(agent, t) for t in chosen]
+        targets = self._route_cache[key] = [self._target(agent, t) for t in chosen]
+        return targets
 
     async def _sink_gave_up(
         self, batch: list[tuple[Any, Any]], exc: BaseException, attempts: int
@@ -236,8 +256,7 @@ class Dispatcher:
         if isinstance(out, Output):
             value, key, headers = out.value, out.key, tuple(out.headers)
             if out.to is not None:
-                chosen = out.to if isinstance(out.to, list | tuple) else [out.to]
-                targets = [self._target(agent, t) for t in chosen]
+                targets = self._routed(agent, out.to)
         message = source.current_message()
         for target in targets:
             topic = target.topic
@@ -248,7 +267,7 @@ class Dispatcher:
                     raw_key = topic.encode_key(key)
                 await self._send(
                     topic.name,
-                    None if value is None else topic.encode(value),
+                    None if value is None else target.encode(value),  # type: ignore[misc]
                     key=raw_key,
                     headers=headers,
                 )

@@ -398,6 +398,12 @@ class Worker:
         ack = await producer.send(
             topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
         )
+        if isinstance(ack, Ack):  # already stored (the memory broker): nothing to await
+            tp = (ack.topic, ack.partition)
+            sent: dict[Any, int] = self._sent_end
+            if ack.offset >= sent.get(tp, 0):
+                sent[tp] = ack.offset + 1
+            return ack
         in_flight = self._in_flight
         in_flight.append(ack)
         if len(in_flight) >= MAX_IN_FLIGHT:
@@ -406,14 +412,15 @@ class Worker:
 
     async def _await_in_flight(self) -> None:
         pending, self._in_flight = self._in_flight, []
-        sent = self._sent_end
+        sent: dict[Any, int] = self._sent_end
         for ack in pending:
             if not isinstance(ack, Ack):  # an Ack is already stored; others are futures
                 try:
                     ack = await ack
                 except Exception as exc:
                     raise TransportError(f"a send was not acknowledged: {exc!r}") from exc
-            tp = TopicPartition(ack.topic, ack.partition)
+            # A plain tuple hashes and compares like the TopicPartition namedtuple.
+            tp = (ack.topic, ack.partition)
             if ack.offset >= sent.get(tp, 0):
                 sent[tp] = ack.offset + 1
 
