@@ -27,6 +27,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from .app import App
+from .clock import Clock
 from .errors import TransportError
 from .records import Headers, Message, TopicPartition
 from .runtime import Worker
@@ -107,7 +108,7 @@ class TestDriver:
         *,
         broker: MemoryBroker | None = None,
         transport: Transport | None = None,
-        clock: FakeClock | None = None,
+        clock: Clock | None = None,
         fail_fast: bool = False,
         settle: float = 0.0,
         **worker_options: Any,
@@ -116,7 +117,7 @@ class TestDriver:
             raise ValueError("give a memory broker or a transport, not both")
         self.app = app
         self.broker = broker or MemoryBroker()
-        self.clock = clock or FakeClock()
+        self.clock: Clock = clock or FakeClock()
         self._own_transport = transport is None
         self.transport: Transport = transport or MemoryTransport(self.broker)
         self.settle = settle
@@ -145,6 +146,8 @@ class TestDriver:
         await self._producer.aclose()
         if self._own_transport:
             await self.transport.aclose()
+            # Outputs stay readable after the stop, from the same memory broker.
+            self.transport = MemoryTransport(self.broker)
         if self.worker.error is not None and not isinstance(self.worker.error, Exception):
             raise self.worker.error
 
@@ -241,6 +244,8 @@ class TestDriver:
 
     async def advance(self, seconds: float) -> None:
         """Move the fake clock forward (timers fire, commits happen), then run until idle."""
+        if not isinstance(self.clock, FakeClock):
+            raise TypeError("advance() needs the driver's clock to be a FakeClock")
         await self.clock.advance(seconds)
         await self.run_until_idle()
 
