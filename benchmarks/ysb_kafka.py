@@ -121,7 +121,8 @@ async def reset_internal_topics(bootstrap: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        doomed = [t for t in await admin.list_topics() if t not in KEEP]
+        # Only the benchmark's own topics: --bootstrap may point at a shared broker.
+        doomed = [t for t in await admin.list_topics() if t.startswith("ysb") and t not in KEEP]
         if doomed:
             await admin.delete_topics(doomed)
     finally:

@@ -16,6 +16,7 @@ Node ids are ``"<kind>:<name>"``. The JSON form (``Graph.to_dict``) is versioned
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -344,6 +345,8 @@ def _assignable(out: Any, expected: Any) -> bool:
         return True
     if getattr(out, "__name__", "") == "Output":  # routed outputs carry their own type
         return True
+    out = typing.get_origin(out) or out
+    expected = typing.get_origin(expected) or expected
     try:
         return isinstance(out, type) and isinstance(expected, type) and issubclass(out, expected)
     except TypeError:

@@ -92,6 +92,7 @@ class StreamSource:
         self.pos = -1
         self.closed = False
         self._held: deque[Batch] | None = None
+        self.chunk: list[Message] | None = None  # records of the list batches() handed out
         self.records = 0  # values handed to the agent
 
     # -- the worker's side ----------------------------------------------------------------
@@ -181,41 +182,50 @@ class StreamSource:
         for a list to fill. Records of a list are done when the next list is requested."""
         fn = _compose(ops) if ops else None
         self._held = deque()
-        try:
-            while True:
-                chunk: list[Any] = []
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + within
-                while len(chunk) < max_size:
-                    batch = self.batch
+        while True:
+            chunk: list[Any] = []
+            origins: list[Message] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + within
+            while len(chunk) < max_size:
+                batch = self.batch
+                if batch is None:
+                    left = deadline - loop.time()
+                    if left <= 0 and chunk:
+                        break
+                    batch = await self._next_batch(max(left, 0.0) if chunk else None)
                     if batch is None:
-                        left = deadline - loop.time()
-                        if left <= 0 and chunk:
-                            break
-                        batch = await self._next_batch(max(left, 0.0) if chunk else None)
-                        if batch is None:
-                            break
-                    values = batch.values
-                    i = self.pos + 1
-                    n = len(values)
-                    while i < n and len(chunk) < max_size:
-                        self.pos = i
-                        v = values[i] if fn is None else fn(values[i], batch, i)
-                        i += 1
-                        if v is not _SKIP:
-                            chunk.append(v)
-                    if i >= n:
-                        self.records += n
-                        self._finish(batch)
-                if not chunk:
-                    if self.closed and self._queue.empty() and self.batch is None:
-                        return
-                    continue
-                yield chunk
-                self._release_held()
-        finally:
-            self._release_held()
-            self._held = None
+                        break
+                values = batch.values
+                i = self.pos + 1
+                n = len(values)
+                while i < n and len(chunk) < max_size:
+                    self.pos = i
+                    v = values[i] if fn is None else fn(values[i], batch, i)
+                    if v is not _SKIP:
+                        chunk.append(v)
+                        origins.append(batch.messages[i])
+                    i += 1
+                if i >= n:
+                    self.records += n
+                    self._finish(batch)
+            if not chunk:
+                if self.closed and self._queue.empty() and self.batch is None:
+                    self.release_chunk()
+                    return
+                continue
+            # Until the next list is asked for, these records are the agent's: if it
+            # raises, the worker dead-letters all of them (see release_chunk).
+            self.chunk = origins
+            yield chunk
+            self.release_chunk()
+            self._held = deque()
+
+    def release_chunk(self) -> None:
+        """The records of the last ``batches()`` list are done (or dead-lettered)."""
+        self.chunk = None
+        self._release_held()
+        self._held = None
 
 
 def _compose(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Batch, int], Any]:

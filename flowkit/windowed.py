@@ -148,6 +148,7 @@ class WindowedTable(TableBase[K, V]):
         self.late = late
         self.idle_timeout = idle_timeout
         self.late_records = 0
+        self.callback_errors = 0
         self.closed_windows = 0
         self.now_ms: Callable[[], int] = _unset_clock
         self._size = spec.size_ms
@@ -446,9 +447,22 @@ class WindowedTable(TableBase[K, V]):
         """Deliver closed windows to ``on_close`` and the ``to`` topic."""
         for key, window, value in emissions:
             if self.on_close is not None:
-                result = self.on_close(key, window, value)
-                if inspect.isawaitable(result):
-                    await result
+                try:
+                    result = self.on_close(key, window, value)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    # The window is closed either way (and goes to `to=` below); a callback
+                    # that fails is logged with the value it was given, never retried.
+                    self.callback_errors += 1
+                    log.error(
+                        "on_close callback failed",
+                        table=self.name,
+                        key=key,
+                        window_start=window.start,
+                        value=value,
+                        error=repr(exc),
+                    )
             if self.to is not None:
                 await send(
                     self.to.name,

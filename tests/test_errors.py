@@ -202,3 +202,26 @@ async def test_a_sink_output_is_written_before_its_offset_is_committed() -> None
         tp = flowkit.TopicPartition("nums", 0)
         assert driver.broker.committed("order", tp) == 1
         assert slow.items == [1]
+
+
+async def test_a_failing_batches_list_dead_letters_every_record_in_it() -> None:
+    app, nums = numbers_app("chunks")
+    written: list[list[int]] = []
+
+    @app.agent(nums)
+    async def write(stream: flowkit.Stream[int]) -> None:
+        async for chunk in stream.batches(max_size=3, within_seconds=0.01):
+            if 4 in chunk:
+                raise OSError("database down")
+            written.append(chunk)
+
+    async with TestDriver(app) as driver:
+        for i in range(9):
+            await driver.send(nums, i)
+        await driver.run_until_idle()
+        dead = await driver.dead_letters()
+        await driver.worker.checkpoint()
+        committed = driver.broker.committed("chunks", flowkit.TopicPartition("nums", 0))
+    assert written == [[0, 1, 2], [6, 7, 8]]
+    assert sorted(int(d.value) for d in dead) == [3, 4, 5]  # the whole failed list
+    assert committed == 9

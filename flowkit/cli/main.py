@@ -26,7 +26,7 @@ from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
 from ..runtime.deadletters import read_dead_letters, replay_dead_letters
-from ..transports import Transport, parse_broker_url, transport_from_url
+from ..transports import Transport, parse_broker_url, redact, transport_from_url
 from .loader import load_app
 
 __all__ = ["cli"]
@@ -223,7 +223,7 @@ def topics(
         try:
             existing = asyncio.run(_partition_counts(transport, [s.name for s in needed]))
         except FlowkitError as exc:
-            _fail(f"cannot read topics from {url}: {exc}", FAILED)
+            _fail(f"cannot read topics from {redact(url)}: {exc}", FAILED)
     width = max(len(s.name) for s in needed)
     typer.echo(f"{'topic':<{width}}  needs  on broker  notes")
     problems = 0

@@ -211,6 +211,11 @@ class Dispatcher:
                 # worker no longer holds: not the record's fault, so not a dead letter.
                 raise
             except Exception as exc:
+                if source.chunk is not None:  # a batches() list failed: all its records
+                    for origin in source.chunk:
+                        await self._failed(agent, source, origin, exc, retry=False)
+                    source.release_chunk()
+                    continue
                 message = source.current_message()
                 if message is None:
                     if self.fail_fast:
@@ -227,6 +232,8 @@ class Dispatcher:
                 await self._failed(agent, source, message, exc)
                 continue
             self._retrying.pop(source.name, None)
+            if source.chunk is not None or source._held is not None:
+                source.release_chunk()  # the agent left a batches() loop: its list is done
             if source.closed and not source.busy():
                 return
             if (source.records, source.pos, source.batch) == before:
@@ -278,10 +285,18 @@ class Dispatcher:
     # -- failures -------------------------------------------------------------------------
 
     async def _failed(
-        self, agent: Agent[Any], source: StreamSource, message: Message, exc: Exception
+        self,
+        agent: Agent[Any],
+        source: StreamSource,
+        message: Message,
+        exc: Exception,
+        *,
+        retry: bool = True,
     ) -> None:
         stage = exc.stage if isinstance(exc, ProcessingError) else "process"
         action = agent.on_error.action_for(exc)
+        if isinstance(action, Retry) and not retry:
+            action = action.then  # a whole batches() list cannot be replayed in place
         attempts = 1
         previous = self._retrying.get(source.name)
         if previous is not None and previous[0] is message:

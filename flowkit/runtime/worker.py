@@ -122,6 +122,7 @@ class Worker:
         self._assigned: set[TopicPartition] = set()
         self._rebalancing = 0
         self._joined = False
+        self._running = False  # start() finished: connected, subscribed, loops started
         self._sent_end: dict[TopicPartition, int] = {}
         self._reported: dict[str, int] = {}
 
@@ -220,6 +221,7 @@ class Worker:
             self._side_tasks.append(self._spawn(self._watchdog(), "watchdog"))
         for timer in app.timers:
             self._side_tasks.append(self._spawn(self._run_timer(timer), f"timer:{timer.name}"))
+        self._running = True
         log.info(
             "worker started",
             app=app.name,
@@ -284,10 +286,13 @@ class Worker:
             for topic in self.app.topics.values():
                 if topic._sender is self:
                     topic._sender = None
-            if self._consumer is not None:
-                await self._consumer.aclose()
-            if self._producer is not None:
-                await self._producer.aclose()
+            # A lost broker can make closing fail too: report it, don't mask the cause.
+            for client in (self._consumer, self._producer):
+                if client is not None:
+                    try:
+                        await client.aclose()
+                    except (Exception, asyncio.CancelledError) as exc:
+                        log.warning("closing a broker client failed", error=repr(exc))
             await self.state.aclose()
             if self.web is not None:
                 await self.web.aclose()
@@ -496,7 +501,7 @@ class Worker:
     def ready(self) -> bool:
         """True once the worker joined its group and holds its tables' state."""
         return (
-            self._started
+            self._running
             and not self._closed
             and (self._consumer is None or self._joined)
             and not self._rebalancing

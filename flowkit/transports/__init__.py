@@ -24,11 +24,22 @@ __all__ = [
     "TopicSpec",
     "Transport",
     "parse_broker_url",
+    "redact",
     "transport_from_url",
     "url_settings",
 ]
 
 SCHEMES = ("memory", "kafka")
+_TEXT_SETTINGS = {"client_id", "group_instance_id", "security_protocol"}
+
+
+def redact(url: str) -> str:
+    """``url`` without its query string, which may hold credentials.
+
+    >>> redact("kafka://h:9092?sasl_plain_password=secret")
+    'kafka://h:9092'
+    """
+    return url.split("?", 1)[0]
 
 
 def parse_broker_url(url: str) -> tuple[str, list[str]]:
@@ -73,7 +84,9 @@ def url_settings(url: str) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for name, values in parse_qs(urlsplit(url).query, keep_blank_values=True).items():
         value: Any = values[-1]
-        if value.lower() == "none":
+        if name in _TEXT_SETTINGS or name.startswith(("ssl_", "sasl_")):
+            pass  # names, ids and secrets stay text, even when they look like numbers
+        elif value.lower() == "none":
             value = None
         elif value.lstrip("-").isdigit():
             value = int(value)

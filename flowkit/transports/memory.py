@@ -24,6 +24,7 @@ Everything runs on one event loop; nothing here is thread-safe.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
@@ -84,19 +85,45 @@ def _done_ack(topic: str, partition: int, offset: int) -> _DoneAck:
 
 
 class _Log:
-    """One partition: ``messages[i]`` has offset ``base + i``."""
+    """One partition: ``messages[i]`` has offset ``base + i``, until compaction leaves gaps
+    (``gapped``); then an offset's index is found by bisection."""
 
-    __slots__ = ("base", "messages", "trim_at", "waiters")
+    __slots__ = ("base", "gapped", "messages", "next_offset", "trim_at", "waiters")
 
     def __init__(self, trim_at: int) -> None:
         self.messages: list[Message] = []
         self.base = 0
-        self.trim_at = trim_at  # length at which the next retention pass runs
+        self.next_offset = 0
+        self.gapped = False
+        self.trim_at = trim_at  # length at which the next retention or compaction pass runs
         self.waiters: set[asyncio.Future[None]] = set()
 
     @property
     def end(self) -> int:
-        return self.base + len(self.messages)
+        return self.next_offset
+
+    def index(self, offset: int) -> int:
+        """The index of the first message at or after ``offset``."""
+        if not self.gapped:
+            return offset - self.base
+        return bisect.bisect_left(self.messages, offset, key=_offset_of)
+
+    def compact(self) -> None:
+        """Keep the newest record of each key (keyless records stay), in offset order."""
+        newest: dict[bytes, int] = {}
+        messages = self.messages
+        for i, m in enumerate(messages):
+            if m.key is not None:
+                newest[m.key] = i
+        kept = [m for i, m in enumerate(messages) if m.key is None or newest[m.key] == i]
+        if len(kept) < len(messages):
+            self.messages = kept
+            self.gapped = True
+            self.base = kept[0].offset if kept else self.next_offset
+
+
+def _offset_of(message: Message) -> int:
+    return message.offset
 
 
 class _Topic:
@@ -182,7 +209,10 @@ class MemoryBroker:
         if partitions < 1:
             raise ConfigurationError(f"topic {name!r} needs at least 1 partition, got {partitions}")
         retention = self.retention_records
-        trim_at = sys.maxsize if compacted or retention is None else retention + self._slack
+        if compacted:  # compaction, not retention: bounded by the number of keys
+            trim_at = max(retention or 0, 10_000)
+        else:
+            trim_at = sys.maxsize if retention is None else retention + self._slack
         self._topics[name] = _Topic([_Log(trim_at) for _ in range(partitions)], compacted)
 
     def partition_count(self, topic: str) -> int | None:
@@ -191,7 +221,8 @@ class MemoryBroker:
         return None if t is None else len(t.logs)
 
     def is_compacted(self, topic: str) -> bool:
-        """Whether ``topic`` was created as compacted (stored only: no compaction runs)."""
+        """Whether ``topic`` was created as compacted (its logs keep the newest record per
+        key once they grow past the retention size, as Kafka's log cleaner does)."""
         t = self._topics.get(topic)
         return t is not None and t.compacted
 
@@ -266,12 +297,17 @@ class MemoryBroker:
             )
         log = logs[partition]
         messages = log.messages
-        offset = log.base + len(messages)
+        offset = log.next_offset
+        log.next_offset = offset + 1
         if timestamp_ms is None:
             timestamp_ms = int(self._clock() * 1000)
         messages.append(Message(topic, partition, offset, timestamp_ms, key, value, headers))
         if len(messages) > log.trim_at:
-            self._trim(TopicPartition(topic, partition), log)
+            if t.compacted:
+                log.compact()
+                log.trim_at = max(2 * len(log.messages), 10_000)
+            else:
+                self._trim(TopicPartition(topic, partition), log)
         if log.waiters:
             _wake(log.waiters)
         return _done_ack(topic, partition, offset)
@@ -284,10 +320,10 @@ class MemoryBroker:
             if offset is not None and (floor is None or offset < floor):
                 floor = offset
         if floor is not None:
-            drop = min(floor, log.end - self.retention_records) - log.base
+            drop = log.index(min(floor, log.end - self.retention_records))
             if drop > 0:
                 del log.messages[:drop]
-                log.base += drop
+                log.base = log.messages[0].offset if log.messages else log.end
         # Whether or not anything went, look again only after another chunk of appends.
         log.trim_at = len(log.messages) + self._slack
 
@@ -581,7 +617,7 @@ class MemoryConsumer:
             if f.tp in paused:
                 continue
             log = f.log
-            end = log.base + len(log.messages)
+            end = log.next_offset
             highwater[f.tp] = end
             position = f.position
             if not log.base <= position <= end:
@@ -611,9 +647,10 @@ class MemoryConsumer:
         out: dict[TopicPartition, list[Message]] = {}
         for f, n in zip(ready, avail, strict=True):
             if n:
-                start = f.position - f.log.base
-                out[f.tp] = f.log.messages[start : start + n]
-                f.position += n
+                log = f.log
+                start = log.index(f.position)
+                batch = out[f.tp] = log.messages[start : start + n]
+                f.position = batch[-1].offset + 1
         return out
 
 

@@ -452,3 +452,29 @@ async def test_records_are_processed_once_while_members_come_and_go() -> None:
     assert len(seen) == len(set(seen)) == 480  # every record once, across five rebalances
     starts = [broker.offsets(TopicPartition("t", p))[0] for p in range(6)]
     assert any(starts)  # retention trimmed what the group committed
+
+
+async def test_compacted_topics_keep_the_newest_record_per_key() -> None:
+    broker = MemoryBroker(retention_records=1000)
+    transport = MemoryTransport(broker)
+    await transport.create_topics([TopicSpec("state", 1, compacted=True)])
+    producer = transport.producer()
+    for i in range(50_000):
+        await producer.send("state", str(i).encode(), key=f"k{i % 10}".encode())
+    log = broker._topics["state"].logs[0]
+    assert len(log.messages) <= 20_000  # bounded by keys, not by writes
+    consumer = transport.consumer(group_id=None)
+    consumer.assign([TopicPartition("state", 0)])
+    latest: dict[bytes, bytes] = {}
+    seen = 0
+    while True:
+        got = await consumer.getmany(0, 7)  # small fetches cross the gaps
+        if not got:
+            break
+        for message in got[TopicPartition("state", 0)]:
+            seen += 1
+            assert message.key is not None and message.value is not None
+            latest[message.key] = message.value
+    assert latest == {f"k{k}".encode(): str(49_990 + k).encode() for k in range(10)}
+    assert seen == len(log.messages)
+    assert consumer.position(TopicPartition("state", 0)) == 50_000
