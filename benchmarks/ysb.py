@@ -98,9 +98,15 @@ async def with_flowkit(data: list[tuple[bytes, bytes]]) -> tuple[float, Counter[
     return elapsed, counts
 
 
-async def memory_run(n: int) -> int:
-    """Produce n events while a worker consumes them; return peak RSS in KiB."""
-    broker = MemoryBroker(retention_records=50_000)
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+async def memory_run(n: int) -> list[float]:
+    """Produce n events while a worker consumes them; RSS (MiB) at each tenth of the run."""
+    broker = MemoryBroker(retention_records=20_000)
+    samples: list[float] = []
     transport = MemoryTransport(broker)
     await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
     producer = transport.producer()
@@ -113,11 +119,13 @@ async def memory_run(n: int) -> int:
             ysb.generate_events(n, start_ms=START_MS, per_second=RATE)
         ):
             await producer.send("ysb-events", enc.encode(event), key=user.encode())
-            if i % 20_000 == 0:
-                while worker.records_in < i - 40_000:  # noqa: ASYNC110
+            if i % 10_000 == 0:
+                while worker.records_in < i - 10_000:  # noqa: ASYNC110
                     await asyncio.sleep(0.001)
                 await clock.advance(0.05)  # commits, so retention can drop consumed records
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            if (i + 1) % (n // 10) == 0:
+                samples.append(_rss_mib())
+    return samples
 
 
 def main() -> None:
@@ -129,9 +137,10 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")
     if args.memory_run:
-        print(asyncio.run(memory_run(args.memory_run)))
+        print(" ".join(f"{mib:.0f}" for mib in asyncio.run(memory_run(args.memory_run))))
         return
     if args.memory:
+        print("RSS (MiB) after each tenth of the run; the broker keeps 20,000 records a partition")
         for n in (args.events, args.events * 10):
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.ysb", "--memory-run", str(n)],
@@ -139,7 +148,7 @@ def main() -> None:
                 capture_output=True,
                 text=True,
             )
-            print(f"{n:>12,} events: peak RSS {int(out.stdout.split()[-1]) / 1024:,.0f} MiB")
+            print(f"{n:>12,} events: {out.stdout.split(chr(10))[-2]}")
         return
     data = payloads(args.events)
     size = sum(len(raw) for _, raw in data) / len(data)

@@ -14,10 +14,12 @@ generically from their kind, name and attributes, so a new kind shows up unchang
 >>> print(render(app.graph(), "text"))
 app shop
 ├── topics
-│   └── orders (2 partitions, key str, value int)
+│   ├── orders (2 partitions, key str, value int)
+│   └── shop-dlq (1 partition, key bytes, value dead letters, codec raw, dead_letter, internal)
 └── agents
     └── audit
-        └── reads orders
+        ├── reads orders
+        └── dead_letters shop-dlq
 >>> render(app.graph(), "mermaid").splitlines()[0]
 'flowchart LR'
 """
