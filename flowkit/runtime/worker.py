@@ -68,7 +68,7 @@ class Worker:
         clock: Clock | None = None,
         group_id: str | None = None,
         commit_interval: float | None = None,
-        max_fetch_records: int = 2000,
+        max_fetch_records: int = 10_000,
         fetch_timeout: float = 0.2,
         queue_batches: int = 4,
         shutdown_timeout: float = 30.0,
@@ -125,6 +125,7 @@ class Worker:
         self._running = False  # start() finished: connected, subscribed, loops started
         self._sent_end: dict[TopicPartition, int] = {}
         self._reported: dict[str, int] = {}
+        self._records_in_by_topic: dict[str, Any] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -363,7 +364,12 @@ class Worker:
 
     async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
         self.records_in += len(messages)
-        self.metrics.records_in.labels(tp.topic).inc(len(messages))
+        counter = self._records_in_by_topic.get(tp.topic)
+        if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
+            counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(
+                tp.topic
+            )
+        counter.inc(len(messages))
         route = self._routes.get(tp.topic)
         if route is None:  # partials for a windowed table owned here: apply them inline
             entry = self.tracker.add(tp, messages[-1].offset + 1, 1)
