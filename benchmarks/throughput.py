@@ -23,6 +23,7 @@ from collections import Counter
 import msgspec
 
 import flowkit
+from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport, TopicSpec
 
 
@@ -111,6 +112,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    configure_logging("warning")
     payloads = make_payloads(args.records)
     size = sum(map(len, payloads)) / len(payloads)
     print(f"{args.records:,} records of {size:.0f} bytes, {args.partitions} partitions")

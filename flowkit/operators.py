@@ -81,11 +81,7 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
         else:  # pragma: no cover - the Stream methods only build the kinds above
             raise ValueError(f"unknown operator {kind!r}")
     inner = "\n".join("            " + line for line in [*body, "yield v"])
-    events = (
-        "        messages = batch.messages\n        event = batch.topic.event\n"
-        if uses_events
-        else ""
-    )
+    events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
 async def loop(source, {", ".join(["SKIP", *params])}):
     next_batch = source._next_batch
@@ -96,12 +92,19 @@ async def loop(source, {", ".join(["SKIP", *params])}):
             batch = await next_batch()
             if batch is None:
                 return
-        values = batch.values
-        n = len(values)
+        messages = batch.messages
+        decode = batch.decode
+        n = len(messages)
         i = source.pos + 1
 {events}        while i < n:
             source.pos = i
-            v = values[i]
+            # Decoded here, one record at a time, not for the whole batch up front: the
+            # object is fresh in the cache when the agent reads it.
+            try:
+                v = decode(messages[i].value)
+            except Exception as exc:
+                raise batch.topic.decode_error(exc) from None
+            source.value = v
             i += 1
 {inner}
         source.records += n

@@ -61,20 +61,19 @@ def active_source() -> StreamSource | None:
 class Batch:
     """One fetched batch of one partition, decoded, on its way through one agent instance."""
 
-    __slots__ = ("messages", "on_done", "topic", "tp", "values")
+    __slots__ = ("decode", "messages", "on_done", "topic", "tp")
 
     def __init__(
         self,
         topic: Topic[Any],
         tp: TopicPartition,
-        values: list[Any],
         messages: list[Message],
         on_done: Callable[[], None],
     ) -> None:
         self.topic = topic
         self.tp = tp
-        self.values = values
         self.messages = messages
+        self.decode = topic.decoder()
         self.on_done = on_done
 
 
@@ -93,6 +92,7 @@ class StreamSource:
         self.closed = False
         self._held: deque[Batch] | None = None
         self.chunk: list[Message] | None = None  # records of the list batches() handed out
+        self.value: Any = None  # the decoded value of the record at ``pos``
         self.records = 0  # values handed to the agent
 
     # -- the worker's side ----------------------------------------------------------------
@@ -163,7 +163,7 @@ class StreamSource:
                 if self.closed and self._queue.empty():
                     return None
                 continue
-            if not batch.values:
+            if not batch.messages:
                 batch.on_done()
                 continue
             self.batch = batch
@@ -196,12 +196,17 @@ class StreamSource:
                     batch = await self._next_batch(max(left, 0.0) if chunk else None)
                     if batch is None:
                         break
-                values = batch.values
+                messages = batch.messages
                 i = self.pos + 1
-                n = len(values)
+                n = len(messages)
                 while i < n and len(chunk) < max_size:
                     self.pos = i
-                    v = values[i] if fn is None else fn(values[i], batch, i)
+                    try:
+                        v = self.value = batch.decode(messages[i].value)
+                    except Exception as exc:
+                        raise batch.topic.decode_error(exc) from None
+                    if fn is not None:
+                        v = fn(v, batch, i)
                     if v is not _SKIP:
                         chunk.append(v)
                         origins.append(batch.messages[i])
@@ -323,4 +328,4 @@ class Stream(Generic[T]):
         message = self._source.current_message()
         if batch is None or message is None:
             return None
-        return batch.topic.event(message, batch.values[self._source.pos])
+        return batch.topic.event(message, self._source.value)

@@ -152,6 +152,25 @@ class Topic(Generic[T]):
                 failures.append((m, DecodeError(f"{type(exc).__name__}: {exc}")))
         return DecodedBatch(values, good, failures)
 
+    def decoder(self) -> Callable[[bytes | None], T]:
+        """The fastest function decoding one value: msgspec's own when the codec has one.
+
+        It may raise msgspec's errors (or TypeError for a missing value); callers turn
+        them into ``DecodeError`` with ``decode_error``.
+        """
+        if self._fast_decode is not None:
+            return self._fast_decode  # type: ignore[no-any-return]
+        return self.decode  # type: ignore[return-value]
+
+    @staticmethod
+    def decode_error(exc: BaseException) -> DecodeError:
+        """``exc``, raised by a decoder, as a ``DecodeError``."""
+        if isinstance(exc, DecodeError):
+            return exc
+        if isinstance(exc, TypeError):
+            return DecodeError("tombstone: the record has no value")
+        return DecodeError(f"{type(exc).__name__}: {exc}")
+
     def event(self, message: Message, value: T) -> Event[T]:
         """The envelope of ``message`` with its decoded ``value``."""
         return Event(

@@ -268,7 +268,7 @@ class WindowedTable(TableBase[K, V]):
     def _time_of(self, source: Any) -> int:
         batch = source.batch
         if self.time is not None:
-            return int(self.time(batch.values[source.pos]))
+            return int(self.time(source.value))
         return int(batch.messages[source.pos].timestamp)
 
     def _advance(self, part: _Part, ts: int) -> None:

@@ -19,7 +19,7 @@ from ..agents import KEEP_KEY, Agent, Output
 from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_headers, dead_letter_topic
-from ..errors import DefinitionError, NotRunningError, ProcessingError, SinkError
+from ..errors import DecodeError, DefinitionError, NotRunningError, ProcessingError, SinkError
 from ..metrics import Metrics
 from ..policies import Retry
 from ..records import Headers, Message
@@ -295,6 +295,8 @@ class Dispatcher:
     ) -> None:
         stage = exc.stage if isinstance(exc, ProcessingError) else "process"
         action = agent.on_error.action_for(exc)
+        if isinstance(exc, DecodeError):
+            action = "dead_letter"  # bytes that do not decode never will: no retry, no skip
         if isinstance(action, Retry) and not retry:
             action = action.then  # a whole batches() list cannot be replayed in place
         attempts = 1

@@ -366,9 +366,7 @@ class Worker:
         self.records_in += len(messages)
         counter = self._records_in_by_topic.get(tp.topic)
         if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
-            counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(
-                tp.topic
-            )
+            counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(tp.topic)
         counter.inc(len(messages))
         route = self._routes.get(tp.topic)
         if route is None:  # partials for a windowed table owned here: apply them inline
@@ -376,17 +374,13 @@ class Worker:
             await self.state.receive_partials(tp, messages)
             entry.release()
             return
-        decoded = route.topic.decode_batch(messages)
-        if decoded.failures:
-            assert self.dispatcher is not None
-            for message, error in decoded.failures:
-                await self.dispatcher.dead_letter(message, error, stage="decode", agent=None)
+        # Records are decoded by the stream, one at a time, as the agent reads them.
         readers = route.readers
         entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
         for _agent, sources in readers:
             source = sources[tp.partition % len(sources)]
-            batch = Batch(route.topic, tp, decoded.values, decoded.messages, entry.release)
-            if len(readers) == 1 and decoded.messages:
+            batch = Batch(route.topic, tp, messages, entry.release)
+            if len(readers) == 1:
                 entry.progress = functools.partial(source.progress_of, batch)
             await source.put(batch)
 
