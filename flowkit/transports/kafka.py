@@ -260,8 +260,9 @@ class KafkaTransport:
         self._closed = False
 
     def _id(self, client_id: str) -> str:
-        # An explicit per-client id wins; the protocol's default defers to the setting.
-        return self._client_id if client_id == "flowkit" and self._client_id else client_id
+        # The user's client_id setting names every client (quotas and broker logs key on
+        # it); without one, each client keeps the name the worker gave it.
+        return self._client_id or client_id
 
     async def _connect(
         self, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
