@@ -34,7 +34,7 @@ def _args(ops: tuple[tuple[str, Any], ...]) -> list[Any]:
     for kind, fn in ops:
         if kind == JOIN:
             table, on, _ = fn
-            args += [table.get, on, table.name]
+            args += [getattr(table, "fast_get", None) or table.get, on, table.name]
         elif kind in (FILTER, MAP):
             args.append(fn)
     return args

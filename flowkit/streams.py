@@ -49,13 +49,11 @@ def bind_source(source: StreamSource) -> None:
     _ACTIVE.set(source)
 
 
-def active_source() -> StreamSource | None:
-    """The stream the current agent task iterates, or None outside an agent.
-
-    Tables use it for the ``table[key] += 1`` sugar only: the partition and time of the
-    record being processed come from the agent's own stream, never from a global.
-    """
-    return _ACTIVE.get()
+# ``active_source()``: the stream the current agent task iterates, or None outside an agent.
+# Tables use it for the ``table[key] += 1`` sugar and ``add()`` without ``ts=``: the partition
+# and time of the record being processed come from the agent's own stream, never from a
+# global. It is the context variable's own ``get`` (no Python frame: tables call it per record).
+active_source: Callable[[], StreamSource | None] = _ACTIVE.get
 
 
 class Batch:

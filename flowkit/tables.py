@@ -305,6 +305,11 @@ class GlobalTable(TableBase[K, V]):
         """The value of ``key``, or ``default``."""
         return self._data.get(key, default)
 
+    @property
+    def fast_get(self) -> Callable[..., Any]:
+        """``get`` without a Python frame (the dict's own), for stream joins."""
+        return self._data.get
+
     def __iter__(self) -> Iterator[K]:
         return iter(list(self._data))
 

@@ -152,6 +152,8 @@ class WindowedTable(TableBase[K, V]):
         self.closed_windows = 0
         self.now_ms: Callable[[], int] = _unset_clock
         self._size = spec.size_ms
+        self._grace = spec.grace_ms
+        self._future_limit = -(2**62)  # refreshed from the wall clock on first use
         self._tumbling = spec.step_ms == spec.size_ms
         # stage 1, per source partition
         self._parts: dict[int, _Part] = {}
@@ -191,8 +193,15 @@ class WindowedTable(TableBase[K, V]):
             part = self._parts.get(self.partition_of(key))
         if part is None:
             raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        if ts > part.max_ts:
-            self._advance(part, ts)
+        if ts > part.max_ts:  # inlined _advance: event time mostly moves forward
+            if ts > self._future_limit:
+                self._check_future(ts)
+            part.max_ts = ts
+            wm = ts - self._grace
+            if wm > part.wm:
+                part.wm = wm
+                if wm >= part.next_end:
+                    self._close_partials(part)
         part.active = -1.0
         size = self._size
         if self._tumbling:  # the common case, without a loop
@@ -271,12 +280,19 @@ class WindowedTable(TableBase[K, V]):
             return int(self.time(source.value))
         return int(batch.messages[source.pos].timestamp)
 
-    def _advance(self, part: _Part, ts: int) -> None:
-        if ts > self.now_ms() + self.spec.max_future_ms:
+    def _check_future(self, ts: int) -> None:
+        # The limit is cached and only refreshed when a record passes it, so the wall clock
+        # is read once in a while, not per record; a stale limit only causes a refresh.
+        self._future_limit = self.now_ms() + self.spec.max_future_ms
+        if ts > self._future_limit:
             raise FutureRecord(
                 f"event time {ts} is more than {self.spec.max_future_ms} ms ahead of the "
                 f"wall clock; table {self.name!r} does not let it move the watermark"
             )
+
+    def _advance(self, part: _Part, ts: int) -> None:
+        if ts > self._future_limit:
+            self._check_future(ts)
         part.max_ts = ts
         wm = ts - self.spec.grace_ms
         if wm > part.wm:
