@@ -17,6 +17,10 @@ import argparse
 import asyncio
 import gc
 import random
+import re
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -120,13 +124,94 @@ async def with_flowkit(payloads: list[bytes], partitions: int) -> tuple[float, C
     return elapsed, counts, hand_written_over_logs(broker, partitions)
 
 
+async def _load_and_maybe_run(payloads: list[bytes], partitions: int, run: bool) -> None:
+    broker = MemoryBroker(retention_records=None)
+    transport = MemoryTransport(broker)
+    await transport.create_topics([TopicSpec("events", partitions)])
+    producer = transport.producer()
+    for i, data in enumerate(payloads):
+        await producer.send("events", data, partition=i % partitions)
+    if run:
+        app = flowkit.App("bench")
+        events = app.topic("events", value_type=Event, partitions=partitions)
+        counts: Counter[str] = Counter()
+
+        @app.agent(events)
+        async def count(stream: flowkit.Stream[Event]) -> None:
+            async for v in stream.filter(lambda v: v.event_type == "view"):
+                counts[v.page_id] += 1
+
+        worker = flowkit.Worker(app, transport=transport)
+        async with worker:
+            while worker.records_in < len(payloads) or not worker.is_idle():  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+
+
+def _instructions(part: str, records: int) -> int:
+    """Instructions callgrind counts for one part of the run, in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={tmp}/cg.out",
+                sys.executable,
+                "-m",
+                "benchmarks.throughput",
+                "--part",
+                part,
+                "--records",
+                str(records),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    match = re.search(r"Collected : (\d+)", out.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def instructions(records: int) -> None:
+    """The ratio by instruction counts: stable on a shared machine where seconds are not.
+
+    Three runs under callgrind: setup only (make the data, load the broker), the
+    hand-written loop after the setup, flowkit after the same setup; the differences are
+    the two loops' own instructions.
+    """
+    setup = _instructions("setup", records)
+    hand = _instructions("hand", records) - setup
+    flow = _instructions("flowkit", records) - setup
+    print(f"{records:,} records, instructions per record (callgrind)")
+    print(f"hand-written : {hand / records:>10,.0f}")
+    print(f"flowkit      : {flow / records:>10,.0f}   (includes worker start and stop)")
+    print(f"ratio        : {hand / flow:.2f}   (hand-written / flowkit instructions)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="compare instruction counts under valgrind (use --records 50000)",
+    )
+    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
+    if args.instructions:
+        instructions(args.records)
+        return
+    if args.part:
+        payloads = make_payloads(args.records)
+        # The broker is loaded in every part, so the differences are the loops alone.
+        asyncio.run(_load_and_maybe_run(payloads, args.partitions, args.part == "flowkit"))
+        if args.part == "hand":
+            hand_written(payloads)
+        return
     payloads = make_payloads(args.records)
     size = sum(map(len, payloads)) / len(payloads)
     print(f"{args.records:,} records of {size:.0f} bytes, {args.partitions} partitions")
