@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -146,14 +148,82 @@ async def memory_run(n: int) -> list[float]:
     return samples
 
 
+async def _load_and_maybe_run(data: list[tuple[bytes, bytes]], run: bool) -> None:
+    broker = MemoryBroker(retention_records=None)
+    transport = MemoryTransport(broker)
+    await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
+    producer = transport.producer()
+    for key, raw in data:
+        await producer.send("ysb-events", raw, key=key)
+    if run:
+        clock = FakeClock(START_MS / 1000 + 3600)
+        worker = flowkit.Worker(
+            ysb.make_app(generate=False, on_close=None), transport=transport, clock=clock
+        )
+        async with worker:
+            while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+
+
+def _instructions(part: str, events: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={tmp}/cg.out",
+                sys.executable,
+                "-m",
+                "benchmarks.ysb",
+                "--part",
+                part,
+                "--events",
+                str(events),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    match = re.search(r"Collected : (\d+)", out.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def instructions(events: int) -> None:
+    """The ratio by callgrind instruction counts (setup subtracted from both loops)."""
+    setup = _instructions("setup", events)
+    hand = _instructions("hand", events) - setup
+    flow = _instructions("flowkit", events) - setup
+    print(f"{events:,} YSB events, instructions per event (callgrind)")
+    print(f"hand-written : {hand / events:>10,.0f}")
+    print(f"flowkit      : {flow / events:>10,.0f}   (includes worker start and stop)")
+    print(f"ratio        : {hand / flow:.2f}   (hand-written / flowkit instructions)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="YSB: flowkit vs a hand-written loop")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--memory", action="store_true", help="peak RSS at N and 10 N")
     parser.add_argument("--memory-run", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="compare instruction counts under valgrind (use --events 50000)",
+    )
+    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
+    if args.instructions:
+        instructions(args.events)
+        return
+    if args.part:
+        data = payloads(args.events)
+        asyncio.run(_load_and_maybe_run(data, args.part == "flowkit"))
+        if args.part == "hand":
+            hand_written(data)
+        return
     if args.memory_run:
         print(" ".join(f"{mib:.0f}" for mib in asyncio.run(memory_run(args.memory_run))))
         return
