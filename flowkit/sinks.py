@@ -29,7 +29,8 @@ __all__ = ["CallableSink", "PartialWrite", "Sink", "SinkRunner"]
 
 log = structlog.get_logger(__name__)
 
-GiveUp = Callable[[list[tuple[Any, Any]], BaseException, int], Awaitable[None]]
+GiveUp = Callable[["SinkRunner", list[tuple[Any, Any]], BaseException, int], Awaitable[None]]
+"""Called with the runner, the (item, origin) pairs given up, the error and the attempts."""
 
 
 class PartialWrite(Exception):
@@ -195,7 +196,7 @@ class SinkRunner:
                     error=repr(error),
                 )
                 self.given_up += len(failed)
-                await self._on_give_up(failed, error, attempt)
+                await self._on_give_up(self, failed, error, attempt)
                 batch = batch[len(failed) :]
                 attempt = 0
                 continue

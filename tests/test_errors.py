@@ -225,3 +225,32 @@ async def test_a_failing_batches_list_dead_letters_every_record_in_it() -> None:
     assert written == [[0, 1, 2], [6, 7, 8]]
     assert sorted(int(d.value) for d in dead) == [3, 4, 5]  # the whole failed list
     assert committed == 9
+
+
+@pytest.mark.parametrize("then", ["skip", "stop"])
+async def test_a_sink_gives_up_as_its_retry_says(then: str) -> None:
+    app, nums = numbers_app(f"then-{then}")
+
+    class Broken:
+        runner_options = {"retry": flowkit.Retry(attempts=2, backoff=0.001, then=then)}
+
+        async def write_batch(self, items: list[Any]) -> None:
+            raise OSError("no route to host")
+
+        async def aclose(self) -> None:
+            return None
+
+    @app.agent(nums, sink=[Broken()], per_record=True)
+    def passthrough(n: int) -> int:
+        return n
+
+    async with TestDriver(app) as driver:
+        await driver.send(nums, 1)
+        if then == "stop":
+            with pytest.raises(flowkit.SinkError, match="no route to host"):
+                await driver.run_until_idle()
+                await driver.worker.checkpoint()
+        else:
+            await driver.run_until_idle()
+            assert await driver.dead_letters() == []
+            assert driver.worker.metrics.skipped.labels("passthrough")._value.get() == 1

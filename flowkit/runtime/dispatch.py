@@ -124,12 +124,17 @@ class Dispatcher:
                 raise DefinitionError(
                     f"agent {agent.name!r}: {sink!r} is not a topic, agent, Sink or callable"
                 )
-            runner = SinkRunner(
-                wrapped,
-                name=sink_name(sink),
-                on_give_up=self._sink_gave_up,
-                **getattr(sink, "runner_options", {}),
-            )
+            try:
+                runner = SinkRunner(
+                    wrapped,
+                    name=sink_name(sink),
+                    on_give_up=self._sink_gave_up,
+                    **getattr(sink, "runner_options", {}),
+                )
+            except TypeError as exc:
+                raise DefinitionError(
+                    f"sink {sink_name(sink)!r}: bad runner_options ({exc})"
+                ) from None
             if self._spawn is not None:
                 runner.start(self._spawn)
             self.runners[id(sink)] = runner
@@ -149,12 +154,22 @@ class Dispatcher:
         return targets
 
     async def _sink_gave_up(
-        self, batch: list[tuple[Any, Any]], exc: BaseException, attempts: int
+        self,
+        runner: SinkRunner,
+        batch: list[tuple[Any, Any]],
+        exc: BaseException,
+        attempts: int,
     ) -> None:
-        error = SinkError(f"sink failed after {attempts} attempts: {exc!r}")
+        error = SinkError(f"sink {runner.name} failed after {attempts} attempts: {exc!r}")
         error.__cause__ = exc
-        if self.fail_fast:
+        then = runner.retry.then
+        if self.fail_fast or then == "stop":
             raise error
+        if then == "skip":
+            for _, origin in batch:
+                if origin is not None:
+                    self.metrics.skipped.labels(origin[1]).inc()
+            return
         for _, origin in batch:
             if origin is not None:
                 message, agent = origin
