@@ -232,7 +232,8 @@ async def test_a_sink_gives_up_as_its_retry_says(then: str) -> None:
     app, nums = numbers_app(f"then-{then}")
 
     class Broken:
-        runner_options = {"retry": flowkit.Retry(attempts=2, backoff=0.001, then=then)}
+        def __init__(self) -> None:
+            self.runner_options = {"retry": flowkit.Retry(attempts=2, backoff=0.001, then=then)}
 
         async def write_batch(self, items: list[Any]) -> None:
             raise OSError("no route to host")
