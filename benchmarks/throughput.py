@@ -17,16 +17,13 @@ import argparse
 import asyncio
 import gc
 import random
-import re
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 
 import msgspec
 
 import flowkit
+from benchmarks.callgrind import compare
 from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport, TopicSpec
 
@@ -147,48 +144,6 @@ async def _load_and_maybe_run(payloads: list[bytes], partitions: int, run: bool)
                 await asyncio.sleep(0.001)
 
 
-def _instructions(part: str, records: int) -> int:
-    """Instructions callgrind counts for one part of the run, in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/cg.out",
-                sys.executable,
-                "-m",
-                "benchmarks.throughput",
-                "--part",
-                part,
-                "--records",
-                str(records),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    match = re.search(r"Collected : (\d+)", out.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
-    return int(match.group(1))
-
-
-def instructions(records: int) -> None:
-    """The ratio by instruction counts: stable on a shared machine where seconds are not.
-
-    Three runs under callgrind: setup only (make the data, load the broker), the
-    hand-written loop after the setup, flowkit after the same setup; the differences are
-    the two loops' own instructions.
-    """
-    setup = _instructions("setup", records)
-    hand = _instructions("hand", records) - setup
-    flow = _instructions("flowkit", records) - setup
-    print(f"{records:,} records, instructions per record (callgrind)")
-    print(f"hand-written : {hand / records:>10,.0f}")
-    print(f"flowkit      : {flow / records:>10,.0f}   (includes worker start and stop)")
-    print(f"ratio        : {hand / flow:.2f}   (hand-written / flowkit instructions)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -203,7 +158,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")
     if args.instructions:
-        instructions(args.records)
+        compare("benchmarks.throughput", "--records", args.records, "record")
         return
     if args.part:
         payloads = make_payloads(args.records)

@@ -21,17 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import re
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 
 import msgspec
 
 import flowkit
+from benchmarks.callgrind import compare
 from examples import ysb
 from flowkit.logs import configure_logging
 from flowkit.testing import FakeClock
@@ -165,42 +164,6 @@ async def _load_and_maybe_run(data: list[tuple[bytes, bytes]], run: bool) -> Non
                 await asyncio.sleep(0.002)
 
 
-def _instructions(part: str, events: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/cg.out",
-                sys.executable,
-                "-m",
-                "benchmarks.ysb",
-                "--part",
-                part,
-                "--events",
-                str(events),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    match = re.search(r"Collected : (\d+)", out.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
-    return int(match.group(1))
-
-
-def instructions(events: int) -> None:
-    """The ratio by callgrind instruction counts (setup subtracted from both loops)."""
-    setup = _instructions("setup", events)
-    hand = _instructions("hand", events) - setup
-    flow = _instructions("flowkit", events) - setup
-    print(f"{events:,} YSB events, instructions per event (callgrind)")
-    print(f"hand-written : {hand / events:>10,.0f}")
-    print(f"flowkit      : {flow / events:>10,.0f}   (includes worker start and stop)")
-    print(f"ratio        : {hand / flow:.2f}   (hand-written / flowkit instructions)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="YSB: flowkit vs a hand-written loop")
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -216,7 +179,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")
     if args.instructions:
-        instructions(args.events)
+        compare("benchmarks.ysb", "--events", args.events, "event")
         return
     if args.part:
         data = payloads(args.events)
