@@ -25,7 +25,7 @@ import msgspec
 import flowkit
 from benchmarks.callgrind import compare
 from flowkit.logs import configure_logging
-from flowkit.transports import MemoryBroker, MemoryTransport, TopicSpec
+from flowkit.transports import MemoryBroker, MemoryTransport
 
 
 class Event(flowkit.Record):
@@ -85,63 +85,48 @@ def hand_written_over_logs(broker: MemoryBroker, partitions: int) -> float:
     return time.perf_counter() - start
 
 
-async def with_flowkit(payloads: list[bytes], partitions: int) -> tuple[float, Counter[str], float]:
+async def loaded_broker(payloads: list[bytes], partitions: int) -> MemoryBroker:
+    """A memory broker with the payloads spread over ``partitions`` partitions."""
     broker = MemoryBroker(retention_records=None)
-    transport = MemoryTransport(broker)
-    await transport.create_topics([TopicSpec("events", partitions)])
-    producer = transport.producer()
-    await producer.start()
+    broker.create_topic("events", partitions)
+    producer = MemoryTransport(broker).producer()
     for i, data in enumerate(payloads):
         await producer.send("events", data, partition=i % partitions)
-    await producer.aclose()
+    return broker
 
+
+async def run_counting_worker(broker: MemoryBroker, partitions: int, total: int) -> Counter[str]:
+    """Run a worker that filters and counts until it has processed ``total`` records."""
     app = flowkit.App("bench")
     events = app.topic("events", value_type=Event, partitions=partitions)
     counts: Counter[str] = Counter()
-    done = asyncio.Event()
-    total = len(payloads)
 
     @app.agent(events)
     async def count(stream: flowkit.Stream[Event]) -> None:
         async for v in stream.filter(lambda v: v.event_type == "view"):
             counts[v.page_id] += 1
 
-    worker = flowkit.Worker(app, transport=transport)
-
-    async def watch() -> None:
-        while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110 (polling the worker is the point)
-            await asyncio.sleep(0.001)
-        done.set()
-
-    start = time.perf_counter()
+    worker = flowkit.Worker(app, transport=MemoryTransport(broker))
     async with worker:
-        await asyncio.wait_for(watch(), 600)
-        elapsed = time.perf_counter() - start
+        # Polling the worker is the point: it says when every record is processed.
+        while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    return counts
+
+
+async def with_flowkit(payloads: list[bytes], partitions: int) -> tuple[float, Counter[str], float]:
+    broker = await loaded_broker(payloads, partitions)
+    start = time.perf_counter()
+    counts = await asyncio.wait_for(run_counting_worker(broker, partitions, len(payloads)), 600)
+    elapsed = time.perf_counter() - start
     gc.collect()
     return elapsed, counts, hand_written_over_logs(broker, partitions)
 
 
 async def _load_and_maybe_run(payloads: list[bytes], partitions: int, run: bool) -> None:
-    broker = MemoryBroker(retention_records=None)
-    transport = MemoryTransport(broker)
-    await transport.create_topics([TopicSpec("events", partitions)])
-    producer = transport.producer()
-    for i, data in enumerate(payloads):
-        await producer.send("events", data, partition=i % partitions)
+    broker = await loaded_broker(payloads, partitions)
     if run:
-        app = flowkit.App("bench")
-        events = app.topic("events", value_type=Event, partitions=partitions)
-        counts: Counter[str] = Counter()
-
-        @app.agent(events)
-        async def count(stream: flowkit.Stream[Event]) -> None:
-            async for v in stream.filter(lambda v: v.event_type == "view"):
-                counts[v.page_id] += 1
-
-        worker = flowkit.Worker(app, transport=transport)
-        async with worker:
-            while worker.records_in < len(payloads) or not worker.is_idle():  # noqa: ASYNC110
-                await asyncio.sleep(0.001)
+        await run_counting_worker(broker, partitions, len(payloads))
 
 
 def main() -> None:

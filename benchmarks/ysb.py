@@ -76,15 +76,21 @@ def hand_written_over_logs(broker: MemoryBroker) -> float:
     return time.perf_counter() - start
 
 
+async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
+    """A memory broker with the events in a 4-partition topic, keyed by user."""
+    broker = MemoryBroker(retention_records=None)
+    producer = MemoryTransport(broker).producer()
+    broker.create_topic("ysb-events", ysb.PARTITIONS)
+    for key, raw in data:
+        await producer.send("ysb-events", raw, key=key)
+    return broker
+
+
 async def with_flowkit(
     data: list[tuple[bytes, bytes]],
 ) -> tuple[float, Counter[tuple[str, int]], float]:
-    broker = MemoryBroker(retention_records=None)
+    broker = await loaded_broker(data)
     transport = MemoryTransport(broker)
-    await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
-    producer = transport.producer()
-    for key, raw in data:
-        await producer.send("ysb-events", raw, key=key)
     clock = FakeClock(START_MS / 1000 + 3600)
     app = ysb.make_app(generate=False, on_close=None)
     worker = flowkit.Worker(app, transport=transport, clock=clock)
@@ -148,12 +154,7 @@ async def memory_run(n: int) -> list[float]:
 
 
 async def _load_and_maybe_run(data: list[tuple[bytes, bytes]], run: bool) -> None:
-    broker = MemoryBroker(retention_records=None)
-    transport = MemoryTransport(broker)
-    await transport.create_topics([TopicSpec("ysb-events", ysb.PARTITIONS)])
-    producer = transport.producer()
-    for key, raw in data:
-        await producer.send("ysb-events", raw, key=key)
+    transport = MemoryTransport(await loaded_broker(data))
     if run:
         clock = FakeClock(START_MS / 1000 + 3600)
         worker = flowkit.Worker(

@@ -86,6 +86,10 @@ class TableBase(Generic[K, V]):
         """The changelog key bytes."""
         return key if isinstance(key, bytes) else self.key_codec.encode(key)
 
+    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
+        """Apply records read back from the changelog (or a global table's topic)."""
+        raise NotImplementedError
+
     def describe(self) -> dict[str, object]:
         """Graph attributes."""
         return {

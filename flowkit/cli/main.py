@@ -85,6 +85,19 @@ AppArg = Annotated[
 ]
 
 
+BrokerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        "-b",
+        envvar="FLOWKIT_BROKER",
+        metavar="URL",
+        help="memory:// or kafka://host:port[,host:port] (default: the app's own).",
+        show_default=False,
+    ),
+]
+
+
 def _show_version(value: bool) -> None:
     if value:
         typer.echo(f"flowkit {__version__}")
@@ -112,17 +125,7 @@ def _root(
 @cli.command()
 def worker(
     app: AppArg,
-    broker: Annotated[
-        str | None,
-        typer.Option(
-            "--broker",
-            "-b",
-            envvar="FLOWKIT_BROKER",
-            metavar="URL",
-            help="memory:// or kafka://host:port[,host:port] (default: the app's own).",
-            show_default=False,
-        ),
-    ] = None,
+    broker: BrokerOpt = None,
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"],
         typer.Option("--log-level", "-l", help="Log level."),
@@ -201,17 +204,7 @@ def graph(
 @cli.command()
 def topics(
     app: AppArg,
-    broker: Annotated[
-        str | None,
-        typer.Option(
-            "--broker",
-            "-b",
-            envvar="FLOWKIT_BROKER",
-            metavar="URL",
-            help="The broker to compare with (default: the app's own).",
-            show_default=False,
-        ),
-    ] = None,
+    broker: BrokerOpt = None,
 ) -> None:
     """Show the topics APP needs beside what exists on the broker (creates nothing)."""
     with _errors():
@@ -252,17 +245,6 @@ dlq = typer.Typer(
 )
 cli.add_typer(dlq)
 
-BrokerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker",
-        "-b",
-        envvar="FLOWKIT_BROKER",
-        metavar="URL",
-        help="The broker (default: the app's own).",
-        show_default=False,
-    ),
-]
 TopicOpt = Annotated[
     str | None,
     typer.Option("--topic", help="The dead-letter topic (default: <app>-dlq).", show_default=False),

@@ -10,7 +10,7 @@ worker awaits those sends before it commits offsets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -18,7 +18,7 @@ import structlog
 from ..app import App
 from ..clock import Clock
 from ..records import Message, TopicPartition
-from ..tables import GlobalTable, Table
+from ..tables import GlobalTable, Table, TableBase
 from ..transports import TopicSpec, Transport
 from ..windowed import WindowedTable
 
@@ -91,18 +91,26 @@ class StateKeeper:
             count = await self.transport.partition_count(table.topic.name) or 0
             for p in range(count):
                 tps[TopicPartition(table.topic.name, p)] = table
+        total, seconds = await self._load(consumer, tps)
+        log.info(
+            "global tables loaded",
+            tables=[t.name for t in self.globals],
+            records=total,
+            seconds=seconds,
+        )
+        self._follower = asyncio.create_task(self._follow(consumer, tps), name="global-tables")
+
+    async def _load(
+        self, consumer: Any, tps: Mapping[TopicPartition, TableBase[Any, Any]]
+    ) -> tuple[int, float]:
+        """Assign ``tps`` and apply them to their tables up to the high watermark; returns
+        the records read and the seconds it took."""
         consumer.assign(tps)
         started = self.clock.monotonic()
         total = await read_to_end(
             consumer, set(tps), lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
         )
-        log.info(
-            "global tables loaded",
-            tables=[t.name for t in self.globals],
-            records=total,
-            seconds=round(self.clock.monotonic() - started, 3),
-        )
-        self._follower = asyncio.create_task(self._follow(consumer, tps), name="global-tables")
+        return total, round(self.clock.monotonic() - started, 3)
 
     async def _has_records(self, table: GlobalTable[Any, Any]) -> bool:
         consumer = self.transport.consumer(group_id=None, client_id="flowkit-probe")
@@ -152,17 +160,13 @@ class StateKeeper:
                     tps[TopicPartition(table.changelog_topic, p)] = table
             if not tps:
                 return
-            consumer.assign(tps)
-            started = self.clock.monotonic()
-            total = await read_to_end(
-                consumer, set(tps), lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
-            )
+            total, seconds = await self._load(consumer, tps)
             log.info(
                 "tables recovered",
                 tables=sorted({t.name for t in tps.values()}),
                 partitions=wanted,
                 records=total,
-                seconds=round(self.clock.monotonic() - started, 3),
+                seconds=seconds,
             )
         finally:
             await consumer.aclose()
