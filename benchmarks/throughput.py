@@ -6,9 +6,10 @@ Both run in this process over the same pre-encoded JSON records (about 250 bytes
 * flowkit: the records pre-loaded into a 4-partition topic on the memory broker, a worker
   with one agent doing the same filter and count, timed until every record is processed.
 
-    python -m benchmarks.throughput [--records 1000000] [--partitions 4] [--repeat 3]
+    python -m benchmarks.throughput [--records 1000000] [--partitions 4] [--repeat 5]
 
-Prints records/s for both and the ratio flowkit / hand-written (best of ``--repeat``).
+Prints records/s for both and the ratio flowkit / hand-written over ``--repeat`` paired
+rounds (see ``benchmarks/rounds.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import msgspec
 
 import flowkit
 from benchmarks.callgrind import compare
+from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport
 
@@ -86,12 +88,14 @@ def hand_written_over_logs(broker: MemoryBroker, partitions: int) -> float:
 
 
 async def loaded_broker(payloads: list[bytes], partitions: int) -> MemoryBroker:
-    """A memory broker with the payloads spread over ``partitions`` partitions."""
+    """A memory broker with the payloads split over ``partitions`` partitions, loaded one
+    partition after the other: each partition's records sit together in memory, as they do
+    in a broker's log files (round-robin sends would interleave them record by record)."""
     broker = MemoryBroker(retention_records=None)
     broker.create_topic("events", partitions)
     producer = MemoryTransport(broker).producer()
     for i, data in enumerate(payloads):
-        await producer.send("events", data, partition=i % partitions)
+        await producer.send("events", data, partition=i * partitions // len(payloads))
     return broker
 
 
@@ -133,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
         "--instructions",
         action="store_true",
@@ -155,22 +159,25 @@ def main() -> None:
     payloads = make_payloads(args.records)
     size = sum(map(len, payloads)) / len(payloads)
     print(f"{args.records:,} records of {size:.0f} bytes, {args.partitions} partitions")
-    best_hand = best_flow = best_logs = float("inf")
+    rounds = []
     for _ in range(args.repeat):
         gc.collect()
         t_hand, expected = hand_written(payloads)
         gc.collect()
         t_flow, got, t_logs = asyncio.run(with_flowkit(payloads, args.partitions))
         assert got == expected, "flowkit counted differently from the hand-written loop"
-        best_hand, best_flow = min(best_hand, t_hand), min(best_flow, t_flow)
-        best_logs = min(best_logs, t_logs)
-    hand_rate, flow_rate = args.records / best_hand, args.records / best_flow
-    logs_rate = args.records / best_logs
-    print(f"hand-written, over the list of bytes    : {hand_rate:>12,.0f} records/s")
-    print(f"hand-written, over the broker's logs    : {logs_rate:>12,.0f} records/s")
-    print(f"flowkit                                 : {flow_rate:>12,.0f} records/s")
-    print(f"ratio flowkit / hand-written (list)     : {flow_rate / hand_rate:.2f}")
-    print(f"ratio flowkit / hand-written (logs)     : {flow_rate / logs_rate:.2f}")
+        rounds.append(
+            {"hand-written (list)": t_hand, "hand-written (logs)": t_logs, "flowkit": t_flow}
+        )
+    report(
+        rounds,
+        args.records,
+        "record",
+        [
+            ("flowkit / hand-written (list)", "flowkit", "hand-written (list)"),
+            ("flowkit / hand-written (logs)", "flowkit", "hand-written (logs)"),
+        ],
+    )
 
 
 if __name__ == "__main__":

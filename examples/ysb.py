@@ -127,7 +127,7 @@ def make_app(
     @app.agent(events)
     async def count_views(stream: flowkit.Stream[AdView]) -> None:
         views = stream.filter(lambda v: v.event_type == "view")
-        async for view, campaign in views.join(campaigns, on=lambda v: v.ad_id):
+        async for view, campaign in views.join(campaigns, on="ad_id"):
             counts.add(campaign, 1, ts=view.event_time)
 
     if generate:

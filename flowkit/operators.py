@@ -64,7 +64,7 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             params.append(f"f{n}")
             body.append(f"v = f{n}(v)")
         elif kind == EVENTS:
-            body.append("v = event(messages[i - 1], v)")
+            body.append("v = event(m, v)")
         elif kind == JOIN:
             params += [f"get{n}", f"on{n}", f"name{n}"]
             body.append(f"m = get{n}(on{n}(v), SKIP)")
@@ -94,20 +94,23 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 return
         messages = batch.messages
         decode = batch.decode
-        n = len(messages)
-        i = source.pos + 1
-{events}        while i < n:
-            source.pos = i
+        # The position is the iterator's: source.pos reads it when someone asks.
+        start = source.pos + 1
+        it = iter(messages)
+        if start:
+            it.__setstate__(start)
+        source._n = len(messages)
+        source._it = it
+{events}        for m in it:
             # Decoded here, one record at a time, not for the whole batch up front: the
             # object is fresh in the cache when the agent reads it.
             try:
-                v = decode(messages[i].value)
+                v = decode(m.value)
             except Exception as exc:
                 raise batch.topic.decode_error(exc) from None
             source.value = v
-            i += 1
 {inner}
-        source.records += n
+        source.records += len(messages)
         finish(batch)
 """
     namespace: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import operator
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -86,12 +87,29 @@ class StreamSource:
         self.name = name
         self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
         self.batch: Batch | None = None
-        self.pos = -1
+        self._pos = -1
+        # While the stream loop walks a batch, the position is its list iterator's (read
+        # on demand, see ``pos``): the loop then stores nothing per record to track it.
+        self._it: Any = None
+        self._n = 0
         self.closed = False
         self._held: deque[Batch] | None = None
         self.chunk: list[Message] | None = None  # records of the list batches() handed out
         self.value: Any = None  # the decoded value of the record at ``pos``
         self.records = 0  # values handed to the agent
+
+    @property
+    def pos(self) -> int:
+        """The index in ``batch.messages`` of the record being processed (-1: none yet)."""
+        it = self._it
+        if it is None:
+            return self._pos
+        return self._n - 1 - int(it.__length_hint__())
+
+    @pos.setter
+    def pos(self, value: int) -> None:
+        self._it = None
+        self._pos = value
 
     # -- the worker's side ----------------------------------------------------------------
 
@@ -298,16 +316,22 @@ class Stream(Generic[T]):
         return Stream(self._source, (*self._ops, (_EVENTS, None)))
 
     def join(
-        self, table: Any, on: Callable[[T], Any], *, missing: str = "skip"
+        self, table: Any, on: Callable[[T], Any] | str, *, missing: str = "skip"
     ) -> Stream[tuple[T, Any]]:
         """Each value with its match in ``table``: ``(value, table[on(value)])``.
 
+        ``on`` is a function of the value, or the name of the value's field that holds
+        the key (``on="ad_id"``: read in C, without a Python call per record).
         ``missing`` says what a value without a match does: ``"skip"`` (dropped, the
         default), ``"none"`` (paired with None) or ``"error"`` (raises ``KeyError``, so
         the record goes to the dead-letter topic).
         """
         if missing not in ("skip", "none", "error"):
             raise ValueError("missing must be 'skip', 'none' or 'error'")
+        if isinstance(on, str):
+            if not on.isidentifier():
+                raise ValueError(f"join(on={on!r}): a field name must be an identifier")
+            on = operator.attrgetter(on)
         return Stream(self._source, (*self._ops, (_JOIN, (table, on, missing))))
 
     def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:

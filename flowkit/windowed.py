@@ -79,6 +79,8 @@ class _Part:
     __slots__ = (
         "active",
         "dirty",
+        "hot",
+        "hot_start",
         "logged",
         "max_ts",
         "next_end",
@@ -98,6 +100,15 @@ class _Part:
         self.active = -1.0  # when the partition went quiet (monotonic), or -1 if not quiet
         self.dirty: set[int] = set()  # windows changed since the last changelog flush
         self.logged: tuple[int, int, int] | None = None
+        # The window the last add() went to, already open and in ``dirty``: consecutive
+        # records mostly fall in the same window. Forgotten whenever ``dirty`` is cleared
+        # or a window leaves ``partials``.
+        self.hot_start: int | None = None
+        self.hot: dict[Any, Any] = {}
+
+    def forget_hot(self) -> None:
+        self.hot_start = None
+        self.hot = {}
 
 
 class _Owner:
@@ -155,6 +166,9 @@ class WindowedTable(TableBase[K, V]):
         self._grace = spec.grace_ms
         self._future_limit = -(2**62)  # refreshed from the wall clock on first use
         self._tumbling = spec.step_ms == spec.size_ms
+        self._sum = combine is operator.add  # the common case, inlined as ``+``
+        self._batch: Any = None  # the batch add() last saw, and its partition's state
+        self._batch_part = _Part(-1)
         # stage 1, per source partition
         self._parts: dict[int, _Part] = {}
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
@@ -182,7 +196,7 @@ class WindowedTable(TableBase[K, V]):
         source = active_source()
         batch = None if source is None else source.batch
         if batch is not None:
-            part = self._parts.get(batch.tp.partition)
+            part = self._batch_part if batch is self._batch else self._part_of_batch(batch)
             if ts is None:
                 ts = self._time_of(source)
         else:
@@ -190,9 +204,11 @@ class WindowedTable(TableBase[K, V]):
                 raise NotRunningError(
                     f"table {self.name!r}: outside an agent, add() needs ts= (event time, ms)"
                 )
-            part = self._parts.get(self.partition_of(key))
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+            held = self._parts.get(self.partition_of(key))
+            if held is None:
+                raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+            part = held
+            part.active = -1.0
         if ts > part.max_ts:  # inlined _advance: event time mostly moves forward
             if ts > self._future_limit:
                 self._check_future(ts)
@@ -202,30 +218,58 @@ class WindowedTable(TableBase[K, V]):
                 part.wm = wm
                 if wm >= part.next_end:
                     self._close_partials(part)
-        part.active = -1.0
-        size = self._size
         if self._tumbling:  # the common case, without a loop
-            start = ts - ts % size
-            if start + size <= part.wm:
-                self._late(key, self.spec.window(start), amount)
-                return
-            window = part.partials.get(start)
-            if window is None:
-                window = self._open(part, start)
-            old = window.get(key, _MISSING)
-            window[key] = amount if old is _MISSING else self.combine(old, amount)
-            part.dirty.add(start)
+            start = ts - ts % self._size
+            window: dict[Any, Any] | None
+            if start == part.hot_start:
+                window = part.hot  # open (so not late) and already marked dirty
+            else:
+                window = self._window_for_add(part, start, key, amount)
+                if window is None:
+                    return
+            if self._sum:
+                try:
+                    window[key] = window[key] + amount
+                except KeyError:
+                    window[key] = amount
+            else:
+                old = window.get(key, _MISSING)
+                window[key] = amount if old is _MISSING else self.combine(old, amount)
             return
+        size = self._size
         for start in self.spec.starts(ts):
             if start + size <= part.wm:
                 self._late(key, self.spec.window(start), amount)
                 continue
-            window = part.partials.get(start)
-            if window is None:
-                window = self._open(part, start)
-            old = window.get(key, _MISSING)
-            window[key] = amount if old is _MISSING else self.combine(old, amount)
+            partial = part.partials.get(start)
+            if partial is None:
+                partial = self._open(part, start)
+            old = partial.get(key, _MISSING)
+            partial[key] = amount if old is _MISSING else self.combine(old, amount)
             part.dirty.add(start)
+
+    def _part_of_batch(self, batch: Any) -> _Part:
+        part = self._parts.get(batch.tp.partition)
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        part.active = -1.0  # a batch with adds: the partition is not quiet
+        self._batch, self._batch_part = batch, part
+        return part
+
+    def _window_for_add(
+        self, part: _Part, start: int, key: Any, amount: Any
+    ) -> dict[Any, Any] | None:
+        """The open window at ``start`` for add(), marked dirty and made hot; None (after
+        handling the record as late) if it already closed."""
+        if start + self._size <= part.wm:
+            self._late(key, self.spec.window(start), amount)
+            return None
+        window = part.partials.get(start)
+        if window is None:
+            window = self._open(part, start)
+        part.dirty.add(start)
+        part.hot_start, part.hot = start, window
+        return window
 
     def _open(self, part: _Part, start: int) -> dict[Any, Any]:
         window: dict[Any, Any] = {}
@@ -319,6 +363,7 @@ class WindowedTable(TableBase[K, V]):
         size = self._size
         p = part.number
         next_end = _INF
+        part.forget_hot()
         for start in sorted(part.partials):
             if start + size > wm:
                 next_end = min(next_end, start + size)
@@ -347,6 +392,7 @@ class WindowedTable(TableBase[K, V]):
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop these partitions' state (after the final flush)."""
+        self._batch = None
         for p in partitions:
             self._parts.pop(p, None)
             self._owners.pop(p, None)
@@ -549,6 +595,7 @@ class WindowedTable(TableBase[K, V]):
                 for key, value in part.partials.get(start, {}).items():
                     out.append((p, _encoder.encode(("p", start, key)), _encoder.encode(value)))
             part.dirty.clear()
+            part.forget_hot()
             state = (part.wm, part.max_ts, part.sent_wm)
             if part.wm != _NONE and part.logged != state:
                 part.logged = state
@@ -595,6 +642,7 @@ class WindowedTable(TableBase[K, V]):
             for start in [s for s, v in d.items() if not v]:
                 del d[start]
         part.next_end = min((s + self._size for s in partials), default=_INF)
+        part.forget_hot()
 
     def _key_from_json(self, key: Any) -> Any:
         if isinstance(key, list):

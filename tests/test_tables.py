@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import flowkit
+from flowkit.streams import StreamSource
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
 from tests.conftest import DriverFactory
@@ -131,6 +132,26 @@ async def test_global_table_join(make_driver: DriverFactory, missing: str) -> No
         expected.insert(2, ("nope", None))
     assert seen == expected
     assert len(dead) == (1 if missing == "error" else 0)
+
+
+async def test_join_on_a_field_name() -> None:
+    app = flowkit.App("gt-field", partitions=2)
+    views = app.topic("views", value_type=View)
+    campaigns = app.global_table("campaigns", value_type=str, loader=CAMPAIGN_OF.items)
+    seen: list[tuple[str, str]] = []
+
+    @app.agent(views)
+    async def join(stream: flowkit.Stream[View]) -> None:
+        async for view, campaign in stream.join(campaigns, on="ad"):
+            seen.append((view.ad, campaign))
+
+    async with TestDriver(app) as driver:
+        for ad in ("ad3", "nope", "ad1"):
+            await driver.send(views, View(ad, 0), partition=1)
+        await driver.run_until_idle()
+    assert seen == [("ad3", "camp-b"), ("ad1", "camp-a")]
+    with pytest.raises(ValueError, match="field name"):
+        flowkit.Stream(StreamSource("s"), ()).join(campaigns, on="ad-id")
 
 
 async def test_global_table_follows_updates_and_loader_runs_once(
