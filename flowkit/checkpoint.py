@@ -34,6 +34,10 @@ class PendingBatch:
     def release(self) -> None:
         """One holder is done with the batch."""
         self.holders -= 1
+        if self.holders <= 0:
+            # ``progress`` refers to the batch, whose ``on_done`` is this method: drop it,
+            # so the done batch (and its records) is freed now, not by a later gc pass.
+            self.progress = None
 
 
 class OffsetTracker:

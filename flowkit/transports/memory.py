@@ -84,6 +84,9 @@ def _done_ack(topic: str, partition: int, offset: int) -> _DoneAck:
     return ack
 
 
+_COMPACT_AT = 10_000  # a compacted log's length at which its first compaction pass runs
+
+
 class _Log:
     """One partition: ``messages[i]`` has offset ``base + i``, until compaction leaves gaps
     (``gapped``); then an offset's index is found by bisection."""
@@ -164,8 +167,9 @@ class MemoryBroker:
     (1, as Kafka's ``num.partitions``). ``retention_records`` bounds each partition: once a
     log grows a quarter past it, records below the committed offset of *every* group that
     committed on that partition are dropped down to the bound. A partition no group has
-    committed on keeps everything, and compacted topics are kept whole (never trimmed,
-    never compacted). ``None`` keeps everything. ``clock`` gives wall-clock seconds for
+    committed on keeps everything. Compacted topics are never trimmed: once a log grows
+    past 10,000 records (or twice what the last pass kept), it keeps only the newest
+    record of each key. ``None`` keeps everything else. ``clock`` gives wall-clock seconds for
     record timestamps.
 
     >>> broker = MemoryBroker(default_partitions=2)
@@ -210,7 +214,7 @@ class MemoryBroker:
             raise ConfigurationError(f"topic {name!r} needs at least 1 partition, got {partitions}")
         retention = self.retention_records
         if compacted:  # compaction, not retention: bounded by the number of keys
-            trim_at = max(retention or 0, 10_000)
+            trim_at = _COMPACT_AT
         else:
             trim_at = sys.maxsize if retention is None else retention + self._slack
         self._topics[name] = _Topic([_Log(trim_at) for _ in range(partitions)], compacted)
@@ -305,7 +309,7 @@ class MemoryBroker:
         if len(messages) > log.trim_at:
             if t.compacted:
                 log.compact()
-                log.trim_at = max(2 * len(log.messages), 10_000)
+                log.trim_at = max(2 * len(log.messages), _COMPACT_AT)
             else:
                 self._trim(TopicPartition(topic, partition), log)
         if log.waiters:
