@@ -304,6 +304,14 @@ class WindowedTable(TableBase[K, V]):
         return self.default()
 
     def __setitem__(self, key: K, value: V) -> None:
+        if not self._tumbling:
+            # A record is in several hopping windows holding different values: one value
+            # written back (``counts[k] += 1``) would be right for one window only.
+            raise DefinitionError(
+                f"hopping table {self.name!r}: use {self.name}.add(key, amount), which "
+                "updates every window that contains the record; table[key] = value and "
+                "table[key] += amount would update one of them"
+            )
         source, part = self._part_of_record("table[key] = value")
         ts = self._time_of(source)
         if ts > part.max_ts:

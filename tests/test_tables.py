@@ -298,6 +298,25 @@ async def test_hopping_windows_and_the_output_topic() -> None:
     assert results == [(-5000, 1), (0, 2), (5000, 2), (10000, 2), (15000, 1)]
 
 
+async def test_hopping_tables_refuse_item_assignment() -> None:
+    clock = FakeClock()
+    app = flowkit.App("hop-set")
+    clicks = app.topic("clicks", value_type=Click)
+    counts = app.table("counts", default=int).hopping(10.0, 5.0, time=lambda c: c.t)
+
+    @app.agent(clicks)
+    async def count(stream: flowkit.Stream[Click]) -> None:
+        async for click in stream:
+            assert counts[click.campaign] == 0  # reading is fine
+            counts[click.campaign] += 1
+
+    with pytest.raises(flowkit.DefinitionError, match=r"use counts\.add\(key, amount\)"):
+        async with TestDriver(app, clock=clock) as driver:
+            await driver.send(clicks, Click("u", "c", base_ms(clock)))
+            await driver.run_until_idle()
+        pytest.fail("the worker kept running")
+
+
 async def test_windowed_reads_and_writes_need_an_agent_or_explicit_time() -> None:
     closed: list[Any] = []
     _, _, counts = window_app(closed)
