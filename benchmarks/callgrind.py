@@ -7,6 +7,7 @@ totals are each loop's own instructions.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -33,6 +34,8 @@ def _count(module: str, part: str, size_flag: str, size: int) -> int:
             capture_output=True,
             text=True,
             check=True,
+            # A fixed hash seed: the same dict and set orders, so the same count every run.
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
     match = re.search(r"Collected : (\d+)", out.stderr)
     if match is None:

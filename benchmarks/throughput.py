@@ -89,13 +89,16 @@ def hand_written_over_logs(broker: MemoryBroker, partitions: int) -> float:
 
 async def loaded_broker(payloads: list[bytes], partitions: int) -> MemoryBroker:
     """A memory broker with the payloads split over ``partitions`` partitions, loaded one
-    partition after the other: each partition's records sit together in memory, as they do
-    in a broker's log files (round-robin sends would interleave them record by record)."""
+    partition after the other and copied: each partition's records sit together in memory,
+    as in a broker's log files and in what a Kafka consumer fetches (round-robin sends of
+    the producer's own objects would interleave them record by record)."""
     broker = MemoryBroker(retention_records=None)
     broker.create_topic("events", partitions)
     producer = MemoryTransport(broker).producer()
     for i, data in enumerate(payloads):
-        await producer.send("events", data, partition=i * partitions // len(payloads))
+        # The broker's own copy of the bytes, as a consumer receives them from Kafka.
+        value = bytes(memoryview(data))
+        await producer.send("events", value, partition=i * partitions // len(payloads))
     return broker
 
 

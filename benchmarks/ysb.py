@@ -81,16 +81,25 @@ def hand_written_over_logs(broker: MemoryBroker) -> float:
 async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
     """A memory broker with the events in a 4-partition topic, keyed by user.
 
-    Loaded one partition after the other (each partition's events in their order), so a
-    partition's records sit together in memory as in a broker's log files; sending them in
-    data order would interleave the partitions record by record."""
+    Loaded one partition after the other (each partition's events in their order), each
+    value copied: a partition's records sit together in memory, as in a broker's log files
+    and in what a Kafka consumer fetches. Sending the producer's own bytes objects in data
+    order would interleave the partitions record by record."""
     broker = MemoryBroker(retention_records=None)
     producer = MemoryTransport(broker).producer()
     broker.create_topic("ysb-events", ysb.PARTITIONS)
-    for p in range(ysb.PARTITIONS):
-        for key, raw in data:
-            if partition_for_key(key, ysb.PARTITIONS) == p:
-                await producer.send("ysb-events", raw, key=key)
+    by_partition: list[list[tuple[bytes, bytes]]] = [[] for _ in range(ysb.PARTITIONS)]
+    partition_of: dict[bytes, int] = {}
+    for key, raw in data:
+        p = partition_of.get(key)
+        if p is None:
+            p = partition_of[key] = partition_for_key(key, ysb.PARTITIONS)
+        by_partition[p].append((key, raw))
+    for records in by_partition:
+        for key, raw in records:
+            # The broker's own copy, as a consumer receives records from Kafka: fresh
+            # bytes, a partition's records together, not the producer's objects.
+            await producer.send("ysb-events", bytes(memoryview(raw)), key=key)
     return broker
 
 

@@ -215,8 +215,9 @@ class StreamSource:
                 messages = batch.messages
                 i = self.pos + 1
                 n = len(messages)
+                self._it = None  # the position is _pos here, set per record
                 while i < n and len(chunk) < max_size:
-                    self.pos = i
+                    self._pos = i
                     try:
                         v = self.value = batch.decode(messages[i].value)
                     except Exception as exc:

@@ -80,6 +80,7 @@ class _Part:
         "active",
         "dirty",
         "hot",
+        "hot_end",
         "hot_start",
         "logged",
         "max_ts",
@@ -103,11 +104,11 @@ class _Part:
         # The window the last add() went to, already open and in ``dirty``: consecutive
         # records mostly fall in the same window. Forgotten whenever ``dirty`` is cleared
         # or a window leaves ``partials``.
-        self.hot_start: int | None = None
+        self.hot_start = self.hot_end = _NONE
         self.hot: dict[Any, Any] = {}
 
     def forget_hot(self) -> None:
-        self.hot_start = None
+        self.hot_start = self.hot_end = _NONE  # no time is in [_NONE, _NONE)
         self.hot = {}
 
 
@@ -163,12 +164,12 @@ class WindowedTable(TableBase[K, V]):
         self.closed_windows = 0
         self.now_ms: Callable[[], int] = _unset_clock
         self._size = spec.size_ms
-        self._grace = spec.grace_ms
         self._future_limit = -(2**62)  # refreshed from the wall clock on first use
-        self._tumbling = spec.step_ms == spec.size_ms
-        self._sum = combine is operator.add  # the common case, inlined as ``+``
-        self._batch: Any = None  # the batch add() last saw, and its partition's state
-        self._batch_part = _Part(-1)
+        # The common case, inlined in add(): tumbling windows summed with ``+``.
+        self._tumbling_sum = spec.step_ms == spec.size_ms and combine is operator.add
+        self._last: tuple[Any, _Part] = (None, _Part(-1))  # add()'s last batch, its state
+        # (Keep instances at 30 attributes or fewer: past that CPython stops sharing the
+        # instance dict's keys and every self.attribute read in add() gets slower.)
         # stage 1, per source partition
         self._parts: dict[int, _Part] = {}
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
@@ -196,7 +197,8 @@ class WindowedTable(TableBase[K, V]):
         source = active_source()
         batch = None if source is None else source.batch
         if batch is not None:
-            part = self._batch_part if batch is self._batch else self._part_of_batch(batch)
+            last = self._last
+            part = last[1] if batch is last[0] else self._part_of_batch(batch)
             if ts is None:
                 ts = self._time_of(source)
         else:
@@ -213,28 +215,23 @@ class WindowedTable(TableBase[K, V]):
             if ts > self._future_limit:
                 self._check_future(ts)
             part.max_ts = ts
-            wm = ts - self._grace
+            wm = ts - self.spec.grace_ms
             if wm > part.wm:
                 part.wm = wm
                 if wm >= part.next_end:
                     self._close_partials(part)
-        if self._tumbling:  # the common case, without a loop
-            start = ts - ts % self._size
+        if self._tumbling_sum:  # the common case, without a loop or a call
             window: dict[Any, Any] | None
-            if start == part.hot_start:
+            if ts < part.hot_end and ts >= part.hot_start:
                 window = part.hot  # open (so not late) and already marked dirty
             else:
-                window = self._window_for_add(part, start, key, amount)
+                window = self._window_for_add(part, ts - ts % self._size, key, amount)
                 if window is None:
                     return
-            if self._sum:
-                try:
-                    window[key] = window[key] + amount
-                except KeyError:
-                    window[key] = amount
-            else:
-                old = window.get(key, _MISSING)
-                window[key] = amount if old is _MISSING else self.combine(old, amount)
+            try:
+                window[key] = window[key] + amount
+            except KeyError:
+                window[key] = amount
             return
         size = self._size
         for start in self.spec.starts(ts):
@@ -253,7 +250,7 @@ class WindowedTable(TableBase[K, V]):
         if part is None:
             raise NotRunningError(f"table {self.name!r}: that partition is not held here")
         part.active = -1.0  # a batch with adds: the partition is not quiet
-        self._batch, self._batch_part = batch, part
+        self._last = (batch, part)
         return part
 
     def _window_for_add(
@@ -268,7 +265,7 @@ class WindowedTable(TableBase[K, V]):
         if window is None:
             window = self._open(part, start)
         part.dirty.add(start)
-        part.hot_start, part.hot = start, window
+        part.hot_start, part.hot_end, part.hot = start, start + self._size, window
         return window
 
     def _open(self, part: _Part, start: int) -> dict[Any, Any]:
@@ -304,7 +301,7 @@ class WindowedTable(TableBase[K, V]):
         return self.default()
 
     def __setitem__(self, key: K, value: V) -> None:
-        if not self._tumbling:
+        if self.spec.step_ms != self._size:
             # A record is in several hopping windows holding different values: one value
             # written back (``counts[k] += 1``) would be right for one window only.
             raise DefinitionError(
@@ -400,7 +397,7 @@ class WindowedTable(TableBase[K, V]):
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop these partitions' state (after the final flush)."""
-        self._batch = None
+        self._last = (None, _Part(-1))
         for p in partitions:
             self._parts.pop(p, None)
             self._owners.pop(p, None)
