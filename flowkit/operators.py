@@ -67,17 +67,17 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append("v = event(m, v)")
         elif kind == JOIN:
             params += [f"get{n}", f"on{n}", f"name{n}"]
-            body.append(f"m = get{n}(on{n}(v), SKIP)")
+            body.append(f"match = get{n}(on{n}(v), SKIP)")
             if missing == "skip":
-                body += ["if m is SKIP:", "    continue"]
+                body += ["if match is SKIP:", "    continue"]
             elif missing == "none":
-                body += ["if m is SKIP:", "    m = None"]
+                body += ["if match is SKIP:", "    match = None"]
             else:
                 body += [
-                    "if m is SKIP:",
+                    "if match is SKIP:",
                     f"    raise KeyError(f'no {{on{n}(v)!r}} in table {{name{n}!r}} (join)')",
                 ]
-            body.append("v = (v, m)")
+            body.append("v = (v, match)")
         else:  # pragma: no cover - the Stream methods only build the kinds above
             raise ValueError(f"unknown operator {kind!r}")
     inner = "\n".join("            " + line for line in [*body, "yield v"])

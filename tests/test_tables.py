@@ -154,6 +154,25 @@ async def test_join_on_a_field_name() -> None:
         flowkit.Stream(StreamSource("s"), ()).join(campaigns, on="ad-id")
 
 
+async def test_join_then_events_keeps_each_record_envelope() -> None:
+    app = flowkit.App("gt-events")
+    views = app.topic("views", value_type=View)
+    campaigns = app.global_table("campaigns", value_type=str, loader=CAMPAIGN_OF.items)
+    seen: list[tuple[int, str, str]] = []
+
+    @app.agent(views)
+    async def join(stream: flowkit.Stream[View]) -> None:
+        async for event in stream.join(campaigns, on="ad").events():
+            view, campaign = event.value
+            seen.append((event.offset, view.ad, campaign))
+
+    async with TestDriver(app) as driver:
+        for ad in ("ad1", "nope", "ad3"):
+            await driver.send(views, View(ad, 0))
+        await driver.run_until_idle()
+    assert seen == [(0, "ad1", "camp-a"), (2, "ad3", "camp-b")]
+
+
 async def test_global_table_follows_updates_and_loader_runs_once(
     make_driver: DriverFactory,
 ) -> None:
