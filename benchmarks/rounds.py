@@ -8,10 +8,11 @@ best rate and, for each ratio, the best-of ratio and the median of the per-round
 
 from __future__ import annotations
 
+import gc
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["report"]
+__all__ = ["against_hand_written", "report"]
 
 
 def report(
@@ -39,3 +40,39 @@ def report(
             f"{label:<{width}}: {best:.2f} best/best, {statistics.median(paired):.2f} median "
             f"of rounds ({paired[0]:.2f}-{paired[-1]:.2f})"
         )
+
+
+def against_hand_written(
+    repeat: int,
+    size: int,
+    unit: str,
+    hand: Callable[[], tuple[float, object]],
+    flowkit: Callable[[], tuple[float, object, float]],
+    mismatch: str,
+) -> None:
+    """Run ``repeat`` paired rounds of a hand-written loop and flowkit, then ``report``.
+
+    ``hand()`` returns (seconds, result); ``flowkit()`` returns (seconds, result, seconds
+    of the hand-written loop over the broker's logs). The results must be equal in every
+    round, or the run stops with ``mismatch``.
+    """
+    rounds = []
+    for _ in range(repeat):
+        gc.collect()
+        t_hand, expected = hand()
+        gc.collect()
+        t_flow, got, t_logs = flowkit()
+        if got != expected:
+            raise SystemExit(mismatch)
+        rounds.append(
+            {"hand-written (list)": t_hand, "hand-written (logs)": t_logs, "flowkit": t_flow}
+        )
+    report(
+        rounds,
+        size,
+        unit,
+        [
+            ("flowkit / hand-written (list)", "flowkit", "hand-written (list)"),
+            ("flowkit / hand-written (logs)", "flowkit", "hand-written (logs)"),
+        ],
+    )

@@ -25,7 +25,7 @@ import msgspec
 
 import flowkit
 from benchmarks.callgrind import compare
-from benchmarks.rounds import report
+from benchmarks.rounds import against_hand_written
 from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport
 
@@ -162,24 +162,13 @@ def main() -> None:
     payloads = make_payloads(args.records)
     size = sum(map(len, payloads)) / len(payloads)
     print(f"{args.records:,} records of {size:.0f} bytes, {args.partitions} partitions")
-    rounds = []
-    for _ in range(args.repeat):
-        gc.collect()
-        t_hand, expected = hand_written(payloads)
-        gc.collect()
-        t_flow, got, t_logs = asyncio.run(with_flowkit(payloads, args.partitions))
-        assert got == expected, "flowkit counted differently from the hand-written loop"
-        rounds.append(
-            {"hand-written (list)": t_hand, "hand-written (logs)": t_logs, "flowkit": t_flow}
-        )
-    report(
-        rounds,
+    against_hand_written(
+        args.repeat,
         args.records,
         "record",
-        [
-            ("flowkit / hand-written (list)", "flowkit", "hand-written (list)"),
-            ("flowkit / hand-written (logs)", "flowkit", "hand-written (logs)"),
-        ],
+        lambda: hand_written(payloads),
+        lambda: asyncio.run(with_flowkit(payloads, args.partitions)),
+        "flowkit counted differently from the hand-written loop",
     )
 
 

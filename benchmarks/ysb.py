@@ -31,7 +31,7 @@ import msgspec
 
 import flowkit
 from benchmarks.callgrind import compare
-from benchmarks.rounds import report
+from benchmarks.rounds import against_hand_written
 from examples import ysb
 from flowkit.logs import configure_logging
 from flowkit.partitioning import partition_for_key
@@ -222,25 +222,13 @@ def main() -> None:
     data = payloads(args.events)
     size = sum(len(raw) for _, raw in data) / len(data)
     print(f"{args.events:,} YSB events of {size:.0f} bytes, {ysb.PARTITIONS} partitions")
-    rounds = []
-    for _ in range(args.repeat):
-        gc.collect()
-        t_hand, expected = hand_written(data)
-        gc.collect()
-        t_flow, got, t_logs = asyncio.run(with_flowkit(data))
-        if got != expected:
-            raise SystemExit("flowkit's window counts differ from the hand-written loop's")
-        rounds.append(
-            {"hand-written (list)": t_hand, "hand-written (logs)": t_logs, "flowkit": t_flow}
-        )
-    report(
-        rounds,
+    against_hand_written(
+        args.repeat,
         args.events,
         "event",
-        [
-            ("flowkit / hand-written (list)", "flowkit", "hand-written (list)"),
-            ("flowkit / hand-written (logs)", "flowkit", "hand-written (logs)"),
-        ],
+        lambda: hand_written(data),
+        lambda: asyncio.run(with_flowkit(data)),
+        "flowkit's window counts differ from the hand-written loop's",
     )
     print("window counts: identical to the hand-written loop's in every round")
 

@@ -97,6 +97,8 @@ class StreamSource:
         self.chunk: list[Message] | None = None  # records of the list batches() handed out
         self.value: Any = None  # the decoded value of the record at ``pos``
         self.records = 0  # values handed to the agent
+        # Called when the agent has taken every queued batch and is about to wait for more.
+        self.on_drained: Callable[[], None] | None = None
 
     @property
     def pos(self) -> int:
@@ -168,6 +170,8 @@ class StreamSource:
         while True:
             if self.closed and self._queue.empty():
                 return None
+            if self.on_drained is not None and self._queue.empty():
+                self.on_drained()
             try:
                 if timeout is None:
                     batch = await self._queue.get()

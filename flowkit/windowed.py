@@ -431,6 +431,10 @@ class WindowedTable(TableBase[K, V]):
         out, self._outbox = self._outbox, []
         return out
 
+    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
+        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
+        self._outbox[:0] = items
+
     def has_outbox(self) -> bool:
         """True when partials or markers wait to be sent."""
         if self._outbox:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import flowkit
 from flowkit.streams import StreamSource
 from flowkit.testing import FakeClock, TestDriver
-from flowkit.transports import MemoryBroker
+from flowkit.transports import MemoryBroker, MemoryTransport
 from tests.conftest import DriverFactory
 
 
@@ -388,3 +389,45 @@ def test_graph_shows_tables_and_checks_them() -> None:
     problems = app.graph().check()
     assert any("never expires" in p for p in problems)
     assert any("co-partitioned" in p and "'counts'" in p for p in problems)
+
+
+async def test_windows_close_without_waiting_for_the_next_fetch() -> None:
+    """Once the agents have caught up, partials and watermark markers go out at once, not
+    when the next fetch returns (here: never, within the test)."""
+    clock = FakeClock()
+    closed: list[tuple[str, int, int]] = []
+    app, clicks, _ = window_app(closed)
+    t0 = base_ms(clock)
+    broker = MemoryBroker()
+    broker.create_topic("clicks", 2)
+    producer = MemoryTransport(broker).producer()
+    for i in range(15):  # 15 s of clicks on both partitions: the first window closes
+        await producer.send(
+            "clicks", clicks.encode(Click("u", "c", t0 + i * 1000)), partition=i % 2
+        )
+    worker = flowkit.Worker(app, transport=MemoryTransport(broker), clock=clock, fetch_timeout=3600)
+    async with worker:
+        async with asyncio.timeout(10):
+            while not closed:
+                await asyncio.sleep(0.01)
+    assert closed == [("c", t0, 10)]
+
+
+async def test_an_outbox_flush_that_fails_keeps_what_it_did_not_send() -> None:
+    from flowkit.runtime.state import StateKeeper
+
+    app, _, counts = window_app([])
+    sent: list[bytes] = []
+
+    async def send(topic: str, value: bytes, **_: Any) -> None:
+        if len(sent) == 1:
+            raise ConnectionError("broker gone")
+        sent.append(value)
+
+    keeper = StateKeeper(app, MemoryTransport(), FakeClock(), send)
+    items = [(0, None, b"a"), (1, None, b"b"), (0, None, b"c")]
+    counts.requeue_outbox(items)
+    with pytest.raises(ConnectionError):
+        await keeper.flush_outbox()
+    assert sent == [b"a"]
+    assert counts.drain_outbox() == items[1:]

@@ -49,6 +49,9 @@ class StateKeeper:
             *self.windowed,
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
+        # One flush at a time: a marker sent ahead of the partials drained before it would
+        # let an owner close a window without them (sends may suspend, on Kafka).
+        self._outbox_lock = asyncio.Lock()
         self._follower: asyncio.Task[None] | None = None
         for table in self.windowed:
             table.now_ms = self._now_ms
@@ -182,10 +185,21 @@ class StateKeeper:
         return any(t.has_outbox() for t in self.windowed)
 
     async def flush_outbox(self) -> None:
-        """Send windowed tables' partials and watermark markers to their owners."""
-        for table in self.windowed:
-            for q, key, value in table.drain_outbox():
-                await self._send(table.repartition_topic, value, key=key, partition=q)
+        """Send windowed tables' partials and watermark markers to their owners, in the
+        order they were made."""
+        async with self._outbox_lock:
+            for table in self.windowed:
+                items = table.drain_outbox()
+                sent = 0
+                try:
+                    for q, key, value in items:
+                        await self._send(table.repartition_topic, value, key=key, partition=q)
+                        sent += 1
+                finally:
+                    # Cancelled or failed midway: what was not sent goes back, first in line
+                    # (sending a partial twice is harmless: owners keep one per source).
+                    if sent < len(items):
+                        table.requeue_outbox(items[sent:])
 
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""

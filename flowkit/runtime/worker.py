@@ -111,6 +111,7 @@ class Worker:
         self._fetch_task: asyncio.Task[None] | None = None
         self._agent_tasks: list[asyncio.Task[None]] = []
         self._side_tasks: list[asyncio.Task[None]] = []
+        self._outbox_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._forced = asyncio.Event()
         self._error: BaseException | None = None
@@ -204,6 +205,8 @@ class Worker:
         dispatcher.start_sinks(self._spawn)
         await self.state.start_globals()
         for agent, source in self._sources:
+            if self.state.windowed:
+                source.on_drained = self._flush_outbox_soon
             self._agent_tasks.append(
                 self._spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
             )
@@ -230,6 +233,13 @@ class Worker:
             agents=[a.name for a in app.agents],
             topics=sorted(self._routes),
         )
+
+    def _flush_outbox_soon(self) -> None:
+        """An agent caught up: send the windowed tables' partials and markers now, not
+        after the next fetch returns (up to ``fetch_timeout`` later when no data comes)."""
+        task = self._outbox_task
+        if (task is None or task.done()) and not self._closed and self.state.has_outbox():
+            self._outbox_task = self._spawn(self.state.flush_outbox(), "outbox")
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
@@ -276,6 +286,8 @@ class Worker:
                     task.cancel()
             await asyncio.gather(*self._agent_tasks, return_exceptions=True)
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        if self._outbox_task is not None:  # never cancelled: it sends what it drained
+            await asyncio.gather(self._outbox_task, return_exceptions=True)
         try:
             if self._error is None and self._consumer is not None:
                 await self.checkpoint()
