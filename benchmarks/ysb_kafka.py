@@ -44,7 +44,6 @@ import flowkit
 from examples import ysb
 from flowkit.logs import configure_logging
 from flowkit.partitioning import partition_for_key
-from flowkit.records import TopicPartition
 from flowkit.windows import WindowResult
 
 EVENTS = "ysb-events"
@@ -217,9 +216,8 @@ async def flowkit_in_process(
 ) -> tuple[float, Counts]:
     await reset_internal_topics(bootstrap)
     worker = flowkit.Worker(
-        make_app(),
+        make_app(name=f"ysb-bench-{uuid.uuid4().hex[:8]}"),
         broker=broker_url(bootstrap),
-        group_id=f"ysb-bench-{uuid.uuid4().hex[:8]}",
         max_fetch_records=max_records,
     )
     async with worker:
@@ -251,27 +249,19 @@ def _done(worker: flowkit.Worker, n: int | None) -> bool:
 # -- flowkit worker processes -------------------------------------------------------------
 
 
-class _CountingWorker(flowkit.Worker):
-    """A worker that counts its assignments (a rebalance mid-measurement spoils it)."""
-
-    assignments = 0
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await super().on_partitions_assigned(assigned)
-        self.assignments += 1
-
-
 async def child(bootstrap: str, group: str, max_records: int) -> None:
     """One worker process: reports its first record and "done" as JSON lines; runs
     until SIGTERM."""
-    worker = _CountingWorker(
-        make_app(), broker=broker_url(bootstrap), group_id=group, max_fetch_records=max_records
+    worker = flowkit.Worker(
+        make_app(name=group), broker=broker_url(bootstrap), max_fetch_records=max_records
     )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
 
     def report(**fields: Any) -> None:
-        print(json.dumps({**fields, "assignments": worker.assignments}), flush=True)
+        assignment = worker.assignment
+        assignments = assignment.assignments if assignment is not None else 0
+        print(json.dumps({**fields, "assignments": assignments}), flush=True)
 
     async with worker:
         await _until(worker, lambda: worker.records_in > 0, 60)

@@ -103,13 +103,15 @@ def show(campaign: str, window: Window, count: int) -> None:
 
 def make_app(
     *,
+    name: str = "ysb",
     generate: bool = True,
     grace: float = 5.0,
     idle_timeout: float = 30.0,
     on_close: Callable[..., Any] | None = show,
 ) -> flowkit.App:
-    """The YSB app; ``generate`` adds the live event generator task."""
-    app = flowkit.App("ysb", partitions=PARTITIONS)
+    """The YSB app; ``generate`` adds the live event generator task. ``name`` is the
+    application id (consumer group and internal topics): a new name starts afresh."""
+    app = flowkit.App(name, partitions=PARTITIONS)
     events = app.topic("ysb-events", value_type=AdView)
     window_counts = app.topic("ysb-window-counts", value_type=WindowResult)
     campaigns = app.global_table(

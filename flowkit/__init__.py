@@ -21,10 +21,14 @@ from .errors import (
     DecodeError,
     DefinitionError,
     FlowkitError,
+    FutureRecord,
     GraphError,
+    LateRecord,
     NotRunningError,
+    PartialWrite,
     ProcessingError,
     SinkError,
+    TaskFailed,
     TransportError,
     WorkerStalled,
 )
@@ -33,12 +37,11 @@ from .graph import Graph
 from .policies import ErrorPolicy, Retry
 from .records import Event, Message, Record, TopicPartition
 from .runtime import Worker
-from .sinks import CallableSink, PartialWrite, Sink
+from .sinks import CallableSink, Sink
+from .state import GlobalTable, Table, WindowedTable
 from .streams import Stream
-from .tables import GlobalTable, Table
 from .topics import Repartition, Topic
 from .transforms import MissingFieldError, Transform
-from .windowed import FutureRecord, LateRecord, WindowedTable
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
 
 __version__ = "0.1.0"
@@ -86,6 +89,7 @@ __all__ = [
     "Stream",
     "SystemClock",
     "Table",
+    "TaskFailed",
     "Topic",
     "TopicPartition",
     "Transform",

@@ -158,17 +158,39 @@ class Agent(Generic[T]):
 _UnionType = type(int | None)
 
 
-class Timer:
-    """A function the worker calls every ``interval`` seconds, or once at start (a task)."""
+TASK_ERROR_ACTIONS = ("stop", "restart", "ignore")
 
-    def __init__(self, fn: Callable[..., Any], *, name: str, interval: float | None) -> None:
+
+class Timer:
+    """A function the worker calls every ``interval`` seconds, or once at start (a task).
+
+    ``on_error`` says what an exception does: ``"stop"`` (the default: the worker stops
+    with ``TaskFailed`` and exits non-zero), ``"restart"`` (logged, then run again after a
+    backoff of 1 s doubling to 60 s; a timer simply fires again at its next tick) or
+    ``"ignore"`` (logged and counted; a task is not run again).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        interval: float | None,
+        on_error: str = "stop",
+    ) -> None:
+        what = "timer" if interval else "task"
         if interval is not None and interval <= 0:
             raise DefinitionError(f"timer {name!r}: the interval must be > 0 seconds")
         if not inspect.iscoroutinefunction(fn):
-            raise DefinitionError(f"{'timer' if interval else 'task'} {name!r} must be async def")
+            raise DefinitionError(f"{what} {name!r} must be async def")
+        if on_error not in TASK_ERROR_ACTIONS:
+            raise DefinitionError(
+                f"{what} {name!r}: on_error must be 'stop', 'restart' or 'ignore', not {on_error!r}"
+            )
         self.fn = fn
         self.name = name
         self.interval = interval
+        self.on_error = on_error
 
     @property
     def kind(self) -> str:

@@ -11,7 +11,9 @@
 ['count']
 
 A worker runs it (``flowkit worker module:app``); the broker URL is a setting the worker
-resolves. Once a worker runs, the declaration is frozen.
+resolves. Once a worker starts, the declaration is frozen for good, and nothing changes it:
+the state of a run (table contents, senders, clocks) lives in the worker, so any number of
+workers can run one App, one after another or at the same time.
 """
 
 from __future__ import annotations
@@ -25,10 +27,8 @@ from .codecs import Codec
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
-from .tables import GlobalTable, Table, TableBase
+from .state import GlobalTable, Table, TableBase
 from .topics import Repartition, Topic
-from .windowed import WindowedTable
-from .windows import WindowSpec
 
 __all__ = ["App"]
 
@@ -70,12 +70,20 @@ class App:
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
-        self.tables: dict[str, TableBase[Any, Any]] = {}
+        self._tables: dict[str, TableBase[Any, Any]] = {}
         self._topic_decls: list[Topic[Any]] = []
-        self._frozen_by: object | None = None
+        self._frozen = False
 
     def __repr__(self) -> str:
         return f"<App {self.name!r} broker={self.broker!r}>"
+
+    @property
+    def tables(self) -> dict[str, TableBase[Any, Any]]:
+        """The declared tables by name (a windowed table in the place of its base)."""
+        return {
+            name: (t.windowed_as or t) if isinstance(t, Table) else t
+            for name, t in self._tables.items()
+        }
 
     # -- declarations ---------------------------------------------------------------------
 
@@ -140,29 +148,10 @@ class App:
             default=default,
             key_type=key_type,
             value_type=value_type,
+            check_open=self._check_open,
         )
-        table._replace = self._windowed
-        self.tables[name] = table
+        self._tables[name] = table
         return table
-
-    def _windowed(
-        self, table: Table[Any, Any], spec: WindowSpec, options: dict[str, Any]
-    ) -> WindowedTable[Any, Any]:
-        self._check_open()
-        if self.tables.get(table.name) is not table:
-            raise DefinitionError(f"table {table.name!r} is already windowed")
-        windowed: WindowedTable[Any, Any] = WindowedTable(
-            table.name,
-            spec=spec,
-            app_name=self.name,
-            partitions=table.partitions,
-            default=table.default,
-            key_type=table.key_type,
-            value_type=table.value_type,
-            **options,
-        )
-        self.tables[table.name] = windowed
-        return windowed
 
     def global_table(
         self,
@@ -194,7 +183,7 @@ class App:
             key_type=key_type,
             value_type=value_type,
         )
-        self.tables[name] = table
+        self._tables[name] = table
         return table
 
     def _check_table_name(self, name: str) -> None:
@@ -202,7 +191,7 @@ class App:
             raise DefinitionError(
                 f"table name {name!r} may use only letters, digits, '.', '_' and '-'"
             )
-        if name in self.tables:
+        if name in self._tables:
             raise DefinitionError(f"two tables are named {name!r}")
 
     def agent(
@@ -271,26 +260,42 @@ class App:
             )
         )
 
-    @overload
-    def timer(self, seconds: float) -> Callable[[F], F]: ...
-    @overload
-    def timer(self, seconds: float, *, name: str) -> Callable[[F], F]: ...
+    def timer(
+        self, seconds: float, *, name: str | None = None, on_error: str = "stop"
+    ) -> Callable[[F], F]:
+        """Call the decorated ``async def`` every ``seconds`` while the worker runs.
 
-    def timer(self, seconds: float, *, name: str | None = None) -> Callable[[F], F]:
-        """Call the decorated ``async def`` every ``seconds`` while the worker runs."""
+        ``on_error``: ``"stop"`` (default: the worker stops, exit 1), ``"restart"`` (log,
+        fire again at the next tick) or ``"ignore"`` (log and go on).
+        """
         self._check_open()
 
         def decorate(fn: F) -> F:
-            self.timers.append(Timer(fn, name=name or fn.__name__, interval=seconds))
+            timer = Timer(fn, name=name or fn.__name__, interval=seconds, on_error=on_error)
+            self.timers.append(timer)
             return fn
 
         return decorate
 
-    def task(self, fn: F) -> F:
-        """Run the decorated ``async def`` once when the worker starts."""
+    @overload
+    def task(self, fn: F, /) -> F: ...
+    @overload
+    def task(self, fn: None = None, /, *, on_error: str = "stop") -> Callable[[F], F]: ...
+
+    def task(self, fn: F | None = None, /, *, on_error: str = "stop") -> Any:
+        """Run the decorated ``async def`` once when the worker starts.
+
+        ``@app.task`` or ``@app.task(on_error=...)``: ``"stop"`` (default: an exception
+        stops the worker, exit 1), ``"restart"`` (log, run it again after a backoff) or
+        ``"ignore"`` (log and go on without it).
+        """
         self._check_open()
-        self.timers.append(Timer(fn, name=fn.__name__, interval=None))
-        return fn
+
+        def decorate(f: F) -> F:
+            self.timers.append(Timer(f, name=f.__name__, interval=None, on_error=on_error))
+            return f
+
+        return decorate if fn is None else decorate(fn)
 
     # -- the graph ------------------------------------------------------------------------
 
@@ -300,23 +305,23 @@ class App:
             self.name, self._topic_decls, self.agents, self.timers, list(self.tables.values())
         )
 
-    # -- freezing (called by the worker) --------------------------------------------------
+    # -- freezing -------------------------------------------------------------------------
 
-    def _freeze(self, owner: object) -> None:
-        if self._frozen_by is not None and self._frozen_by is not owner:
-            raise DefinitionError(
-                f"app {self.name!r} already runs in another worker; "
-                "give each worker its own App (a factory function works: module:make_app)"
-            )
-        self._frozen_by = owner
+    def freeze(self) -> None:
+        """End the declaration: from now on, declaring raises ``RuntimeError``. A worker
+        calls it when it starts; it never undoes it."""
+        self._frozen = True
 
-    def _unfreeze(self, owner: object) -> None:
-        if self._frozen_by is owner:
-            self._frozen_by = None
+    @property
+    def frozen(self) -> bool:
+        """True once a worker has started (or ``freeze()`` was called)."""
+        return self._frozen
 
     def _check_open(self) -> None:
-        if self._frozen_by is not None:
-            raise RuntimeError(f"app {self.name!r} is running: declare everything before start")
+        if self._frozen:
+            raise RuntimeError(
+                f"app {self.name!r} is frozen (a worker started): declare everything before"
+            )
 
 
 def _as_list(sink: Sequence[SinkTarget] | SinkTarget) -> list[SinkTarget]:

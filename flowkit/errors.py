@@ -11,10 +11,14 @@ FlowkitError
 │   ├── BrokerUnavailable
 │   └── CommitFailed
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
+├── TaskFailed             a timer, task or hook of the app raised (the worker stops)
+├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
 └── ProcessingError        one record failed; carries where it came from
     ├── DecodeError        the bytes could not be decoded into the declared type
     ├── AgentError         the agent raised while processing the record
-    └── SinkError          a sink gave up after its retries
+    ├── SinkError          a sink gave up after its retries
+    ├── LateRecord         a record for a window that already closed on its partition
+    └── FutureRecord       an event time too far ahead of the wall clock (max_future)
 ```
 
 Definition, configuration and transport errors stop the worker. Processing errors are
@@ -32,10 +36,14 @@ __all__ = [
     "DecodeError",
     "DefinitionError",
     "FlowkitError",
+    "FutureRecord",
     "GraphError",
+    "LateRecord",
     "NotRunningError",
+    "PartialWrite",
     "ProcessingError",
     "SinkError",
+    "TaskFailed",
     "TransportError",
     "WorkerStalled",
 ]
@@ -85,6 +93,21 @@ class WorkerStalled(FlowkitError):
     """The worker holds partitions with lag but processed nothing for too long."""
 
 
+class TaskFailed(FlowkitError):
+    """A timer, task or lifecycle hook of the app raised; the worker stops with it unless
+    the task's ``on_error`` says ``"restart"`` or ``"ignore"``."""
+
+
+class PartialWrite(FlowkitError):
+    """Raised by a sink's ``write_batch`` when the first ``written`` items were stored and
+    the next one failed: only the rest is retried, and only the failing item is given up."""
+
+    def __init__(self, written: int, cause: BaseException) -> None:
+        super().__init__(f"{written} written, then {cause!r}")
+        self.written = written
+        self.cause = cause
+
+
 class ProcessingError(FlowkitError):
     """One record failed; says where it came from and in which stage."""
 
@@ -122,3 +145,15 @@ class SinkError(ProcessingError):
     """A sink could not take an output after its retries."""
 
     stage = "sink"
+
+
+class LateRecord(ProcessingError):
+    """A record arrived for a window that has already closed on its partition."""
+
+    stage = "window"
+
+
+class FutureRecord(ProcessingError):
+    """A record's event time is further ahead of the wall clock than ``max_future``."""
+
+    stage = "window"

@@ -23,24 +23,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
+from .errors import PartialWrite
 from .policies import Retry
 
-__all__ = ["CallableSink", "PartialWrite", "Sink", "SinkRunner"]
+__all__ = ["CallableSink", "Sink", "SinkRunner"]
 
 log = structlog.get_logger(__name__)
 
 GiveUp = Callable[["SinkRunner", list[tuple[Any, Any]], BaseException, int], Awaitable[None]]
 """Called with the runner, the (item, origin) pairs given up, the error and the attempts."""
-
-
-class PartialWrite(Exception):
-    """Raised by ``write_batch`` when the first ``written`` items were stored and the next
-    one failed: only the rest is retried, and only the failing item is given up."""
-
-    def __init__(self, written: int, cause: BaseException) -> None:
-        super().__init__(f"{written} written, then {cause!r}")
-        self.written = written
-        self.cause = cause
 
 
 @runtime_checkable

@@ -32,6 +32,8 @@ from .errors import TransportError
 from .records import Headers, Message, TopicPartition
 from .runtime import Worker
 from .runtime.state import read_to_end
+from .scope import enter_scope
+from .state import TableBase
 from .topics import Topic
 from .transports import MemoryBroker, MemoryTransport, Transport
 from .transports.base import Ack
@@ -98,6 +100,12 @@ class TestDriver:
     before ``run_until_idle`` believes it, to cover the broker's fetch latency.
     With ``fail_fast=True`` a failing record stops the worker and ``run_until_idle``
     raises its error, instead of dead-lettering it.
+
+    Each driver runs a worker of its own, with fresh table state, even when the App is a
+    module-level object shared by many tests. Inside ``async with TestDriver(app)``, the
+    test reads tables as the app's agents do (``counts["k"]``, ``counts.windows("k")``):
+    entering the driver makes its worker's state the test task's. ``driver.store(table)``
+    names it explicitly (with two drivers at once, for example).
     """
 
     __test__ = False  # not a pytest test class
@@ -135,7 +143,14 @@ class TestDriver:
     async def __aenter__(self) -> TestDriver:
         await self._producer.start()
         await self.worker.start()
+        # The test task now reads tables as this worker's tasks do. Not undone on exit:
+        # the state stays readable after the worker stopped, until another driver starts.
+        enter_scope(self.worker.scope)
         return self
+
+    def store(self, table: TableBase[Any, Any]) -> Any:
+        """This driver's worker's state of ``table`` (read it like the table)."""
+        return self.worker.state.stores[table]
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -231,9 +246,10 @@ class TestDriver:
                 raise TimeoutError(f"the worker did not become idle within {timeout} s")
 
     def _caught_up(self) -> bool:
-        consumer = self.worker._consumer
-        if consumer is None:
+        fetcher = self.worker.fetcher
+        if fetcher is None:
             return True
+        consumer = fetcher.consumer
         assigned = consumer.assignment()
         try:
             return all(

@@ -1,56 +1,23 @@
 """Topics: named, partitioned, typed logs that agents read and write.
 
 A ``Topic[T]`` is a declaration: its name, partitions, key and value types, and the codecs
-built once from them. It does no I/O until a worker runs; then ``await topic.send(...)``
-goes through the worker's producer.
+built once from them. It does no I/O and holds no runtime state: ``await topic.send(...)``
+goes through the producer of the worker running the calling task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .codecs import Codec, codec_for
 from .errors import DecodeError, DefinitionError, NotRunningError
 from .records import Event, Headers, Message
+from .scope import require_scope
 
-__all__ = ["DecodedBatch", "Repartition", "Sender", "Topic"]
+__all__ = ["Repartition", "Topic"]
 
 T = TypeVar("T")
-
-
-class Sender(Protocol):
-    """What a running worker offers a topic: encode-free sending of bytes."""
-
-    async def send_bytes(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None,
-        headers: Headers,
-        partition: int | None,
-        timestamp_ms: int | None,
-    ) -> Awaitable[Any]: ...
-
-
-class DecodedBatch(Generic[T]):
-    """A fetched batch after decoding: ``values[i]`` came from ``messages[i]``.
-
-    Records that failed to decode are in ``failures`` and nowhere else.
-    """
-
-    __slots__ = ("failures", "messages", "values")
-
-    def __init__(
-        self,
-        values: list[T],
-        messages: list[Message],
-        failures: list[tuple[Message, DecodeError]],
-    ) -> None:
-        self.values = values
-        self.messages = messages
-        self.failures = failures
 
 
 class Topic(Generic[T]):
@@ -83,7 +50,6 @@ class Topic(Generic[T]):
         self.compacted = compacted
         self.value_codec: Codec[Any] = codec_for(value_type, codec)
         self.key_codec: Codec[Any] = codec_for(key_type, key_codec)
-        self._sender: Sender | None = None
         self._app_name: str | None = None
         # Fast path: a JSON/msgpack codec exposes msgspec's own decode, so a batch decodes
         # with one C call per record and no Python frame in between.
@@ -128,29 +94,6 @@ class Topic(Generic[T]):
             return self.key_codec.decode(data)
         except DecodeError:
             return data
-
-    def decode_batch(self, messages: list[Message]) -> DecodedBatch[T]:
-        """Decode a fetched batch; failures are set aside, never raised."""
-        fast = self._fast_decode
-        if fast is not None:
-            try:
-                return DecodedBatch([fast(m.value) for m in messages], messages, [])
-            except Exception:
-                pass  # some record is bad: sort them out one by one below
-        values: list[T] = []
-        good: list[Message] = []
-        failures: list[tuple[Message, DecodeError]] = []
-        for m in messages:
-            try:
-                if m.value is None:
-                    raise DecodeError("tombstone: the record has no value")
-                values.append(self.value_codec.decode(m.value))
-                good.append(m)
-            except DecodeError as exc:
-                failures.append((m, exc))
-            except Exception as exc:  # a custom codec raising something else
-                failures.append((m, DecodeError(f"{type(exc).__name__}: {exc}")))
-        return DecodedBatch(values, good, failures)
 
     def decoder(self) -> Callable[[bytes | None], T]:
         """The fastest function decoding one value: msgspec's own when the codec has one.
@@ -211,14 +154,13 @@ class Topic(Generic[T]):
         """Send ``value`` to this topic from inside a running worker.
 
         Returns once the record is queued; await the result for the broker's ack.
-        Raises ``NotRunningError`` outside a worker (use ``flowkit.testing`` in tests).
+        It goes through the producer of the worker running the calling task; outside a
+        worker it raises ``NotRunningError`` (use ``flowkit.testing`` in tests).
         """
-        if self._sender is None:
-            raise NotRunningError(
-                f"topic {self.name!r} can send only inside a running worker "
-                "(start one with `flowkit worker`, or use flowkit.testing.TestDriver)"
-            )
-        return await self._sender.send_bytes(
+        sender = require_scope(f"topic {self.name!r}: send()").sender
+        if sender is None:
+            raise NotRunningError(f"topic {self.name!r}: this worker has no producer yet")
+        return await sender.send_bytes(
             self.name,
             None if value is None else self.encode(value),
             key=self.encode_key(key),

@@ -57,22 +57,19 @@ def test_codec_for_picks_by_type_and_name() -> None:
         codec_for(Order, object())  # type: ignore[arg-type]
 
 
-def test_decode_batch_sets_failures_aside_and_keeps_order() -> None:
+def test_the_stream_decoder_and_its_errors() -> None:
     topic: Topic[Order] = Topic("t", value_type=Order)
-    good = [topic.encode(Order(id=str(i), amount=i)) for i in range(5)]
-    messages = [msg(good[0], 0), msg(b"oops", 1), msg(good[2], 2), msg(None, 3), msg(good[4], 4)]
-    batch = topic.decode_batch(messages)
-    assert [v.amount for v in batch.values] == [0, 2, 4]
-    assert [m.offset for m in batch.messages] == [0, 2, 4]
-    assert [m.offset for m, _ in batch.failures] == [1, 3]
-    assert "tombstone" in str(batch.failures[1][1])
-
-
-def test_decode_batch_fast_path_shares_the_message_list() -> None:
-    topic: Topic[int] = Topic("t", value_type=int)
-    messages = [msg(b"1", 0), msg(b"2", 1)]
-    batch = topic.decode_batch(messages)
-    assert batch.values == [1, 2] and batch.messages is messages and not batch.failures
+    decode = topic.decoder()  # what the stream loop calls per record
+    assert decode(topic.encode(Order(id="1", amount=1))) == Order(id="1", amount=1)
+    failures = []
+    for bad in (b"oops", None, b'{"id": 1}'):
+        try:
+            decode(bad)
+        except Exception as exc:
+            failures.append(topic.decode_error(exc))
+    assert [type(e) for e in failures] == [flowkit.DecodeError] * 3
+    assert "tombstone" in str(failures[1])
+    assert "malformed" in str(failures[0]) or "JSON" in str(failures[0])
 
 
 def test_keys_encode_as_utf8_and_undecodable_keys_stay_bytes() -> None:

@@ -425,9 +425,10 @@ async def test_an_outbox_flush_that_fails_keeps_what_it_did_not_send() -> None:
         sent.append(value)
 
     keeper = StateKeeper(app, MemoryTransport(), FakeClock(), send)
+    store = keeper.stores[counts]
     items = [(0, None, b"a"), (1, None, b"b"), (0, None, b"c")]
-    counts.requeue_outbox(items)
+    store.requeue_outbox(items)
     with pytest.raises(ConnectionError):
         await keeper.flush_outbox()
     assert sent == [b"a"]
-    assert counts.drain_outbox() == items[1:]
+    assert store.drain_outbox() == items[1:]

@@ -23,8 +23,9 @@ from ..errors import DecodeError, DefinitionError, NotRunningError, ProcessingEr
 from ..metrics import Metrics
 from ..policies import Retry
 from ..records import Headers, Message
+from ..scope import TaskScope, enter_scope
 from ..sinks import CallableSink, Sink, SinkRunner, sink_name
-from ..streams import Stream, StreamSource, bind_source
+from ..streams import Stream, StreamSource
 from ..topics import Topic
 
 __all__ = ["Dispatcher", "Route"]
@@ -32,6 +33,7 @@ __all__ = ["Dispatcher", "Route"]
 log = structlog.get_logger(__name__)
 
 SendBytes = Callable[..., Awaitable[Any]]
+Spawn = Callable[[Any, str], Any]
 
 
 @dataclass
@@ -61,14 +63,18 @@ class Dispatcher:
         self,
         app: App,
         *,
+        scope: TaskScope,
         send: SendBytes,
         clock: Clock,
         metrics: Metrics,
         fail_fast: bool,
         queue_batches: int,
+        spawn: Spawn,
     ) -> None:
         self.app = app
         self._send = send
+        self._spawn = spawn
+        self._sinks_started = False
         self.clock = clock
         self.metrics = metrics
         self.fail_fast = fail_fast
@@ -79,6 +85,7 @@ class Dispatcher:
         self._dlq: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
+        self._reported: dict[str, int] = {}
         self._route_cache: dict[tuple[str, tuple[Any, ...]], list[_Target]] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
@@ -88,7 +95,11 @@ class Dispatcher:
             route = self.routes.setdefault(topic.name, Route(topic))
             sources = [
                 StreamSource(
-                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name, queue_batches
+                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
+                    queue_batches,
+                    stores=scope.stores,
+                    sender=scope.sender,
+                    now_ms=scope.now_ms,
                 )
                 for i in range(agent.concurrency)
             ]
@@ -135,7 +146,7 @@ class Dispatcher:
                 raise DefinitionError(
                     f"sink {sink_name(sink)!r}: bad runner_options ({exc})"
                 ) from None
-            if self._spawn is not None:
+            if self._sinks_started:  # a target first named by an Output(to=...) at run time
                 runner.start(self._spawn)
             self.runners[id(sink)] = runner
         return _Target(runner=runner)
@@ -182,14 +193,12 @@ class Dispatcher:
                     topic=self._dlq.get(agent, self.default_dlq),
                 )
 
-    def start_sinks(self, spawn: Callable[[Any, str], Any]) -> None:
-        """Start every sink's writer task with ``spawn`` (the worker's task starter, so a
-        sink whose dead letters cannot be written stops the worker)."""
-        self._spawn = spawn
+    def start_sinks(self) -> None:
+        """Start every sink's writer task under the worker's supervisor (so a sink whose
+        dead letters cannot be written stops the worker)."""
+        self._sinks_started = True
         for runner in self.runners.values():
-            runner.start(spawn)
-
-    _spawn: Callable[[Any, str], Any] | None = None
+            runner.start(self._spawn)
 
     async def flush_sinks(self) -> None:
         """Wait until every output handed to a sink so far is written or dead-lettered."""
@@ -200,6 +209,25 @@ class Dispatcher:
         """True while any sink has outputs queued or being written."""
         return any(runner.pending() for runner in self.runners.values())
 
+    def report(self) -> None:
+        """Move per-agent counts into Prometheus, once per checkpoint, not per record."""
+        reported = self._reported
+        for agent, source in self.sources:
+            done = source.records - reported.get(source.name, 0)
+            if done:
+                self.metrics.records_processed.labels(agent.name).inc(done)
+                reported[source.name] = source.records
+            self.metrics.queue_depth.labels(source.name).set(source.pending())
+        for name, count in self.outputs.items():
+            sent = count - reported.get(f"out:{name}", 0)
+            if sent:
+                self.metrics.outputs.labels(name).inc(sent)
+                reported[f"out:{name}"] = count
+
+    def busy(self) -> bool:
+        """True while an agent has a batch or a sink has outputs to write."""
+        return self.sinks_busy() or any(source.busy() for _, source in self.sources)
+
     async def aclose_sinks(self) -> None:
         """Stop the writers and close the sinks."""
         for runner in self.runners.values():
@@ -209,10 +237,10 @@ class Dispatcher:
 
     async def drive(self, agent: Agent[Any], source: StreamSource) -> None:
         """Run one agent instance until its stream ends, restarting it after errors."""
-        bind_source(source)  # once per task: tables find the agent's stream through it
+        enter_scope(source)  # once per task: tables find the agent's stream through it
         backoff = 0.1
         while True:
-            before = (source.records, source.pos, source.batch)
+            before = source.marker()
             try:
                 if agent.per_record:
                     await self._drive_per_record(agent, source)
@@ -247,11 +275,11 @@ class Dispatcher:
                 await self._failed(agent, source, message, exc)
                 continue
             self._retrying.pop(source.name, None)
-            if source.chunk is not None or source._held is not None:
+            if source.holds_chunk():
                 source.release_chunk()  # the agent left a batches() loop: its list is done
-            if source.closed and not source.busy():
+            if source.ended():
                 return
-            if (source.records, source.pos, source.batch) == before:
+            if source.marker() == before:
                 await asyncio.sleep(backoff)  # returned without reading: don't spin
                 backoff = min(backoff * 2, 5.0)
             log.warning(
@@ -335,7 +363,7 @@ class Dispatcher:
                 )
                 # Real time, like the sinks' retries: what failed needs time to recover.
                 await asyncio.sleep(delay)
-                source.pos -= 1  # the same record again
+                source.retry_current()
                 return
             action = action.then
         self._retrying.pop(source.name, None)

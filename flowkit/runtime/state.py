@@ -1,26 +1,27 @@
-"""The worker's side of tables: recovery, changelog flushes, partials, window ticks.
+"""The worker's side of tables: their stores, recovery, changelog flushes, partials, ticks.
 
-``StateKeeper`` is owned by the ``Worker``. On assignment it rebuilds each table partition
-from its changelog (reading up to the high watermark a fetch reports) before the worker
-processes any record of that partition. At every checkpoint it sends the windowed tables'
-partials and markers, then the latest value of every changed key to the changelogs; the
-worker awaits those sends before it commits offsets.
+``StateKeeper`` is owned by the ``Worker``. It builds one store per table declaration (the
+state of this worker only: see ``flowkit.state.stores``). On assignment it rebuilds each
+table partition from its changelog (reading up to the high watermark a fetch reports)
+before the worker processes any record of that partition. At every checkpoint it sends
+the windowed tables' partials and markers, then the latest value of every changed key to
+the changelogs; the worker awaits those sends before it commits offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import structlog
 
 from ..app import App
 from ..clock import Clock
+from ..errors import TransportError
 from ..records import Message, TopicPartition
-from ..tables import GlobalTable, Table, TableBase
+from ..state import GlobalTable, Table, WindowedStore, WindowedTable
 from ..transports import TopicSpec, Transport
-from ..windowed import WindowedTable
 
 __all__ = ["StateKeeper", "read_to_end"]
 
@@ -29,15 +30,19 @@ log = structlog.get_logger(__name__)
 SendBytes = Callable[..., Awaitable[Any]]
 
 
+Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
+
+
 class StateKeeper:
-    """Recovers, flushes and ticks the tables of one worker."""
+    """Holds, recovers, flushes and ticks the tables of one worker."""
 
     def __init__(self, app: App, transport: Transport, clock: Clock, send: SendBytes) -> None:
         self.transport = transport
         self.clock = clock
         self._send = send
         tables = list(app.tables.values())
-        self.tables: list[Table[Any, Any]] = [t for t in tables if isinstance(t, Table)]
+        # This worker's state of every table: what ``table[key]`` reaches in its tasks.
+        self.stores: dict[Any, Any] = {t: t.new_store(self.now_ms) for t in tables}
         self.windowed: list[WindowedTable[Any, Any]] = [
             t for t in tables if isinstance(t, WindowedTable)
         ]
@@ -45,19 +50,21 @@ class StateKeeper:
             t for t in tables if isinstance(t, GlobalTable)
         ]
         self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any]] = [
-            *self.tables,
+            *(t for t in tables if isinstance(t, Table)),
             *self.windowed,
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
         # One flush at a time: a marker sent ahead of the partials drained before it would
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
-        self._follower: asyncio.Task[None] | None = None
-        for table in self.windowed:
-            table.now_ms = self._now_ms
+        self._outbox_task: asyncio.Task[None] | None = None
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """The worker's wall clock, in milliseconds."""
         return int(self.clock.time() * 1000)
+
+    def _windowed_stores(self) -> list[WindowedStore]:
+        return [self.stores[t] for t in self.windowed]
 
     @staticmethod
     def specs_for(app: App) -> list[TopicSpec]:
@@ -72,8 +79,9 @@ class StateKeeper:
 
     # -- global tables --------------------------------------------------------------------
 
-    async def start_globals(self) -> None:
-        """Load global tables whole (seeding empty ones from their loader), then follow."""
+    async def start_globals(self, spawn: Spawn) -> None:
+        """Load global tables whole (seeding empty ones from their loader), then follow
+        their topics in a task started with ``spawn`` (the worker's supervisor)."""
         if not self.globals:
             return
         for table in self.globals:
@@ -89,23 +97,25 @@ class StateKeeper:
                 log.info("global table seeded", table=table.name, records=count)
         consumer = self.transport.consumer(group_id=None, client_id="flowkit-global-tables")
         await consumer.start()
-        tps: dict[TopicPartition, GlobalTable[Any, Any]] = {}
+        tps: dict[TopicPartition, Any] = {}
         for table in self.globals:
             count = await self.transport.partition_count(table.topic.name) or 0
             for p in range(count):
-                tps[TopicPartition(table.topic.name, p)] = table
-        total, seconds = await self._load(consumer, tps)
+                tps[TopicPartition(table.topic.name, p)] = self.stores[table]
+        try:
+            total, seconds = await self._load(consumer, tps)
+        except BaseException:
+            await consumer.aclose()
+            raise
         log.info(
             "global tables loaded",
             tables=[t.name for t in self.globals],
             records=total,
             seconds=seconds,
         )
-        self._follower = asyncio.create_task(self._follow(consumer, tps), name="global-tables")
+        spawn(self._follow(consumer, tps), "global-tables")
 
-    async def _load(
-        self, consumer: Any, tps: Mapping[TopicPartition, TableBase[Any, Any]]
-    ) -> tuple[int, float]:
+    async def _load(self, consumer: Any, tps: Mapping[TopicPartition, Any]) -> tuple[int, float]:
         """Assign ``tps`` and apply them to their tables up to the high watermark; returns
         the records read and the seconds it took."""
         consumer.assign(tps)
@@ -127,9 +137,7 @@ class StateKeeper:
         finally:
             await consumer.aclose()
 
-    async def _follow(
-        self, consumer: Any, tps: dict[TopicPartition, GlobalTable[Any, Any]]
-    ) -> None:
+    async def _follow(self, consumer: Any, tps: dict[TopicPartition, Any]) -> None:
         try:
             while True:
                 batches = await consumer.getmany(0.5, 10_000)
@@ -137,13 +145,6 @@ class StateKeeper:
                     tps[tp].apply_changelog(tp.partition, messages)
         finally:
             await consumer.aclose()
-
-    async def aclose(self) -> None:
-        """Stop following global tables."""
-        if self._follower is not None:
-            self._follower.cancel()
-            await asyncio.gather(self._follower, return_exceptions=True)
-            self._follower = None
 
     # -- partitioned tables ---------------------------------------------------------------
 
@@ -155,18 +156,21 @@ class StateKeeper:
         consumer = self.transport.consumer(group_id=None, client_id="flowkit-recovery")
         await consumer.start()
         try:
-            tps: dict[TopicPartition, Table[Any, Any] | WindowedTable[Any, Any]] = {}
+            tps: dict[TopicPartition, Any] = {}
+            names: set[str] = set()
             for table in self.partitioned:
-                fresh = [p for p in wanted if p < table.partitions and p not in table.held()]
-                table.assign(fresh)
+                store = self.stores[table]
+                fresh = [p for p in wanted if p < table.partitions and p not in store.held()]
+                store.assign(fresh)
                 for p in fresh:
-                    tps[TopicPartition(table.changelog_topic, p)] = table
+                    tps[TopicPartition(table.changelog_topic, p)] = store
+                    names.add(table.name)
             if not tps:
                 return
             total, seconds = await self._load(consumer, tps)
             log.info(
                 "tables recovered",
-                tables=sorted({t.name for t in tps.values()}),
+                tables=sorted(names),
                 partitions=wanted,
                 records=total,
                 seconds=seconds,
@@ -178,18 +182,31 @@ class StateKeeper:
         """Drop state of partitions this worker gave up (after the final flush)."""
         ps = list(partitions)
         for table in self.partitioned:
-            table.revoke(ps)
+            self.stores[table].revoke(ps)
 
     def has_outbox(self) -> bool:
         """True while windowed tables have partials or markers to send."""
-        return any(t.has_outbox() for t in self.windowed)
+        return any(store.has_outbox() for store in self._windowed_stores())
+
+    def flush_outbox_soon(self, spawn: Spawn) -> None:
+        """Start a flush of the outbox in a task of its own, unless one is under way."""
+        task = self._outbox_task
+        if task is None or task.done():
+            self._outbox_task = spawn(self.flush_outbox(), "outbox")
+
+    async def wait_outbox(self) -> None:
+        """Wait for the flush ``flush_outbox_soon`` started (it is never cancelled: it
+        sends what it drained)."""
+        if self._outbox_task is not None:
+            await asyncio.gather(self._outbox_task, return_exceptions=True)
 
     async def flush_outbox(self) -> None:
         """Send windowed tables' partials and watermark markers to their owners, in the
         order they were made."""
         async with self._outbox_lock:
             for table in self.windowed:
-                items = table.drain_outbox()
+                store = self.stores[table]
+                items = store.drain_outbox()
                 sent = 0
                 try:
                     for q, key, value in items:
@@ -199,27 +216,28 @@ class StateKeeper:
                     # Cancelled or failed midway: what was not sent goes back, first in line
                     # (sending a partial twice is harmless: owners keep one per source).
                     if sent < len(items):
-                        table.requeue_outbox(items[sent:])
+                        store.requeue_outbox(items[sent:])
 
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""
         for table in self.partitioned:
             topic = table.changelog_topic
-            for p, key, value in table.drain_changes():
+            for p, key, value in self.stores[table].drain_changes():
                 await self._send(topic, value, key=key, partition=p)
 
     async def receive_partials(self, tp: TopicPartition, messages: list[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close."""
         table = self.repartition[tp.topic]
-        emissions = table.receive(tp.partition, messages)
+        store = self.stores[table]
+        emissions = store.receive(tp.partition, messages)
         if emissions:
-            await table.emit(emissions, self._send)
+            await table.emit(store, emissions, self._send)
 
     def tick(self, caught_up: set[int]) -> None:
         """Let quiet, caught-up partitions move their watermarks."""
         now = self.clock.monotonic()
         for table in self.windowed:
-            table.tick(now, caught_up)
+            self.stores[table].tick(now, caught_up, table.idle_timeout)
 
 
 async def _fetch_some(consumer: Any, tps: set[TopicPartition]) -> bool:
@@ -263,5 +281,5 @@ async def read_to_end(
                 # A partition that never reported a high watermark has nothing to read.
                 remaining = {tp for tp in remaining if consumer.highwater(tp) is not None}
                 if empty_polls >= 200:
-                    raise TimeoutError(f"recovery stalled on {sorted(remaining)}")
+                    raise TransportError(f"reading stalled on {sorted(remaining)}")
     return total

@@ -1,53 +1,71 @@
-"""The worker: runs an App's graph over a transport.
+"""The worker: runs an App's graph over a transport. The only lifecycle in flowkit.
 
-Lifecycle (the only one in flowkit): ``async with Worker(app) as worker`` starts it and
-stops it gracefully; ``await worker.run()`` runs until ``stop()``. Inside, one fetch loop
-reads batches per partition, decodes each batch once per topic, and hands it to the agent
-instances that own the partition; a commit loop commits what is done every
-``commit_interval`` seconds; timers and tasks run beside them.
+``async with Worker(app) as worker`` starts it and stops it gracefully; ``await
+worker.run()`` runs until ``stop()`` or a fatal error. The worker owns the state of its
+run (table stores, producer, clock, offsets) and hands it to the code that needs it; the
+App stays a declaration, so several workers can run one App at once.
 
-Order of a checkpoint (at-least-once): take the committable offsets, wait until every send
-issued so far is acknowledged, then commit those offsets.
+Its parts, each in its own module: ``Fetcher`` (fetch loop, lag), ``Dispatcher`` (the
+agents, their outputs and error policies), ``Publisher`` (sends and their acks),
+``StateKeeper`` (tables), ``Assignment`` (rebalances), ``Checkpointer`` (commits),
+``run_timer`` (timers and tasks), all tasks under one ``Supervisor``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Awaitable, Callable
+import contextvars
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from ..agents import Agent, Timer
 from ..app import App
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
-from ..errors import (
-    CommitFailed,
-    FlowkitError,
-    GraphError,
-    TransportError,
-    WorkerStalled,
-)
+from ..errors import ConfigurationError, FlowkitError, GraphError
 from ..metrics import Metrics
-from ..records import Headers, Message, TopicPartition
-from ..streams import Batch, StreamSource
-from ..transports import Ack, Consumer, Producer, TopicSpec, Transport, transport_from_url
-from .dispatch import Dispatcher, Route
+from ..records import TopicPartition
+from ..scope import TaskScope, enter_scope
+from ..transports import Consumer, TopicSpec, Transport, transport_from_url
+from .assignment import Assignment
+from .checkpoints import Checkpointer
+from .dispatch import Dispatcher
+from .fetcher import Fetcher
+from .publisher import Publisher
 from .state import StateKeeper
+from .supervisor import Supervisor
+from .timers import run_timer
 from .web import WebServer
 
-__all__ = ["Worker", "required_topics"]
+__all__ = ["Worker", "WorkerSettings", "required_topics"]
 
 log = structlog.get_logger(__name__)
 
-MAX_IN_FLIGHT = 10_000  # unacknowledged sends before an agent waits (bounded memory)
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a worker runs (see ``Worker`` for each setting)."""
+
+    commit_interval: float
+    max_fetch_records: int = 10_000
+    fetch_timeout: float = 0.2
+    queue_batches: int = 4
+    shutdown_timeout: float = 30.0
+    stall_timeout: float | None = 300.0
+    fail_fast: bool = False
+    tick_interval: float = 1.0  # how often quiet partitions' watermarks are checked
 
 
 class Worker:
     """Runs one App against one broker.
+
+    The app's name is its application id: it names the consumer group and every internal
+    topic (changelogs, repartition topics, the dead-letter topic). ``max_fetch_records``
+    is the most records one fetch returns; ``queue_batches`` how many fetched batches
+    wait per agent instance before the fetch waits; ``stall_timeout`` how long partitions
+    may have lag with nothing processed before the worker gives up (``WorkerStalled``).
 
     >>> import asyncio, flowkit
     >>> app = flowkit.App("demo")
@@ -79,54 +97,48 @@ class Worker:
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
     ) -> None:
+        if group_id is not None and group_id != app.name:
+            raise ConfigurationError(
+                f"group_id {group_id!r} differs from the app's name {app.name!r}: the app "
+                "name is the application id, naming the consumer group and the changelog, "
+                "repartition and dead-letter topics; to run a separate copy, give the App "
+                f"another name (App({group_id!r}, ...))"
+            )
         self.app = app
+        self.settings = WorkerSettings(
+            commit_interval=commit_interval or app.commit_interval,
+            max_fetch_records=max_fetch_records,
+            fetch_timeout=fetch_timeout,
+            queue_batches=queue_batches,
+            shutdown_timeout=shutdown_timeout,
+            stall_timeout=stall_timeout,
+            fail_fast=fail_fast,
+        )
         self._own_transport = transport is None
         self.transport = transport or transport_from_url(
             broker or app.broker, **(client_settings or {})
         )
         self.clock = clock or SystemClock()
-        self.group_id = group_id or app.name
-        self.commit_interval = commit_interval or app.commit_interval
-        self.max_fetch_records = max_fetch_records
-        self.fetch_timeout = fetch_timeout
-        self.queue_batches = queue_batches
-        self.shutdown_timeout = shutdown_timeout
         self.metrics = metrics or Metrics()
-        self.fail_fast = fail_fast
-        self.stall_timeout = stall_timeout
         self.web = WebServer(self, web_host, web_port) if web_port is not None else None
         self.tracker = OffsetTracker()
-        self.records_in = 0
-        self.started_at: float | None = None
-        self.stopped_at: float | None = None
-        self.dlq_name = dead_letter_topic(app.name)
-        self.state = StateKeeper(app, self.transport, self.clock, self.send_bytes)
+        self.publisher: Publisher | None = None
+        self.state = StateKeeper(app, self.transport, self.clock, self._send)
+        # What every task of this worker reaches through its context: the tables' stores.
+        self.scope = TaskScope(stores=self.state.stores, sender=None, now_ms=self.state.now_ms)
+        context = contextvars.copy_context()
+        context.run(enter_scope, self.scope)
+        self.supervisor = Supervisor(self._fatal, context)
         self.dispatcher: Dispatcher | None = None
-        self.tick_interval = 1.0
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._routes: dict[str, Route] = {}
-        self._sources: list[tuple[Agent[Any], StreamSource]] = []
-        self._in_flight: list[Awaitable[Any]] = []
-        self._fetch_task: asyncio.Task[None] | None = None
-        self._agent_tasks: list[asyncio.Task[None]] = []
-        self._side_tasks: list[asyncio.Task[None]] = []
-        self._outbox_task: asyncio.Task[None] | None = None
+        self.fetcher: Fetcher | None = None
+        self.checkpointer: Checkpointer | None = None
+        self.assignment: Assignment | None = None
         self._stop = asyncio.Event()
         self._forced = asyncio.Event()
         self._error: BaseException | None = None
-        self._dispatching = False
-        self._commit_lock = asyncio.Lock()
-        self._started = False
-        self._closed = False
-        self._force = False
-        self._assigned: set[TopicPartition] = set()
-        self._rebalancing = 0
-        self._joined = False
-        self._running = False  # start() finished: connected, subscribed, loops started
-        self._sent_end: dict[TopicPartition, int] = {}
-        self._reported: dict[str, int] = {}
-        self._records_in_by_topic: dict[str, Any] = {}
+        self._phase = "new"  # -> starting -> running -> closed
+        self.started_at: float | None = None
+        self.stopped_at: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -151,7 +163,6 @@ class Worker:
         """Ask the worker to stop; ``force`` skips waiting for queued batches, even when a
         graceful stop is already waiting for them."""
         if force:
-            self._force = True
             self._forced.set()
         self._stop.set()
 
@@ -165,23 +176,30 @@ class Worker:
         """The fatal error that stopped the worker, if any."""
         return self._error
 
+    def _fatal(self, exc: BaseException, task: str) -> None:
+        if self._error is None:
+            self._error = exc
+            log.error("worker stopping on a fatal error", task=task, error=str(exc) or repr(exc))
+        self.stop(force=True)
+
     async def start(self) -> None:
         """Validate the app, create topics, connect, and start the loops."""
-        if self._started:
+        if self._phase != "new":
             return
         problems = self.app.graph().check()
         if problems:
             raise GraphError(problems)
-        self.app._freeze(self)
-        self._started = True
+        self.app.freeze()
+        self._phase = "starting"
         try:
             await self._start()
         except BaseException:
             await self.aclose()
             raise
+        self._phase = "running"
 
     async def _start(self) -> None:
-        app = self.app
+        app, settings, spawn = self.app, self.settings, self.supervisor.spawn
         self.started_at = self.clock.monotonic()
         if self.web is not None:
             await self.web.start()  # first, so /ready answers 503 while recovering
@@ -189,430 +207,211 @@ class Worker:
                 "serving /metrics, /ready and /graph", url=f"http://{self.web.host}:{self.web.port}"
             )
         await self.transport.create_topics(required_topics(app))
-        self._producer = self.transport.producer(client_id=f"{app.name}-producer")
-        await self._producer.start()
-        for topic in app.topics.values():
-            topic._sender = self
+        producer = self.transport.producer(client_id=f"{app.name}-producer")
+        await producer.start()
+        self.publisher = publisher = Publisher(producer)
+        self.scope.sender = publisher
         dispatcher = self.dispatcher = Dispatcher(
             app,
-            send=self.send_bytes,
+            scope=self.scope,
+            send=publisher.send_bytes,
             clock=self.clock,
             metrics=self.metrics,
-            fail_fast=self.fail_fast,
-            queue_batches=self.queue_batches,
+            fail_fast=settings.fail_fast,
+            queue_batches=settings.queue_batches,
+            spawn=spawn,
         )
-        self._routes, self._sources = dispatcher.routes, dispatcher.sources
-        dispatcher.start_sinks(self._spawn)
-        await self.state.start_globals()
-        for agent, source in self._sources:
+        dispatcher.start_sinks()
+        await self.state.start_globals(spawn)
+        for agent, source in dispatcher.sources:
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
-            self._agent_tasks.append(
-                self._spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
+            spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
+        consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
+        self.checkpointer = Checkpointer(
+            consumer=consumer,
+            tracker=self.tracker,
+            publisher=publisher,
+            state=self.state,
+            flush_sinks=dispatcher.flush_sinks,
+            report=dispatcher.report,
+            metrics=self.metrics,
+            clock=self.clock,
+        )
+        spawn(self.checkpointer.run(settings.commit_interval), "commit")
+        if consumer is not None:
+            self.fetcher = fetcher = Fetcher(
+                consumer,
+                routes=dispatcher.routes,
+                tracker=self.tracker,
+                state=self.state,
+                metrics=self.metrics,
             )
-        subscribed = sorted({*self._routes, *self.state.repartition})
-        if subscribed:
-            self._consumer = self.transport.consumer(
-                group_id=self.group_id, client_id=f"{app.name}-consumer"
+            spawn(
+                fetcher.run(self._stop, settings.fetch_timeout, settings.max_fetch_records),
+                "fetch",
             )
-            await self._consumer.start()
-            self._consumer.subscribe(subscribed, self)
-            self._fetch_task = self._spawn(self._fetch_loop(), "fetch")
-        self._side_tasks.append(self._spawn(self._commit_loop(), "commit"))
-        if self.state.windowed:
-            self._side_tasks.append(self._spawn(self._tick_loop(), "window-ticks"))
-        if self.stall_timeout and self._consumer is not None:
-            self._side_tasks.append(self._spawn(self._watchdog(), "watchdog"))
+            if self.state.windowed:
+                spawn(fetcher.tick_windows(self.clock, settings.tick_interval), "window-ticks")
+            if settings.stall_timeout:
+                rebalancing = self._rebalancing
+                spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
         for timer in app.timers:
-            self._side_tasks.append(self._spawn(self._run_timer(timer), f"timer:{timer.name}"))
-        self._running = True
+            spawn(
+                run_timer(timer, self.clock, fail_fast=settings.fail_fast),
+                f"{timer.kind}:{timer.name}",
+            )
         log.info(
             "worker started",
             app=app.name,
             broker=self.transport.url,
             agents=[a.name for a in app.agents],
-            topics=sorted(self._routes),
+            topics=sorted(dispatcher.routes),
         )
+
+    async def _subscribe(self, topics: list[str]) -> Consumer | None:
+        if not topics:
+            return None
+        consumer = self.transport.consumer(
+            group_id=self.group_id, client_id=f"{self.app.name}-consumer"
+        )
+        await consumer.start()
+        self.assignment = Assignment(
+            state=self.state,
+            tracker=self.tracker,
+            checkpoint=self.checkpoint,
+            failed=lambda: self._error is not None,
+            metrics=self.metrics,
+            drain_timeout=self.settings.shutdown_timeout,
+        )
+        consumer.subscribe(topics, self.assignment)
+        return consumer
+
+    def _rebalancing(self) -> bool:
+        return self.assignment is not None and self.assignment.rebalancing > 0
 
     def _flush_outbox_soon(self) -> None:
         """An agent caught up: send the windowed tables' partials and markers now, not
         after the next fetch returns (up to ``fetch_timeout`` later when no data comes)."""
-        task = self._outbox_task
-        if (task is None or task.done()) and not self._closed and self.state.has_outbox():
-            self._outbox_task = self._spawn(self.state.flush_outbox(), "outbox")
-
-    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None and self._error is None:
-            self._error = exc
-            log.error("worker stopping on a fatal error", task=task.get_name(), error=repr(exc))
-            self.stop(force=True)
+        if self._phase in ("starting", "running") and self.state.has_outbox():
+            self.state.flush_outbox_soon(self.supervisor.spawn)
 
     async def aclose(self) -> None:
         """Stop gracefully: finish queued batches, commit, disconnect. Idempotent."""
-        if self._closed:
+        if self._phase == "closed":
             return
-        self._closed = True
+        self._phase = "closed"
         self._stop.set()
-        for task in self._side_tasks:
-            task.cancel()
-        if self._fetch_task is not None:
-            self._fetch_task.cancel()
-            await asyncio.gather(self._fetch_task, return_exceptions=True)
-        for _, source in self._sources:
-            source.close()
-        if self._agent_tasks:
-            if not self._force:
+        tasks = self.supervisor
+        await tasks.cancel(tasks.named("fetch", "commit", "window-ticks", "watchdog", "timer:"))
+        await tasks.cancel(tasks.named("task:"))
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            for _, source in dispatcher.sources:
+                source.close()
+            agents = tasks.named("agent:")
+            if agents and not self._forced.is_set():
                 # Wait for the queued batches, unless a forced stop comes first.
-                agents: asyncio.Future[Any] = asyncio.gather(
-                    *self._agent_tasks, return_exceptions=True
-                )
-                forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())
-                await asyncio.wait(
-                    {agents, forced},
-                    timeout=self.shutdown_timeout,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                forced.cancel()
-            for task in self._agent_tasks:
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(*self._agent_tasks, return_exceptions=True)
-        await asyncio.gather(*self._side_tasks, return_exceptions=True)
-        if self._outbox_task is not None:  # never cancelled: it sends what it drained
-            await asyncio.gather(self._outbox_task, return_exceptions=True)
+                await self._wait_or_forced(agents)
+            await tasks.cancel(agents)
+        await self.state.wait_outbox()  # never cancelled: it sends what it drained
         try:
-            if self._error is None and self._consumer is not None:
+            if self._error is None and self.fetcher is not None:
                 await self.checkpoint()
         except FlowkitError as exc:
             self._error = self._error or exc
         finally:
-            if self.dispatcher is not None:
-                await self.dispatcher.aclose_sinks()
-            for topic in self.app.topics.values():
-                if topic._sender is self:
-                    topic._sender = None
-            # A lost broker can make closing fail too: report it, don't mask the cause.
-            for client in (self._consumer, self._producer):
-                if client is not None:
-                    try:
-                        await client.aclose()
-                    except (Exception, asyncio.CancelledError) as exc:
-                        log.warning("closing a broker client failed", error=repr(exc))
-            await self.state.aclose()
-            if self.web is not None:
-                await self.web.aclose()
-            if self._own_transport:
-                await self.transport.aclose()
-            self.app._unfreeze(self)
-            self.stopped_at = self.clock.monotonic()
+            await self._disconnect()
+
+    async def _wait_or_forced(self, tasks: list[asyncio.Task[Any]]) -> None:
+        agents: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
+        forced: asyncio.Future[Any] = asyncio.ensure_future(self._forced.wait())
+        await asyncio.wait(
+            {agents, forced},
+            timeout=self.settings.shutdown_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        forced.cancel()
+
+    async def _disconnect(self) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.aclose_sinks()
+        await self.supervisor.aclose()  # whatever is left: global tables, sinks, ...
+        # A lost broker can make closing fail too: report it, don't mask the cause.
+        clients = (
+            self.fetcher.consumer if self.fetcher else None,
+            self.publisher.producer if self.publisher else None,
+        )
+        for client in clients:
+            if client is not None:
+                try:
+                    await client.aclose()
+                except (Exception, asyncio.CancelledError) as exc:
+                    log.warning("closing a broker client failed", error=repr(exc))
+        if self.web is not None:
+            await self.web.aclose()
+        if self._own_transport:
+            await self.transport.aclose()
+        self.stopped_at = self.clock.monotonic()
+        if self.started_at is not None:
             log.info("worker stopped", app=self.app.name, records=self.records_in)
 
-    # -- rebalancing (called by the consumer inside getmany) ------------------------------
+    # -- sends and checkpoints ------------------------------------------------------------
 
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._assigned |= assigned
-        self._joined = True
-        self.metrics.assigned_partitions.set(len(self._assigned))
-        log.info("partitions assigned", partitions=_show(assigned))
-        # Tables first: no record of a partition is processed before its state is back.
-        self._rebalancing += 1
-        try:
-            await self.state.recover({tp.partition for tp in assigned})
-        finally:
-            self._rebalancing -= 1
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self._rebalancing += 1
-        try:
-            await self._revoke(revoked)
-        finally:
-            self._rebalancing -= 1
-
-    async def _revoke(self, revoked: set[TopicPartition]) -> None:
-        log.info("partitions revoked", partitions=_show(revoked))
-        # Finish what was dispatched for these partitions, then commit it, while we still
-        # own them: the next owner starts exactly where we stopped.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.shutdown_timeout
-        while self.tracker.in_flight(revoked) and loop.time() < deadline:
-            if self._error is not None:
-                break
-            await asyncio.sleep(0.005)
-        if self._error is None:
-            await self.checkpoint(revoked)
-        self.tracker.forget(revoked)
-        self._assigned -= revoked
-        kept = {tp.partition for tp in self._assigned}
-        self.state.revoke({tp.partition for tp in revoked} - kept)
-        self.metrics.assigned_partitions.set(len(self._assigned))
-
-    # -- the fetch loop -------------------------------------------------------------------
-
-    async def _fetch_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        state = self.state
-        while not self._stop.is_set():
-            batches = await consumer.getmany(self.fetch_timeout, self.max_fetch_records)
-            if state.windowed and state.has_outbox():
-                await state.flush_outbox()
-            if not batches:
-                continue
-            self._dispatching = True
-            try:
-                for tp, messages in batches.items():
-                    if messages:
-                        await self._dispatch(tp, messages)
-            finally:
-                self._dispatching = False
-
-    async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
-        self.records_in += len(messages)
-        counter = self._records_in_by_topic.get(tp.topic)
-        if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
-            counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(tp.topic)
-        counter.inc(len(messages))
-        route = self._routes.get(tp.topic)
-        if route is None:  # partials for a windowed table owned here: apply them inline
-            entry = self.tracker.add(tp, messages[-1].offset + 1, 1)
-            await self.state.receive_partials(tp, messages)
-            entry.release()
-            return
-        # Records are decoded by the stream, one at a time, as the agent reads them.
-        readers = route.readers
-        entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
-        for _agent, sources in readers:
-            source = sources[tp.partition % len(sources)]
-            batch = Batch(route.topic, tp, messages, entry.release)
-            if len(readers) == 1:
-                entry.progress = functools.partial(source.progress_of, batch)
-            await source.put(batch)
-
-    # -- sends ----------------------------------------------------------------------------
-
-    async def send_bytes(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None,
-        headers: Headers = (),
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-    ) -> Awaitable[Any]:
-        """Send encoded bytes; the ack is awaited before the next commit."""
-        producer = self._producer
-        if producer is None:
-            raise TransportError("the worker's producer is not running")
-        ack = await producer.send(
-            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
-        )
-        if isinstance(ack, Ack):  # already stored (the memory broker): nothing to await
-            tp = (ack.topic, ack.partition)
-            sent: dict[Any, int] = self._sent_end
-            if ack.offset >= sent.get(tp, 0):
-                sent[tp] = ack.offset + 1
-            return ack
-        in_flight = self._in_flight
-        in_flight.append(ack)
-        if len(in_flight) >= MAX_IN_FLIGHT:
-            await self._await_in_flight()
-        return ack
-
-    async def _await_in_flight(self) -> None:
-        pending, self._in_flight = self._in_flight, []
-        sent: dict[Any, int] = self._sent_end
-        for ack in pending:
-            if not isinstance(ack, Ack):  # an Ack is already stored; others are futures
-                try:
-                    ack = await ack
-                except Exception as exc:
-                    raise TransportError(f"a send was not acknowledged: {exc!r}") from exc
-            # A plain tuple hashes and compares like the TopicPartition namedtuple.
-            tp = (ack.topic, ack.partition)
-            if ack.offset >= sent.get(tp, 0):
-                sent[tp] = ack.offset + 1
-
-    # -- commits --------------------------------------------------------------------------
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.commit_interval)
-            try:
-                await self.checkpoint()
-            except CommitFailed as exc:
-                # The group is rebalancing: the revocation that follows commits what is
-                # done while we still own it; until then the records stay uncommitted.
-                log.warning("commit refused during a rebalance; retrying later", error=str(exc))
+    async def _send(self, topic: str, value: bytes | None, **kwargs: Any) -> Any:
+        if self.publisher is None:
+            raise FlowkitError("the worker's producer is not running")
+        return await self.publisher.send_bytes(topic, value, **kwargs)
 
     async def checkpoint(self, tps: set[TopicPartition] | None = None) -> None:
         """Commit what is done: sends acknowledged first, then offsets."""
-        consumer = self._consumer
-        if consumer is None:
-            await self._await_in_flight()
-            return
-        async with self._commit_lock:
-            offsets = self.tracker.committable(tps)
-            # Every send caused by a done record was issued before the record became done,
-            # so it is in the in-flight list now, and every table change it made is in the
-            # tables' buffers: send those, acknowledge everything, then commit.
-            if self.dispatcher is not None:
-                await self.dispatcher.flush_sinks()  # may dead-letter: before the acks
-            await self.state.flush_outbox()
-            await self.state.flush_changelogs()
-            await self._await_in_flight()
-            if not offsets:
-                return
-            self._update_metrics()
-            started = self.clock.monotonic()
-            await consumer.commit(offsets)
-            self.tracker.committed(offsets)
-            self.metrics.commits.inc()
-            self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+        if self.checkpointer is not None:
+            await self.checkpointer.checkpoint(tps)
+        elif self.publisher is not None:
+            await self.publisher.await_acks()
 
-    async def _watchdog(self) -> None:
-        """Exit, rather than hang as a zombie, when lag does not move for stall_timeout."""
-        assert self.stall_timeout is not None
-        last_records, last_progress = -1, self.clock.monotonic()
-        while True:
-            await self.clock.sleep(self.stall_timeout / 4)
-            now = self.clock.monotonic()
-            if self.records_in != last_records or not self._lagging() or self._rebalancing:
-                last_records, last_progress = self.records_in, now
-                continue
-            if now - last_progress >= self.stall_timeout:
-                raise WorkerStalled(
-                    f"no record processed for {now - last_progress:.0f} s while partitions "
-                    f"have lag ({', '.join(self._lagging())}); exiting so a supervisor "
-                    "restarts the worker"
-                )
+    # -- introspection --------------------------------------------------------------------
 
-    def _lagging(self) -> list[str]:
-        consumer = self._consumer
-        if consumer is None:
-            return []
-        out = []
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            try:
-                if high is not None and consumer.position(tp) < high:
-                    out.append(f"{tp.topic}/{tp.partition}")
-            except TransportError:
-                continue
-        return sorted(out)
+    @property
+    def group_id(self) -> str:
+        """The consumer group: the app's name."""
+        return self.app.name
+
+    @property
+    def dlq_name(self) -> str:
+        """The app's default dead-letter topic."""
+        return dead_letter_topic(self.app.name)
+
+    @property
+    def records_in(self) -> int:
+        """Records fetched so far."""
+        return self.fetcher.records_in if self.fetcher is not None else 0
 
     @property
     def ready(self) -> bool:
         """True once the worker joined its group and holds its tables' state."""
-        return (
-            self._running
-            and not self._closed
-            and (self._consumer is None or self._joined)
-            and not self._rebalancing
+        assignment = self.assignment
+        return self._phase == "running" and (
+            assignment is None or (assignment.joined and not assignment.rebalancing)
         )
-
-    def _update_metrics(self) -> None:
-        """Move per-agent counts into Prometheus once per checkpoint, not per record."""
-        reported = self._reported
-        for agent, source in self._sources:
-            done = source.records - reported.get(source.name, 0)
-            if done:
-                self.metrics.records_processed.labels(agent.name).inc(done)
-                reported[source.name] = source.records
-            self.metrics.queue_depth.labels(source.name).set(source.pending())
-        if self.dispatcher is not None:
-            for name, count in self.dispatcher.outputs.items():
-                sent = count - reported.get(f"out:{name}", 0)
-                if sent:
-                    self.metrics.outputs.labels(name).inc(sent)
-                    reported[f"out:{name}"] = count
-
-    async def _tick_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.tick_interval)
-            self.state.tick(self._caught_up())
-
-    def _caught_up(self) -> set[int]:
-        """Partition numbers whose every assigned source partition is read to its end."""
-        consumer = self._consumer
-        if consumer is None:
-            return set()
-        behind: set[int] = set()
-        numbers: set[int] = set()
-        for tp in consumer.assignment():
-            if tp.topic not in self._routes:
-                continue
-            numbers.add(tp.partition)
-            high = consumer.highwater(tp)
-            if high is None or consumer.position(tp) < high:
-                behind.add(tp.partition)
-        return numbers - behind
-
-    # -- timers and tasks -----------------------------------------------------------------
-
-    async def _run_timer(self, timer: Timer) -> None:
-        if timer.interval is None:
-            await self._call_guarded(timer)
-            return
-        while True:
-            await self.clock.sleep(timer.interval)
-            await self._call_guarded(timer)
-
-    async def _call_guarded(self, timer: Timer) -> None:
-        try:
-            await timer.fn()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if self.fail_fast:
-                raise
-            log.exception(f"{timer.kind} failed", name=timer.name, error=repr(exc))
-
-    # -- introspection --------------------------------------------------------------------
 
     def is_idle(self) -> bool:
         """True when nothing is fetched, queued, processing or unacknowledged."""
-        if self._dispatching or self._rebalancing or self.state.has_outbox():
+        if self._rebalancing() or self.state.has_outbox():
             return False
-        if self.dispatcher is not None and self.dispatcher.sinks_busy():
-            return False
-        if any(source.busy() for _, source in self._sources):
+        if self.dispatcher is not None and self.dispatcher.busy():
             return False
         if self.tracker.in_flight():
             return False
-        sent = self._sent_end
-        for ack in self._in_flight:
-            if not _done(ack):
-                return False
-            try:
-                result = ack if isinstance(ack, Ack) else ack.result()  # type: ignore[attr-defined]
-            except Exception:
-                return False  # a failed send: the next checkpoint raises it
-            tp = TopicPartition(result.topic, result.partition)
-            if result.offset >= sent.get(tp, 0):
-                sent[tp] = result.offset + 1
-        consumer = self._consumer
-        if consumer is not None:
-            if not self._joined:
-                return False  # not part of the group yet: nothing is known
-            try:
-                for tp in consumer.assignment():
-                    high = consumer.highwater(tp)
-                    if high is None:
-                        return False
-                    if consumer.position(tp) < max(high, sent.get(tp, 0)):
-                        return False
-            except TransportError:  # a position not known yet, just after an assignment
-                return False
-        return True
+        publisher = self.publisher
+        if publisher is not None and not publisher.all_acked():
+            return False
+        fetcher = self.fetcher
+        if fetcher is None:
+            return True
+        if fetcher.dispatching or self.assignment is None or not self.assignment.joined:
+            return False  # not part of the group yet: nothing is known
+        return fetcher.read_everything(publisher.sent_end if publisher else {})
 
     @property
     def elapsed(self) -> float:
@@ -638,17 +437,3 @@ def required_topics(app: App) -> list[TopicSpec]:
     specs.extend(TopicSpec(name, 1) for name in sorted(dead_letters) if name not in app.topics)
     specs.extend(StateKeeper.specs_for(app))
     return specs
-
-
-def _done(awaitable: Awaitable[Any]) -> bool:
-    if isinstance(awaitable, Ack):
-        return True  # an Ack is its own completed result (the memory broker's)
-    return bool(awaitable.done())  # type: ignore[attr-defined]
-
-
-def _show(tps: set[TopicPartition]) -> list[str]:
-    return sorted(f"{tp.topic}/{tp.partition}" for tp in tps)
-
-
-def _callable_name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__

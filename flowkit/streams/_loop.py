@@ -1,19 +1,29 @@
-"""Stream operators fused into one loop per operator chain.
+"""The stream loop compiler: operators fused into one loop per operator chain.
 
 ``stream.filter(p).join(t, on=k).map(f)`` must not cost a Python call per operator per
 record on top of the user's own functions, nor a generator hop per operator. So the chain
 is compiled, once per *shape* (the sequence of operator kinds), into a single async
 generator: the batch loop and every operator inlined, each user function passed in as an
 argument (never pasted into the source), the way ``collections.namedtuple`` and
-``dataclasses`` build their methods.
+``dataclasses`` build their methods. The generated source is registered with
+``linecache``, so a traceback through the loop shows its lines.
+
+``interpreted(ops)`` is the same semantics written plainly, one operator at a time: the
+reference the compiled loop is tested against, and what ``batches()`` uses.
 """
 
 from __future__ import annotations
 
+import itertools
+import linecache
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FILTER", "EVENTS", "JOIN", "MAP", "SKIP", "fused_loop"]
+if TYPE_CHECKING:
+    from ..records import Message
+    from ..topics import Topic
+
+__all__ = ["EVENTS", "FILTER", "JOIN", "MAP", "SKIP", "fused_loop", "interpreted"]
 
 FILTER = "filter"
 MAP = "map"
@@ -23,33 +33,35 @@ SKIP: Any = object()
 
 Loop = Callable[..., AsyncIterator[Any]]
 _cache: dict[tuple[tuple[str, str], ...], Loop] = {}
+_serial = itertools.count()
 
 
 def _shape(ops: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str], ...]:
     return tuple((kind, fn[2] if kind == JOIN else "") for kind, fn in ops)
 
 
-def _args(ops: tuple[tuple[str, Any], ...]) -> list[Any]:
+def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]:
     args: list[Any] = []
     for kind, fn in ops:
         if kind == JOIN:
             table, on, _ = fn
-            args += [getattr(table, "fast_get", None) or table.get, on, table.name]
+            # The worker's own state for the table, with its fastest get (a dict's own).
+            store = stores.get(table)
+            get = getattr(store, "fast_get", None) or table.get
+            args += [get, on, table.name]
         elif kind in (FILTER, MAP):
             args.append(fn)
     return args
 
 
-def fused_loop(
-    ops: tuple[tuple[str, Any], ...],
-) -> tuple[Loop, list[Any]]:
+def fused_loop(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> tuple[Loop, list[Any]]:
     """The compiled loop for this chain's shape, and the arguments to call it with:
-    ``loop(source, *args)``."""
+    ``loop(source, SKIP, *args)``; joined tables are looked up in ``stores``."""
     shape = _shape(ops)
     loop = _cache.get(shape)
     if loop is None:
         loop = _cache[shape] = _compile(shape)
-    return loop, _args(ops)
+    return loop, _args(ops, stores)
 
 
 def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
@@ -113,7 +125,39 @@ async def loop(source, {", ".join(["SKIP", *params])}):
         source.records += len(messages)
         finish(batch)
 """
+    filename = f"<flowkit stream loop {next(_serial)}: {' '.join(k for k, _ in shape) or 'plain'}>"
+    # Registered like dataclasses' generated methods, so tracebacks show the lines.
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     namespace: dict[str, Any] = {}
-    exec(compile(src, f"<flowkit stream loop {shape}>", "exec"), namespace)
+    exec(compile(src, filename, "exec"), namespace)
     fn: Loop = namespace["loop"]
     return fn
+
+
+def interpreted(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Topic[Any], Message], Any]:
+    """The operators as one plain function of (value, topic, message) -> value or SKIP."""
+    steps = list(ops)
+
+    def apply(v: Any, topic: Topic[Any], message: Message) -> Any:
+        for kind, fn in steps:
+            if kind == FILTER:
+                if not fn(v):
+                    return SKIP
+            elif kind == MAP:
+                v = fn(v)
+            elif kind == JOIN:
+                table, on, missing = fn
+                key = on(v)
+                match = table.get(key, SKIP)
+                if match is SKIP:
+                    if missing == "skip":
+                        return SKIP
+                    if missing == "error":
+                        raise KeyError(f"no {key!r} in table {table.name!r} (join)")
+                    match = None
+                v = (v, match)
+            else:  # events: wrap the value in its envelope
+                v = topic.event(message, v)
+        return v
+
+    return apply

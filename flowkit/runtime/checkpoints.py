@@ -1,0 +1,88 @@
+"""Checkpoints: commit what is done, only after everything it caused is acknowledged.
+
+Order of a checkpoint (at-least-once): take the committable offsets; flush the sinks
+(they may dead-letter); send the windowed tables' partials and markers, then the changed
+keys to the changelogs; wait until every send so far is acknowledged; then commit those
+offsets. A record whose effects are not all acknowledged is never committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from ..checkpoint import OffsetTracker
+from ..clock import Clock
+from ..errors import CommitFailed
+from ..metrics import Metrics
+from ..records import TopicPartition
+from ..transports import Consumer
+from .publisher import Publisher
+from .state import StateKeeper
+
+__all__ = ["Checkpointer"]
+
+log = structlog.get_logger(__name__)
+
+
+class Checkpointer:
+    """Runs the checkpoints of one worker, one at a time."""
+
+    def __init__(
+        self,
+        *,
+        consumer: Consumer | None,
+        tracker: OffsetTracker,
+        publisher: Publisher,
+        state: StateKeeper,
+        flush_sinks: Callable[[], Awaitable[None]],
+        report: Callable[[], None],
+        metrics: Metrics,
+        clock: Clock,
+    ) -> None:
+        self.consumer = consumer
+        self.tracker = tracker
+        self.publisher = publisher
+        self.state = state
+        self._flush_sinks = flush_sinks
+        self._report = report
+        self.metrics = metrics
+        self.clock = clock
+        self._lock = asyncio.Lock()
+
+    async def checkpoint(self, tps: set[TopicPartition] | None = None) -> None:
+        """Commit what is done (of ``tps``, or of every partition): sends first."""
+        consumer = self.consumer
+        if consumer is None:
+            await self.publisher.await_acks()
+            return
+        async with self._lock:
+            offsets = self.tracker.committable(tps)
+            # Every send caused by a done record was issued before the record became done,
+            # so it is in flight now, and every table change it made is in the stores'
+            # buffers: send those, acknowledge everything, then commit.
+            await self._flush_sinks()  # may dead-letter: before the acks
+            await self.state.flush_outbox()
+            await self.state.flush_changelogs()
+            await self.publisher.await_acks()
+            if not offsets:
+                return
+            self._report()
+            started = self.clock.monotonic()
+            await consumer.commit(offsets)
+            self.tracker.committed(offsets)
+            self.metrics.commits.inc()
+            self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+
+    async def run(self, interval: float) -> None:
+        """Checkpoint every ``interval`` seconds."""
+        while True:
+            await self.clock.sleep(interval)
+            try:
+                await self.checkpoint()
+            except CommitFailed as exc:
+                # The group is rebalancing: the revocation that follows commits what is
+                # done while we still own it; until then the records stay uncommitted.
+                log.warning("commit refused during a rebalance; retrying later", error=str(exc))

@@ -1,0 +1,159 @@
+"""The fetch loop: batches from the consumer to the agent instances that own them.
+
+One loop per worker reads a batch per partition (``getmany``), registers it with the
+``OffsetTracker`` (its offsets are now pending), and queues it, undecoded, on the
+``StreamSource`` of every agent instance that reads the topic; the stream decodes each
+record as its agent reaches it. A full source queue makes ``put`` wait: backpressure on
+the fetch. Partials of windowed tables owned here are applied inline. The fetcher also
+answers the questions asked of the consumer's progress: lag, caught-up partitions, and
+the watchdog's "is anything moving?".
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint import OffsetTracker
+from ..clock import Clock
+from ..errors import TransportError, WorkerStalled
+from ..metrics import Metrics
+from ..records import Message, TopicPartition
+from ..streams import Batch
+from ..transports import Consumer
+from .state import StateKeeper
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .dispatch import Route
+
+__all__ = ["Fetcher"]
+
+
+class Fetcher:
+    """Reads batches from one consumer and hands them to the agents' sources."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        *,
+        routes: dict[str, Route],
+        tracker: OffsetTracker,
+        state: StateKeeper,
+        metrics: Metrics,
+    ) -> None:
+        self.consumer = consumer
+        self.routes = routes
+        self.tracker = tracker
+        self.state = state
+        self.metrics = metrics
+        self.records_in = 0
+        self.dispatching = False
+        self._records_in_by_topic: dict[str, Any] = {}
+
+    async def run(self, stop: asyncio.Event, timeout: float, max_records: int) -> None:
+        """Fetch and dispatch until ``stop`` is set."""
+        consumer = self.consumer
+        state = self.state
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout, max_records)
+            if state.windowed and state.has_outbox():
+                await state.flush_outbox()
+            if not batches:
+                continue
+            self.dispatching = True
+            try:
+                for tp, messages in batches.items():
+                    if messages:
+                        await self._dispatch(tp, messages)
+            finally:
+                self.dispatching = False
+
+    async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
+        self.records_in += len(messages)
+        counter = self._records_in_by_topic.get(tp.topic)
+        if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
+            counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(tp.topic)
+        counter.inc(len(messages))
+        route = self.routes.get(tp.topic)
+        if route is None:  # partials for a windowed table owned here: apply them inline
+            entry = self.tracker.add(tp, messages[-1].offset + 1, 1)
+            await self.state.receive_partials(tp, messages)
+            entry.release()
+            return
+        readers = route.readers
+        entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
+        for _agent, sources in readers:
+            source = sources[tp.partition % len(sources)]
+            batch = Batch(route.topic, tp, messages, entry.release)
+            if len(readers) == 1:
+                entry.progress = functools.partial(source.progress_of, batch)
+            await source.put(batch)
+
+    # -- progress -------------------------------------------------------------------------
+
+    def lagging(self) -> list[str]:
+        """Assigned partitions whose position is behind the high watermark."""
+        consumer = self.consumer
+        out = []
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            try:
+                if high is not None and consumer.position(tp) < high:
+                    out.append(f"{tp.topic}/{tp.partition}")
+            except TransportError:
+                continue
+        return sorted(out)
+
+    def caught_up(self) -> set[int]:
+        """Partition numbers whose every assigned source partition is read to its end."""
+        consumer = self.consumer
+        behind: set[int] = set()
+        numbers: set[int] = set()
+        for tp in consumer.assignment():
+            if tp.topic not in self.routes:
+                continue
+            numbers.add(tp.partition)
+            high = consumer.highwater(tp)
+            if high is None or consumer.position(tp) < high:
+                behind.add(tp.partition)
+        return numbers - behind
+
+    def read_everything(self, sent_end: dict[tuple[str, int], int]) -> bool:
+        """True when every assigned partition is read to its high watermark and past what
+        this worker itself wrote to it."""
+        consumer = self.consumer
+        try:
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                if high is None:
+                    return False
+                if consumer.position(tp) < max(high, sent_end.get(tp, 0)):
+                    return False
+        except TransportError:  # a position not known yet, just after an assignment
+            return False
+        return True
+
+    async def watch(self, clock: Clock, stall_timeout: float, rebalancing: Any) -> None:
+        """Raise ``WorkerStalled``, rather than hang as a zombie, when partitions have lag
+        and no record moves for ``stall_timeout`` seconds (``rebalancing()`` pauses it)."""
+        last_records, last_progress = -1, clock.monotonic()
+        while True:
+            await clock.sleep(stall_timeout / 4)
+            now = clock.monotonic()
+            if self.records_in != last_records or not self.lagging() or rebalancing():
+                last_records, last_progress = self.records_in, now
+                continue
+            if now - last_progress >= stall_timeout:
+                raise WorkerStalled(
+                    f"no record processed for {now - last_progress:.0f} s while partitions "
+                    f"have lag ({', '.join(self.lagging())}); exiting so a supervisor "
+                    "restarts the worker"
+                )
+
+    async def tick_windows(self, clock: Clock, interval: float) -> None:
+        """Let quiet, caught-up partitions move their windowed tables' watermarks."""
+        while True:
+            await clock.sleep(interval)
+            self.state.tick(self.caught_up())

@@ -1,0 +1,54 @@
+"""The app's timers and tasks, run by the worker with their ``on_error`` policy.
+
+A timer or task that raises stops the worker with ``TaskFailed`` (one line, exit 1)
+unless it was declared with ``on_error="restart"`` (a task runs again after a backoff of
+1 s doubling to 60 s; a timer fires again at its next tick) or ``on_error="ignore"`` (a
+task is not run again; a timer fires again at its next tick). Every failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from ..agents import Timer
+from ..clock import Clock
+from ..errors import TaskFailed
+
+__all__ = ["run_timer"]
+
+log = structlog.get_logger(__name__)
+
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 60.0
+
+
+async def run_timer(timer: Timer, clock: Clock, *, fail_fast: bool = False) -> None:
+    """Run ``timer`` (every interval) or a task (once) until it ends or is cancelled."""
+    if timer.interval is None:
+        backoff = FIRST_BACKOFF
+        while not await _call(timer, fail_fast):
+            if timer.on_error != "restart":
+                return
+            log.info("task starting again", name=timer.name, backoff=backoff)
+            await clock.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+        return
+    while True:
+        await clock.sleep(timer.interval)
+        await _call(timer, fail_fast)
+
+
+async def _call(timer: Timer, fail_fast: bool) -> bool:
+    """Call the timer's function once; False if it raised (and the policy goes on)."""
+    try:
+        await timer.fn()
+        return True
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if fail_fast or timer.on_error == "stop":
+            raise TaskFailed(f"{timer.kind} {timer.name!r} failed: {exc!r}") from exc
+        log.error(f"{timer.kind} failed", name=timer.name, on_error=timer.on_error, error=repr(exc))
+        return False

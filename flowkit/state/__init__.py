@@ -1,0 +1,19 @@
+"""Tables and their state: declarations (``tables.py``, ``windowed/``), the per-worker
+stores that hold their contents (``stores.py``, ``windowed/store.py``)."""
+
+from __future__ import annotations
+
+from .base import TableBase
+from .stores import GlobalStore, TableStore
+from .tables import GlobalTable, Table
+from .windowed import WindowedStore, WindowedTable
+
+__all__ = [
+    "GlobalStore",
+    "GlobalTable",
+    "Table",
+    "TableBase",
+    "TableStore",
+    "WindowedStore",
+    "WindowedTable",
+]

@@ -1,0 +1,92 @@
+"""What every table declaration shares: name, codecs, partitioning, a changelog topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ..codecs import Codec, codec_for
+from ..errors import DefinitionError
+from ..partitioning import partition_for_key
+from ..scope import require_scope
+
+__all__ = ["TableBase"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class TableBase(Generic[K, V]):
+    """What every table shares: name, codecs, partitioning, and a changelog topic."""
+
+    kind = "table"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        app_name: str,
+        partitions: int,
+        default: Callable[[], V] | None = None,
+        key_type: Any = str,
+        value_type: Any = Any,
+        key_codec: str | Codec[Any] | None = None,
+        value_codec: str | Codec[Any] | None = None,
+    ) -> None:
+        if partitions < 1:
+            raise DefinitionError(f"table {name!r}: partitions must be >= 1")
+        if default is not None and not callable(default):
+            raise DefinitionError(f"table {name!r}: default must be callable, like int or list")
+        self.name = name
+        self.app_name = app_name
+        self.partitions = partitions
+        self.default = default
+        self.key_type = key_type
+        self.value_type = value_type
+        self.key_codec: Codec[Any] = codec_for(key_type, key_codec)
+        self.value_codec: Codec[Any] = codec_for(value_type, value_codec or "json")
+        self._key_partition: dict[Any, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} partitions={self.partitions}>"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The compacted topic that holds this table's latest values."""
+        return f"{self.app_name}-{self.name}-changelog"
+
+    def partition_of(self, key: K) -> int:
+        """The partition that owns ``key`` (Kafka's murmur2 of the encoded key)."""
+        p = self._key_partition.get(key)
+        if p is None:
+            raw = key if isinstance(key, bytes) else self.key_codec.encode(key)
+            p = self._key_partition[key] = partition_for_key(raw, self.partitions)
+        return p
+
+    def encode_key(self, key: K) -> bytes:
+        """The changelog key bytes."""
+        return key if isinstance(key, bytes) else self.key_codec.encode(key)
+
+    def new_store(self, now_ms: Callable[[], int]) -> Any:
+        """A fresh, empty store for one worker (``now_ms`` is that worker's wall clock)."""
+        raise NotImplementedError
+
+    def store(self) -> Any:
+        """The store of the worker running the calling task."""
+        return require_scope(f"table {self.name!r}").stores[self]
+
+    def describe(self) -> dict[str, object]:
+        """Graph attributes."""
+        return {
+            "partitions": self.partitions,
+            "key_type": _type_name(self.key_type),
+            "value_type": _type_name(self.value_type),
+            "changelog": self.changelog_topic,
+        }
+
+
+def _type_name(tp: Any) -> str:
+    if tp is Any:
+        return "Any"
+    name = getattr(tp, "__qualname__", None)
+    return name if isinstance(name, str) else repr(tp)

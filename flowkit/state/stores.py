@@ -1,0 +1,186 @@
+"""The state of a table in one worker: a store per table declaration per worker.
+
+A worker builds its stores when it starts (``table.new_store(...)``), fills them from the
+changelogs as partitions are assigned, and drains their changes at every checkpoint. Two
+workers over one App hold two sets of stores, so they never see each other's state.
+
+>>> import flowkit
+>>> app = flowkit.App("shop")
+>>> totals = app.table("totals", default=int)
+>>> store = totals.new_store(now_ms=lambda: 0)
+>>> store.assign([0]); store.writable(0, "a")["a"] = 5
+>>> store["a"], store["b"], store.drain_changes()
+(5, 0, [(0, b'a', b'5')])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..errors import NotRunningError
+from ..records import Message
+
+if TYPE_CHECKING:
+    from .tables import GlobalTable, Table
+
+__all__ = ["GlobalStore", "TableStore"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_MISSING: Any = object()
+
+
+class TableStore(Generic[K, V]):
+    """A partitioned table's state in one worker: a dict per held partition."""
+
+    def __init__(self, table: Table[K, V]) -> None:
+        self.table = table
+        self._data: dict[int, dict[K, V]] = {}
+        self._dirty: dict[int, set[K]] = {}
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def __getitem__(self, key: K) -> V:
+        data = self._data.get(self.table.partition_of(key))
+        if data is not None and key in data:
+            return data[key]
+        default = self.table.default
+        if default is None:
+            raise KeyError(key)
+        return default()
+
+    def __contains__(self, key: object) -> bool:
+        data = self._data.get(self.table.partition_of(key))  # type: ignore[arg-type]
+        return data is not None and key in data
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key``, or ``default`` (the table's default is not used)."""
+        data = self._data.get(self.table.partition_of(key))
+        if data is None:
+            return default
+        return data.get(key, default)
+
+    def __iter__(self) -> Iterator[K]:
+        for data in list(self._data.values()):
+            yield from list(data)
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._data.values())
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """(key, value) pairs of the partitions this worker holds."""
+        for data in list(self._data.values()):
+            yield from list(data.items())
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def writable(self, partition: int, key: K) -> dict[K, V]:
+        """The dict of ``partition``, with ``key`` marked changed (to the changelog at the
+        next checkpoint)."""
+        data = self._data.get(partition)
+        if data is None:
+            raise NotRunningError(
+                f"table {self.table.name!r}: partition {partition} is not assigned to this worker"
+            )
+        dirty = self._dirty.get(partition)
+        if dirty is None:
+            dirty = self._dirty[partition] = set()
+        dirty.add(key)
+        return data
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start holding these partitions (empty until recovered)."""
+        for p in partitions:
+            self._data.setdefault(p, {})
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        for p in partitions:
+            self._data.pop(p, None)
+            self._dirty.pop(p, None)
+
+    def held(self) -> set[int]:
+        """Partitions this worker holds."""
+        return set(self._data)
+
+    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
+        """Rebuild state from changelog records (None value = deleted)."""
+        data = self._data.setdefault(partition, {})
+        decode = self.table.value_codec.decode
+        key_decode = self.table.key_codec.decode
+        for m in messages:
+            if m.key is None:
+                continue
+            key = key_decode(m.key)
+            if m.value is None:
+                data.pop(key, None)
+            else:
+                data[key] = decode(m.value)
+
+    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+        """The latest value of every key changed since the last drain: (partition, key,
+        value or None for a delete)."""
+        out: list[tuple[int, bytes, bytes | None]] = []
+        encode = self.table.value_codec.encode
+        encode_key = self.table.encode_key
+        for p, keys in self._dirty.items():
+            data = self._data.get(p, {})
+            for key in keys:
+                value = data.get(key, _MISSING)
+                out.append((p, encode_key(key), None if value is _MISSING else encode(value)))
+        self._dirty = {}
+        return out
+
+
+class GlobalStore(Generic[K, V]):
+    """A global table's state in one worker: the whole topic as one dict."""
+
+    def __init__(self, table: GlobalTable[K, V]) -> None:
+        self.table = table
+        self._data: dict[K, V] = {}
+        # ``get`` without a Python frame (the dict's own), for stream joins.
+        self.fast_get: Callable[..., Any] = self._data.get
+
+    def __getitem__(self, key: K) -> V:
+        try:
+            return self._data[key]
+        except KeyError:
+            if self.table.default is None:
+                raise
+            return self.table.default()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key``, or ``default``."""
+        return self._data.get(key, default)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(list(self._data))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """All (key, value) pairs."""
+        return iter(list(self._data.items()))
+
+    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
+        """Apply records from the table's topic."""
+        data = self._data
+        topic = self.table.topic
+        decode = topic.decode
+        key_decode = topic.decode_key
+        for m in messages:
+            if m.key is None:
+                continue
+            key = key_decode(m.key)
+            if m.value is None:
+                data.pop(key, None)
+            else:
+                data[key] = decode(m.value)

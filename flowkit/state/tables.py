@@ -1,0 +1,208 @@
+"""Tables: partitioned key -> value state, in memory, backed by a changelog topic.
+
+A ``Table`` is partitioned like the topics that feed it (co-partitioning): key ``k`` lives
+in partition ``partition_for_key(k)``, the same partition Kafka's producer would put a
+record with that key in. Each partition's state is a dict. Changes are buffered and the
+latest value per changed key is written to the changelog ``<app>-<table>-changelog`` once
+per checkpoint, before offsets are committed; when a partition is assigned, its dict is
+rebuilt from the changelog before any record of that partition is processed.
+
+A ``GlobalTable`` is held whole by every worker, fed from its own topic: reference data
+such as an ad -> campaign mapping.
+
+These are declarations: the state lives in one store per worker (``flowkit.stores``), and
+``table[key]`` reads or writes the store of the worker running the calling task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import DefinitionError
+from ..scope import require_scope
+from ..windows import HoppingWindow, TumblingWindow, WindowSpec
+from .base import TableBase
+from .stores import GlobalStore, TableStore
+from .windowed import WindowedTable
+
+if TYPE_CHECKING:
+    from ..topics import Topic
+
+__all__ = ["GlobalTable", "Table"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Table(TableBase[K, V]):
+    """A partitioned table, read and written like a dict from agents.
+
+    ``table[key] += 1`` inside an agent updates the partition that owns ``key``; that must
+    be the partition of the record being processed, or the update would live on the wrong
+    worker after a rebalance (re-key the stream with ``topic.group_by`` first).
+
+    >>> import flowkit
+    >>> app = flowkit.App("shop", partitions=4)
+    >>> totals = app.table("totals", default=int)
+    >>> totals.changelog_topic
+    'shop-totals-changelog'
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        check_open: Callable[[], None] = lambda: None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name, **kwargs)
+        self._check_open = check_open
+        self.windowed_as: WindowedTable[K, V] | None = None
+
+    def new_store(self, now_ms: Callable[[], int]) -> TableStore[K, V]:
+        return TableStore(self)
+
+    def tumbling(
+        self,
+        size: float,
+        *,
+        grace: float | None = None,
+        expires: float | None = None,
+        max_future: float = 3600.0,
+        **options: Any,
+    ) -> WindowedTable[K, V]:
+        """This table as tumbling windows of ``size`` seconds (see ``WindowedTable``)."""
+        spec = TumblingWindow(size, grace=grace, expires=expires, max_future=max_future)
+        return self._windowed(spec, **options)
+
+    def hopping(
+        self,
+        size: float,
+        step: float,
+        *,
+        grace: float | None = None,
+        expires: float | None = None,
+        max_future: float = 3600.0,
+        **options: Any,
+    ) -> WindowedTable[K, V]:
+        """This table as windows of ``size`` seconds starting every ``step`` seconds."""
+        spec = HoppingWindow(size, step=step, grace=grace, expires=expires, max_future=max_future)
+        return self._windowed(spec, **options)
+
+    def _windowed(self, spec: WindowSpec, **options: Any) -> WindowedTable[K, V]:
+        self._check_open()
+        if self.windowed_as is not None:
+            raise DefinitionError(f"table {self.name!r} is already windowed")
+        # The app lists the windowed form in this table's place (App.tables).
+        self.windowed_as = WindowedTable(
+            self.name,
+            spec=spec,
+            app_name=self.app_name,
+            partitions=self.partitions,
+            default=self.default,
+            key_type=self.key_type,
+            value_type=self.value_type,
+            **options,
+        )
+        return self.windowed_as
+
+    # -- dict interface, on the calling worker's store ------------------------------------
+
+    def _write_partition(self, key: K) -> dict[K, V]:
+        scope = require_scope(f"table {self.name!r}: writing")
+        p = self.partition_of(key)
+        batch = scope.batch
+        if batch is not None:
+            tp = batch.tp
+            if tp.partition != p:
+                raise DefinitionError(
+                    f"table {self.name!r}: key {key!r} belongs to partition {p}, but the "
+                    f"record being processed came from {tp.topic}/{tp.partition}; re-key "
+                    "the stream so that the table key is the record key "
+                    "(@app.agent(topic.group_by(key_fn, name=...)))"
+                )
+        store: TableStore[K, V] = scope.stores[self]
+        return store.writable(p, key)
+
+    def __getitem__(self, key: K) -> V:
+        return self.store()[key]  # type: ignore[no-any-return]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._write_partition(key)[key] = value
+
+    def __delitem__(self, key: K) -> None:
+        del self._write_partition(key)[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store()
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key``, or ``default`` (the table's default is not used)."""
+        return self.store().get(key, default)  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.store())
+
+    def __len__(self) -> int:
+        return len(self.store())
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """(key, value) pairs of the partitions this worker holds."""
+        return self.store().items()  # type: ignore[no-any-return]
+
+
+class GlobalTable(TableBase[K, V]):
+    """A table every worker holds whole, fed from its topic; read-only in agents.
+
+    Fill it by producing to its topic (``await table.put(key, value)`` in a task, or any
+    Kafka producer), or give ``loader``: a function returning ``(key, value)`` pairs that
+    the worker produces at start when the topic is empty. A worker reads the whole topic
+    before its agents process anything, then follows updates.
+    """
+
+    kind = "global_table"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        topic: Topic[Any],
+        loader: Callable[[], Iterable[tuple[K, V]]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name, **kwargs)
+        self.topic = topic
+        self.loader = loader
+
+    def new_store(self, now_ms: Callable[[], int]) -> GlobalStore[K, V]:
+        return GlobalStore(self)
+
+    @property
+    def changelog_topic(self) -> str:
+        """A global table's changelog is its own topic."""
+        return self.topic.name
+
+    def __getitem__(self, key: K) -> V:
+        return self.store()[key]  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store()
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key``, or ``default``."""
+        return self.store().get(key, default)  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.store())
+
+    def __len__(self) -> int:
+        return len(self.store())
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """All (key, value) pairs."""
+        return self.store().items()  # type: ignore[no-any-return]
+
+    async def put(self, key: K, value: V | None) -> None:
+        """Produce ``key -> value`` to the table's topic (None deletes); inside a worker."""
+        await self.topic.send(value, key=key)

@@ -1,0 +1,11 @@
+"""Windowed tables: the declaration with its per-record ``add`` (``table.py``), stage 1 per
+source partition (``stage1.py``), stage 2 on the owning partition (``owner.py``), one
+worker's state of both (``store.py``) and the wire format between them (``wire.py``)."""
+
+from __future__ import annotations
+
+from .owner import Emission
+from .store import WindowedStore
+from .table import WindowedTable
+
+__all__ = ["Emission", "WindowedStore", "WindowedTable"]

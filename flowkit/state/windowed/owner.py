@@ -1,0 +1,177 @@
+"""Stage 2 of a windowed table: the owning partition combines partials and closes windows.
+
+Partials arrive from every source partition through the repartition topic, one per window,
+key and source (a replayed partial replaces, never adds). Markers carry each source's
+watermark; a window closes when every source's watermark has passed its end, and its
+final value per key is emitted once, then stays readable until ``expires``.
+
+>>> import operator
+>>> from flowkit.windows import TumblingWindow
+>>> from flowkit.records import Message
+>>> owners = Owners(TumblingWindow(10, grace=0), sources=1, combine=operator.add)
+>>> owners.assign([0])
+>>> def rec(v): return Message("t", 0, 0, 0, None, v)
+>>> owners.receive(0, [rec(wire.partial(0, 0, "k", 3)), rec(wire.marker(10_000, 0))])
+[('k', Window(start=0, end=10000), 3)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from ...errors import NotRunningError
+from ...records import Message
+from ...windows import Window, WindowSpec
+from . import wire
+from .stage1 import NONE
+
+__all__ = ["Emission", "Owner", "Owners"]
+
+log = structlog.get_logger(__name__)
+
+Emission = tuple[Any, Window, Any]
+"""(key, window, final value) of a closed window."""
+
+
+class Owner:
+    """Stage-2 state of one owning partition."""
+
+    __slots__ = ("closed", "open", "source_wm")
+
+    def __init__(self, sources: int) -> None:
+        self.open: dict[int, dict[Any, dict[int, Any]]] = {}  # start -> key -> source -> v
+        self.closed: dict[int, dict[Any, Any]] = {}  # start -> key -> final value
+        self.source_wm: list[int] = [NONE] * sources
+
+
+class Owners:
+    """One worker's stage-2 state of one windowed table: the partitions it owns."""
+
+    def __init__(
+        self,
+        spec: WindowSpec,
+        *,
+        sources: int,
+        combine: Callable[[Any, Any], Any],
+        name: str = "table",
+    ) -> None:
+        self.spec = spec
+        self.sources = sources
+        self.combine = combine
+        self.name = name
+        self.owners: dict[int, Owner] = {}
+        self.closed_windows = 0
+        self.replays_ignored = 0
+        self._changes: list[tuple[int, bytes, bytes | None]] = []
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start owning these partitions."""
+        for p in partitions:
+            if p not in self.owners:
+                self.owners[p] = Owner(self.sources)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        for p in partitions:
+            self.owners.pop(p, None)
+
+    def receive(self, q: int, messages: list[Message]) -> list[Emission]:
+        """Apply partials and markers that arrived on repartition partition ``q``; return
+        the windows that closed, oldest first."""
+        owner = self.owners.get(q)
+        if owner is None:
+            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        size = self.spec.size_ms
+        changed_wm = False
+        replays = 0
+        for m in messages:
+            if m.value is None:
+                continue
+            kind, a, src, key, value = wire.decode(m.value)
+            if kind == "p":
+                start = a
+                if start + size <= min(owner.source_wm) or start in owner.closed:
+                    replays += 1  # a replay after a restart: the window closed already
+                    continue
+                key = wire.key_from_json(key)
+                owner.open.setdefault(start, {}).setdefault(key, {})[src] = value
+                self._changes.append((q, wire.owned_key(start, key, src), wire.encode(value)))
+            elif kind == "w" and a > owner.source_wm[src]:
+                owner.source_wm[src] = a
+                changed_wm = True
+                self._changes.append((q, wire.source_key(src), wire.encode(a)))
+        if replays:
+            # One line per batch, not per partial: a restart replays thousands of them.
+            self.replays_ignored += replays
+            log.debug(
+                "partials for closed windows ignored (a replay)", table=self.name, count=replays
+            )
+        if not changed_wm:
+            return []
+        return self._close(q, owner)
+
+    def _close(self, q: int, owner: Owner) -> list[Emission]:
+        horizon = min(owner.source_wm)
+        size = self.spec.size_ms
+        out: list[Emission] = []
+        changes = self._changes
+        for start in sorted(owner.open):
+            if start + size > horizon:
+                break
+            by_key = owner.open.pop(start)
+            finals: dict[Any, Any] = {}
+            window = self.spec.window(start)
+            for key, parts in by_key.items():
+                total = fold(self.combine, parts.values())
+                finals[key] = total
+                out.append((key, window, total))
+                for src in parts:
+                    changes.append((q, wire.owned_key(start, key, src), None))
+                changes.append((q, wire.closed_key(start, key), wire.encode(total)))
+            owner.closed[start] = finals
+            self.closed_windows += 1
+        for start in list(owner.closed):
+            if start + size + self.spec.expires_ms <= horizon:
+                for key in owner.closed.pop(start):
+                    changes.append((q, wire.closed_key(start, key), None))
+        return out
+
+    def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Append stage 2's changelog records since the last drain to ``out``."""
+        out.extend(self._changes)
+        self._changes = []
+
+    def apply_record(self, owner: Owner, kind: str, parts: list[Any], value: Any) -> None:
+        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s" or "c")."""
+        if kind == "s":
+            owner.source_wm[parts[1]] = value if value is not None else NONE
+            return
+        start, key = parts[1], wire.key_from_json(parts[2])
+        if kind == "o":
+            if value is None:
+                owner.open.get(start, {}).pop(key, None)
+            else:
+                owner.open.setdefault(start, {}).setdefault(key, {})[parts[3]] = value
+        elif value is None:
+            owner.closed.get(start, {}).pop(key, None)
+        else:
+            owner.closed.setdefault(start, {})[key] = value
+
+    @staticmethod
+    def recovered(owner: Owner) -> None:
+        """Tidy ``owner`` after its changelog was applied."""
+        for d in (owner.open, owner.closed):
+            for start in [s for s, v in d.items() if not v]:
+                del d[start]
+
+
+def fold(combine: Callable[[Any, Any], Any], values: Iterable[Any]) -> Any:
+    """``values`` combined left to right."""
+    it = iter(values)
+    total = next(it)
+    for v in it:
+        total = combine(total, v)
+    return total

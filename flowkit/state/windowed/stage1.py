@@ -1,0 +1,274 @@
+"""Stage 1 of a windowed table: partials per source partition, and the watermark.
+
+A source partition's agents ``add`` into its partial of each open window. When the
+partition's watermark (largest event time seen minus grace) passes a window's end, the
+window's partials go to the outbox, addressed to the partitions that own their keys, and
+the window leaves stage 1. Markers announce the watermark to every owner. The worker
+sends the outbox (``drain_outbox``) and the changelog (``drain_changes``) at checkpoints.
+
+>>> from flowkit.windows import TumblingWindow
+>>> stage = Stage1(TumblingWindow(10, grace=0), partitions=2, partition_of=lambda k: 0)
+>>> stage.assign([0]); part = stage.parts[0]
+>>> stage.window_for_add(part, 0, "k", 1)["k"] = 1   # add 1 to key k, window [0, 10 s)
+>>> stage.advance(part, 10_000)                       # the watermark passes its end
+>>> [(q, wire.decode(v)) for q, _, v in stage.drain_outbox()][:1]
+[(0, ['p', 0, 0, 'k', 1])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ...errors import FutureRecord, NotRunningError
+from ...windows import WindowSpec
+from . import wire
+
+__all__ = ["NONE", "Part", "Stage1"]
+
+NONE = -(2**62)  # "no watermark yet": below every real event time
+INF = 2**62
+
+
+class Part:
+    """Stage-1 state of one source partition."""
+
+    __slots__ = (
+        "active",
+        "dirty",
+        "hot",
+        "hot_end",
+        "hot_start",
+        "logged",
+        "max_ts",
+        "next_end",
+        "number",
+        "partials",
+        "sent_wm",
+        "wm",
+    )
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.partials: dict[int, dict[Any, Any]] = {}  # window start -> key -> partial
+        self.wm = NONE
+        self.max_ts = NONE
+        self.next_end = INF  # the earliest end among open windows
+        self.sent_wm = NONE  # the watermark last announced to the owners
+        self.active = -1.0  # when the partition went quiet (monotonic), or -1 if not quiet
+        self.dirty: set[int] = set()  # windows changed since the last changelog flush
+        self.logged: tuple[int, int, int] | None = None
+        # The window the last add() went to, already open and in ``dirty``: consecutive
+        # records mostly fall in the same window. Forgotten whenever ``dirty`` is cleared
+        # or a window leaves ``partials``.
+        self.hot_start = self.hot_end = NONE
+        self.hot: dict[Any, Any] = {}
+
+    def forget_hot(self) -> None:
+        self.hot_start = self.hot_end = NONE  # no time is in [NONE, NONE)
+        self.hot = {}
+
+
+class Stage1:
+    """One worker's stage-1 state of one windowed table: its source partitions."""
+
+    def __init__(
+        self,
+        spec: WindowSpec,
+        *,
+        partitions: int,
+        partition_of: Callable[[Any], int],
+        encode_key: Callable[[Any], bytes] = wire.encode,
+        now_ms: Callable[[], int] = lambda: 0,
+        name: str = "table",
+    ) -> None:
+        self.spec = spec
+        self.partitions = partitions
+        self.name = name
+        self._partition_of = partition_of
+        self._encode_key = encode_key
+        self.now_ms = now_ms
+        self.size = spec.size_ms
+        self.parts: dict[int, Part] = {}
+        # add()'s last batch and its partition, so a batch finds its state once.
+        self.last: tuple[Any, Part] = (None, Part(-1))
+        self.future_limit = NONE  # refreshed from the wall clock on first use
+        self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
+        self._outbox: list[tuple[int, bytes | None, bytes]] = []
+
+    # -- adds -----------------------------------------------------------------------------
+
+    def part_of_batch(self, batch: Any) -> Part:
+        """The state of ``batch``'s partition (remembered for the batch's next adds)."""
+        part = self.parts.get(batch.tp.partition)
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        part.active = -1.0  # a batch with adds: the partition is not quiet
+        self.last = (batch, part)
+        return part
+
+    def part_of_key(self, key: Any) -> Part:
+        """The state of the partition that owns ``key`` (adds outside an agent)."""
+        part = self.parts.get(self._partition_of(key))
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        part.active = -1.0
+        return part
+
+    def window_for_add(self, part: Part, start: int, key: Any, amount: Any) -> dict[Any, Any]:
+        """The open window at ``start``, marked dirty and made hot. The caller has checked
+        that the window is not closed (``is_closed``)."""
+        window = part.partials.get(start)
+        if window is None:
+            window = self.open(part, start)
+        part.dirty.add(start)
+        part.hot_start, part.hot_end, part.hot = start, start + self.size, window
+        return window
+
+    def is_closed(self, part: Part, start: int) -> bool:
+        """True when the window at ``start`` already closed on ``part``."""
+        return start + self.size <= part.wm
+
+    def open(self, part: Part, start: int) -> dict[Any, Any]:
+        """A new empty window at ``start``."""
+        window: dict[Any, Any] = {}
+        part.partials[start] = window
+        end = start + self.size
+        if end < part.next_end:
+            part.next_end = end
+        return window
+
+    def check_future(self, ts: int) -> None:
+        """Raise ``FutureRecord`` when ``ts`` is too far ahead of the wall clock."""
+        # The limit is cached and only refreshed when a record passes it, so the wall clock
+        # is read once in a while, not per record; a stale limit only causes a refresh.
+        self.future_limit = self.now_ms() + self.spec.max_future_ms
+        if ts > self.future_limit:
+            raise FutureRecord(
+                f"event time {ts} is more than {self.spec.max_future_ms} ms ahead of the "
+                f"wall clock; table {self.name!r} does not let it move the watermark"
+            )
+
+    def advance(self, part: Part, ts: int) -> None:
+        """Event time ``ts`` (newer than any seen) moves ``part``'s watermark."""
+        if ts > self.future_limit:
+            self.check_future(ts)
+        part.max_ts = ts
+        wm = ts - self.spec.grace_ms
+        if wm > part.wm:
+            part.wm = wm
+            if wm >= part.next_end:
+                self.close_partials(part)
+
+    def close_partials(self, part: Part) -> None:
+        """Ship every window that ended at or before the watermark to its owners."""
+        wm = part.wm
+        size = self.size
+        p = part.number
+        next_end = INF
+        part.forget_hot()
+        for start in sorted(part.partials):
+            if start + size > wm:
+                next_end = min(next_end, start + size)
+                continue
+            window = part.partials.pop(start)
+            for key, value in window.items():
+                q = self._partition_of(key)
+                self._outbox.append((q, self._encode_key(key), wire.partial(start, p, key, value)))
+            self._shipped.append((p, start, list(window)))
+            part.dirty.discard(start)
+        part.next_end = next_end
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start holding these source partitions."""
+        for p in partitions:
+            if p not in self.parts:
+                self.parts[p] = Part(p)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        self.last = (None, Part(-1))
+        for p in partitions:
+            self.parts.pop(p, None)
+
+    def tick(self, now: float, caught_up: set[int], idle_timeout: float) -> None:
+        """A caught-up partition with no adds for ``idle_timeout`` seconds moves its
+        watermark to the wall clock minus grace."""
+        for p, part in self.parts.items():
+            if p not in caught_up:
+                part.active = -1.0
+            elif part.active < 0:
+                part.active = now
+            elif now - part.active >= idle_timeout:
+                wm = self.now_ms() - self.spec.grace_ms
+                if wm > part.wm:
+                    part.wm = wm
+                    if wm >= part.next_end:
+                        self.close_partials(part)
+
+    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
+        """Partials and watermark markers to send: (partition, key, value)."""
+        for p, part in self.parts.items():
+            if self._announce(part):
+                part.sent_wm = part.wm
+                marker = wire.marker(part.wm, p)
+                self._outbox.extend((q, None, marker) for q in range(self.partitions))
+        out, self._outbox = self._outbox, []
+        return out
+
+    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
+        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
+        self._outbox[:0] = items
+
+    def has_outbox(self) -> bool:
+        """True when partials or markers wait to be sent."""
+        if self._outbox:
+            return True
+        return any(self._announce(part) for part in self.parts.values())
+
+    def _announce(self, part: Part) -> bool:
+        # A marker only when the watermark crosses a window boundary: owners can close
+        # nothing new in between, so one marker per window per partition is enough.
+        if part.wm == NONE:
+            return False
+        step = self.spec.step_ms
+        return part.sent_wm == NONE or part.wm // step > part.sent_wm // step
+
+    def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Append stage 1's changelog records since the last drain to ``out``."""
+        for p, start, keys in self._shipped:
+            for key in keys:
+                out.append((p, wire.partial_key(start, key), None))
+        self._shipped = []
+        for p, part in self.parts.items():
+            for start in part.dirty:
+                for key, value in part.partials.get(start, {}).items():
+                    out.append((p, wire.partial_key(start, key), wire.encode(value)))
+            part.dirty.clear()
+            part.forget_hot()
+            state = (part.wm, part.max_ts, part.sent_wm)
+            if part.wm != NONE and part.logged != state:
+                part.logged = state
+                out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
+
+    def apply_record(self, part: Part, kind: str, parts: list[Any], value: Any) -> None:
+        """Apply one decoded changelog record of stage 1 (``kind`` "w" or "p")."""
+        if kind == "w":
+            if value is not None:
+                part.wm, part.max_ts, part.sent_wm = value
+                part.logged = tuple(value)
+            return
+        start, key = parts[1], wire.key_from_json(parts[2])
+        if value is None:
+            part.partials.get(start, {}).pop(key, None)
+        else:
+            part.partials.setdefault(start, {})[key] = value
+
+    def recovered(self, part: Part) -> None:
+        """Tidy ``part`` after its changelog was applied."""
+        for start in [s for s, v in part.partials.items() if not v]:
+            del part.partials[start]
+        part.next_end = min((s + self.size for s in part.partials), default=INF)
+        part.forget_hot()

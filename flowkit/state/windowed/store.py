@@ -1,0 +1,132 @@
+"""A windowed table's state in one worker: stage 1 (its source partitions) plus stage 2
+(the partitions it owns), recovered from and flushed to one changelog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ...records import Message
+from ...windows import Window
+from . import wire
+from .owner import Owners, fold
+from .stage1 import Stage1
+
+if TYPE_CHECKING:
+    from .table import WindowedTable
+
+__all__ = ["WindowedStore"]
+
+
+class WindowedStore(Stage1):
+    """Stage 1 (inherited, so the per-record ``add`` reaches it in one step) and stage 2
+    (``owners``) of one windowed table in one worker, with its counters."""
+
+    def __init__(self, table: WindowedTable[Any, Any], now_ms: Callable[[], int]) -> None:
+        super().__init__(
+            table.spec,
+            partitions=table.partitions,
+            partition_of=table.partition_of,
+            encode_key=table.encode_key,
+            now_ms=now_ms,
+            name=table.name,
+        )
+        self.table = table
+        self.owners = Owners(
+            table.spec, sources=table.partitions, combine=table.combine, name=table.name
+        )
+        self.late_records = 0
+        self.callback_errors = 0
+
+    @property
+    def closed_windows(self) -> int:
+        """Windows this worker closed as their owner."""
+        return self.owners.closed_windows
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start holding these partitions, as source and as owner."""
+        ps = list(partitions)
+        super().assign(ps)
+        self.owners.assign(ps)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        ps = list(partitions)
+        super().revoke(ps)
+        self.owners.revoke(ps)
+
+    def held(self) -> set[int]:
+        """Partitions this worker holds."""
+        return set(self.parts)
+
+    def receive(self, q: int, messages: list[Message]) -> list[Any]:
+        """Partials and markers arriving at owner partition ``q``; the closed windows."""
+        return self.owners.receive(q, messages)
+
+    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+        """Changelog records since the last drain: (partition, key, value or None)."""
+        records: list[tuple[int, bytes, bytes | None]] = []
+        self.owners.drain_changes_into(records)
+        self.drain_changes_into(records)
+        return records
+
+    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
+        """Rebuild both stages of ``partition`` from its changelog."""
+        self.assign([partition])
+        part = self.parts[partition]
+        owner = self.owners.owners[partition]
+        for m in messages:
+            if m.key is None:
+                continue
+            parts = wire.decode(m.key)
+            kind = parts[0]
+            value = None if m.value is None else wire.decode(m.value)
+            if kind in ("w", "p"):
+                self.apply_record(part, kind, parts, value)
+            else:
+                self.owners.apply_record(owner, kind, parts, value)
+        self.owners.recovered(owner)
+        self.recovered(part)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def windows(self, key: Any) -> dict[Window, Any]:
+        """Every window this worker knows for ``key``, open and closed (until expiry)."""
+        spec = self.spec
+        combine = self.table.combine
+        out: dict[Window, Any] = {}
+        owner = self.owners.owners.get(self.table.partition_of(key))
+        if owner is not None:
+            for start, finals in owner.closed.items():
+                if key in finals:
+                    out[spec.window(start)] = finals[key]
+            for start, by_key in owner.open.items():
+                if key in by_key:
+                    out[spec.window(start)] = fold(combine, by_key[key].values())
+        for p, part in self.parts.items():
+            for start, window in part.partials.items():
+                if key in window:
+                    w = spec.window(start)
+                    if (
+                        w in out
+                        and owner is not None
+                        and start in owner.open
+                        and p in owner.open[start].get(key, {})
+                    ):
+                        continue  # already shipped from this source
+                    out[w] = window[key] if w not in out else combine(out[w], window[key])
+        return dict(sorted(out.items()))
+
+    def __iter__(self) -> Iterator[Any]:
+        keys: set[Any] = set()
+        for owner in self.owners.owners.values():
+            for finals in owner.closed.values():
+                keys.update(finals)
+            for by_key in owner.open.values():
+                keys.update(by_key)
+        for part in self.parts.values():
+            for window in part.partials.values():
+                keys.update(window)
+        return iter(sorted(keys, key=repr))

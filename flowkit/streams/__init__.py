@@ -1,0 +1,9 @@
+"""Streams: ``Stream`` (what an agent iterates), ``StreamSource`` (the runtime side: the
+queued batches and the one read position) and the compiled loop between them."""
+
+from __future__ import annotations
+
+from .source import Batch, StreamSource
+from .stream import Stream
+
+__all__ = ["Batch", "Stream", "StreamSource"]

@@ -1,0 +1,253 @@
+"""The runtime side of a stream: the batches queued for one agent instance, and the cursor.
+
+``StreamSource`` is the one owner of the read position (which record of which batch is
+current). The compiled loop in ``_loop.py`` moves it; everyone else asks through named
+operations: ``current_message()``, ``value``, ``event_time()``, ``retry_current()``,
+``progress_of(batch)``. A source is also its agent task's ``TaskScope``: tables reach
+the worker's state, and the record being processed, through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..records import Message, TopicPartition
+from ..scope import Sender, TaskScope
+from ._loop import SKIP, fused_loop, interpreted
+
+if TYPE_CHECKING:
+    from ..topics import Topic
+
+__all__ = ["Batch", "StreamSource"]
+
+
+class Batch:
+    """One fetched batch of one partition on its way through one agent instance."""
+
+    __slots__ = ("decode", "messages", "on_done", "topic", "tp")
+
+    def __init__(
+        self,
+        topic: Topic[Any],
+        tp: TopicPartition,
+        messages: list[Message],
+        on_done: Callable[[], None],
+    ) -> None:
+        self.topic = topic
+        self.tp = tp
+        self.messages = messages
+        self.decode = topic.decoder()
+        self.on_done = on_done
+
+
+class StreamSource(TaskScope):
+    """A bounded queue of batches and the read position of one agent instance.
+
+    The position lives here, not in a generator, so that when an agent raises the worker
+    knows which record failed and can start the agent again on the record after it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        maxsize: int = 8,
+        *,
+        stores: dict[Any, Any] | None = None,
+        sender: Sender | None = None,
+        now_ms: Callable[[], int] = lambda: 0,
+    ) -> None:
+        super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
+        self.name = name
+        self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
+        self.batch: Batch | None = None
+        self._pos = -1
+        # While the stream loop walks a batch, the position is its list iterator's (read
+        # on demand, see ``pos``): the loop then stores nothing per record to track it.
+        self._it: Any = None
+        self._n = 0
+        self.closed = False
+        self._held: deque[Batch] | None = None
+        self.chunk: list[Message] | None = None  # records of the list batches() handed out
+        self.value: Any = None  # the decoded value of the current record
+        self.records = 0  # values handed to the agent
+        # Called when the agent has taken every queued batch and is about to wait for more.
+        self.on_drained: Callable[[], None] | None = None
+
+    @property
+    def pos(self) -> int:
+        """The index in ``batch.messages`` of the record being processed (-1: none yet)."""
+        it = self._it
+        if it is None:
+            return self._pos
+        return self._n - 1 - int(it.__length_hint__())
+
+    def _set_pos(self, value: int) -> None:
+        self._it = None
+        self._pos = value
+
+    # -- the cursor, for everyone else ----------------------------------------------------
+
+    def current_message(self) -> Message | None:
+        """The message of the record the agent is processing, if any."""
+        batch = self.batch
+        if batch is None:
+            return None
+        pos = self.pos
+        if not 0 <= pos < len(batch.messages):
+            return None
+        return batch.messages[pos]
+
+    def event_time(self) -> int:
+        """The timestamp (ms) of the record being processed."""
+        return int(self.batch.messages[self.pos].timestamp)  # type: ignore[union-attr]
+
+    def retry_current(self) -> None:
+        """Step back one record: the agent, started again, gets the same record first."""
+        self._set_pos(self.pos - 1)
+
+    def progress_of(self, batch: Batch) -> int | None:
+        """The offset of the record being processed in ``batch`` (the ones before it are
+        done), or None if that is not known (not started, or held by ``batches()``)."""
+        if self.batch is not batch or self._held is not None:
+            return None
+        pos = self.pos
+        if pos < 0:
+            return None
+        return batch.messages[pos].offset
+
+    def marker(self) -> tuple[int, int, Batch | None]:
+        """Something that changes whenever the agent reads a record."""
+        return (self.records, self.pos, self.batch)
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    async def put(self, batch: Batch) -> None:
+        """Queue a batch; waits while the queue is full (backpressure on the fetcher)."""
+        await self._queue.put(batch)
+
+    def close(self) -> None:
+        """No more batches: the stream ends once the queued ones are processed."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self._queue.full():  # wake a reader waiting on an empty queue
+            self._queue.put_nowait(None)
+
+    def pending(self) -> int:
+        """Batches queued and not yet taken."""
+        return self._queue.qsize()
+
+    def busy(self) -> bool:
+        """True while a batch is being processed or waits in the queue."""
+        return self.batch is not None or self._queue.qsize() > 0
+
+    def ended(self) -> bool:
+        """True once the source is closed and nothing is left to process."""
+        return self.closed and not self.busy()
+
+    # -- the stream's side (the compiled loop and chunks) ---------------------------------
+
+    def _finish(self, batch: Batch) -> None:
+        self.batch = None
+        self._set_pos(-1)
+        if self._held is not None:
+            self._held.append(batch)
+        else:
+            batch.on_done()
+
+    async def _next_batch(self, timeout: float | None = None) -> Batch | None:
+        """The next batch, or None at the end of the stream (or on ``timeout``)."""
+        while True:
+            if self.closed and self._queue.empty():
+                return None
+            if self.on_drained is not None and self._queue.empty():
+                self.on_drained()
+            try:
+                if timeout is None:
+                    batch = await self._queue.get()
+                else:
+                    batch = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                return None
+            if batch is None:
+                if self.closed and self._queue.empty():
+                    return None
+                continue
+            if not batch.messages:
+                batch.on_done()
+                continue
+            self.batch = batch
+            self._set_pos(-1)
+            return batch
+
+    def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
+        """Yield values from the current position on, applying ``ops`` lazily."""
+        loop, args = fused_loop(ops, self.stores)
+        return loop(self, SKIP, *args)
+
+    async def chunks(
+        self, ops: tuple[tuple[str, Any], ...], max_size: int, within: float
+    ) -> AsyncIterator[list[Any]]:
+        """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
+        for a list to fill. Records of a list are done when the next list is requested."""
+        fn = interpreted(ops) if ops else None
+        self._held = deque()
+        while True:
+            chunk: list[Any] = []
+            origins: list[Message] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + within
+            while len(chunk) < max_size:
+                batch = self.batch
+                if batch is None:
+                    left = deadline - loop.time()
+                    if left <= 0 and chunk:
+                        break
+                    batch = await self._next_batch(max(left, 0.0) if chunk else None)
+                    if batch is None:
+                        break
+                messages = batch.messages
+                i = self.pos + 1
+                n = len(messages)
+                self._it = None  # the position is _pos here, set per record
+                while i < n and len(chunk) < max_size:
+                    self._pos = i
+                    try:
+                        v = self.value = batch.decode(messages[i].value)
+                    except Exception as exc:
+                        raise batch.topic.decode_error(exc) from None
+                    if fn is not None:
+                        v = fn(v, batch.topic, messages[i])
+                    if v is not SKIP:
+                        chunk.append(v)
+                        origins.append(messages[i])
+                    i += 1
+                if i >= n:
+                    self.records += n
+                    self._finish(batch)
+            if not chunk:
+                if self.closed and self._queue.empty() and self.batch is None:
+                    self.release_chunk()
+                    return
+                continue
+            # Until the next list is asked for, these records are the agent's: if it
+            # raises, the worker dead-letters all of them (see release_chunk).
+            self.chunk = origins
+            yield chunk
+            self.release_chunk()
+            self._held = deque()
+
+    def release_chunk(self) -> None:
+        """The records of the last ``batches()`` list are done (or dead-lettered)."""
+        self.chunk = None
+        held = self._held
+        while held:
+            held.popleft().on_done()
+        self._held = None
+
+    def holds_chunk(self) -> bool:
+        """True while a ``batches()`` loop holds records (its list or its batches)."""
+        return self.chunk is not None or self._held is not None

@@ -1,0 +1,105 @@
+"""Streams: what an agent iterates.
+
+The worker hands each agent instance a ``Stream``. Records arrive as whole fetched batches
+(one per partition fetch); the stream yields their values one at a time and reports a batch
+*done* when the agent asks for the record after its last one. That is the Faust contract,
+"moving to the next record marks the previous one done", kept batch-shaped: there is no
+per-record queue, lock or callback.
+
+Operators (``filter``, ``map``, ``events``, ``join``, ``batches``) return new streams over
+the same source, so an agent can write ``async for v in stream.filter(pred)``. They run
+lazily, one record at a time, in the agent's task: a predicate sees the table state the
+previous record left behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar, cast
+
+from ..records import Event
+from ._loop import EVENTS, FILTER, JOIN, MAP
+from .source import StreamSource
+
+__all__ = ["Stream"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _unwrap(fn: Any) -> Any:
+    # flowkit.Filter and Transform are functools.partial objects around generated code:
+    # calling the code directly saves a wrapper call per record.
+    if isinstance(fn, functools.partial) and not fn.args and not fn.keywords:
+        return fn.func
+    return fn
+
+
+class Stream(Generic[T]):
+    """An async iterable of values, handed to an agent by the worker::
+
+        @app.agent(orders, sink=[big_orders])
+        async def big(stream: flowkit.Stream[Order]):
+            async for order in stream.filter(lambda o: o.amount > 100):
+                yield order
+
+    ``tests/test_agents.py`` runs every operator end to end.
+    """
+
+    def __init__(self, source: StreamSource, ops: tuple[tuple[str, Any], ...] = ()) -> None:
+        self._source = source
+        self._ops = ops
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return cast("AsyncIterator[T]", self._source.iterate(self._ops))
+
+    def filter(self, predicate: Callable[[T], object]) -> Stream[T]:
+        """Only the values for which ``predicate`` is true."""
+        return Stream(self._source, (*self._ops, (FILTER, _unwrap(predicate))))
+
+    def map(self, fn: Callable[[T], U]) -> Stream[U]:
+        """Each value passed through ``fn``."""
+        return Stream(self._source, (*self._ops, (MAP, _unwrap(fn))))
+
+    def events(self) -> Stream[Event[T]]:
+        """Each value in its envelope: key, headers, topic, partition, offset, timestamp."""
+        return Stream(self._source, (*self._ops, (EVENTS, None)))
+
+    def join(
+        self, table: Any, on: Callable[[T], Any] | str, *, missing: str = "skip"
+    ) -> Stream[tuple[T, Any]]:
+        """Each value with its match in ``table``: ``(value, table[on(value)])``.
+
+        ``on`` is a function of the value, or the name of the value's field that holds
+        the key (``on="ad_id"``: read in C, without a Python call per record).
+        ``missing`` says what a value without a match does: ``"skip"`` (dropped, the
+        default), ``"none"`` (paired with None) or ``"error"`` (raises ``KeyError``, so
+        the record goes to the dead-letter topic).
+        """
+        if missing not in ("skip", "none", "error"):
+            raise ValueError("missing must be 'skip', 'none' or 'error'")
+        if isinstance(on, str):
+            if not on.isidentifier():
+                raise ValueError(f"join(on={on!r}): a field name must be an identifier")
+            on = operator.attrgetter(on)
+        return Stream(self._source, (*self._ops, (JOIN, (table, on, missing))))
+
+    def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:
+        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``.
+
+        The records of a list are done (committable) when the next list is requested.
+        """
+        if max_size < 1 or within_seconds < 0:
+            raise ValueError("batches() needs max_size >= 1 and within_seconds >= 0")
+        return self._source.chunks(self._ops, max_size, within_seconds)
+
+    @property
+    def current(self) -> Event[Any] | None:
+        """The envelope of the record being processed now (None between records)."""
+        source = self._source
+        message = source.current_message()
+        if message is None or source.batch is None:
+            return None
+        return source.batch.topic.event(message, source.value)
