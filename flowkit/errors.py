@@ -9,7 +9,8 @@ FlowkitError
 ├── NotRunningError        a runtime-only call (topic.send, table write) with no worker
 ├── TransportError         broker I/O, mapped from the client library in one place
 │   ├── BrokerUnavailable
-│   └── CommitFailed
+│   ├── CommitFailed
+│   └── ReadStalled        reading partitions to their end made no progress
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
 └── ProcessingError        one record failed; carries where it came from
     ├── DecodeError        the bytes could not be decoded into the declared type
@@ -35,6 +36,7 @@ __all__ = [
     "GraphError",
     "NotRunningError",
     "ProcessingError",
+    "ReadStalled",
     "SinkError",
     "TransportError",
     "WorkerStalled",
@@ -79,6 +81,11 @@ class BrokerUnavailable(TransportError):
 
 class CommitFailed(TransportError):
     """An offset commit failed (for example during a rebalance)."""
+
+
+class ReadStalled(TransportError):
+    """Reading partitions to their high watermark (table recovery, dead letters, a test's
+    read of a topic) brought no record for too long while some were still below it."""
 
 
 class WorkerStalled(FlowkitError):
