@@ -23,6 +23,7 @@ import pytest
 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import Ack, read_to_end, transport_from_url
+from flowkit.transports.kafka import KafkaConsumer
 from tests.kafka_broker import TansuBroker
 
 # The modules in apps/ are apps for worker processes, not tests or doctests.
@@ -239,6 +240,7 @@ class Client:
     async def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
         """The group's committed offset per partition (0 where nothing is committed)."""
         consumer = self.transport.consumer(group_id=group, client_id="test-offsets")
+        assert isinstance(consumer, KafkaConsumer)  # committed() is not in the protocol
         try:
             return {
                 p: await consumer.committed(TopicPartition(topic, p)) or 0

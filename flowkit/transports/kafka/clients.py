@@ -48,9 +48,9 @@ class KafkaConsumer:
     """An ``AIOKafkaConsumer`` behind the ``Consumer`` protocol (auto-commit off).
 
     The aiokafka client is made in ``start`` (it needs the running loop), or by the first
-    ``getmany``/``commit``/``committed``; ``subscribe``, ``assign``, ``seek``, ``pause`` and
-    ``resume`` called before that are replayed then. Closing leaves the group without a
-    revocation callback: commit before ``aclose``.
+    ``getmany``/``commit``/``committed``; ``subscribe`` and ``assign`` called before that
+    are replayed then. Closing leaves the group without a revocation callback: commit
+    before ``aclose``.
     """
 
     def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
@@ -104,22 +104,21 @@ class KafkaConsumer:
         if self._later(lambda: self.assign(wanted)):
             return
         # aiokafka restarts every partition of a new assignment; Kafka's keeps the old ones.
-        kept = [(tp, self._state(tp)) for tp in wanted]
-        kept = [(_KTP(*tp), state) for tp, state in kept if state is not None]
+        states = [(tp, self._state(tp)) for tp in wanted]
+        kept = [
+            (_KTP(*tp), s.position) for tp, s in states if s is not None and s.has_valid_position
+        ]
         with map_kafka_errors():
             self._kafka.assign([_KTP(*tp) for tp in wanted])
-            for tp, state in kept:
-                if state.has_valid_position:
-                    self._kafka.seek(tp, state.position)
-                if state.paused:
-                    self._kafka.pause(tp)
+            for tp, position in kept:
+                self._kafka.seek(tp, position)
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now (as last told to the listener)."""
         return set(self._owned)
 
     def _state(self, tp: TopicPartition) -> Any:
-        # aiokafka's state of tp in the current assignment: position, highwater, paused.
+        # aiokafka's state of tp in the current assignment: position and highwater.
         subscription = self._kafka._subscription.subscription if self._kafka else None
         assignment = subscription.assignment if subscription is not None else None
         return assignment.state_value(tp) if assignment is not None else None
@@ -204,17 +203,11 @@ class KafkaConsumer:
             raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
         return fetch.result()
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Read ``tp`` from ``offset`` on the next ``getmany``."""
-        if not self._later(lambda: self.seek(tp, offset)):
-            with map_kafka_errors():
-                self._kafka.seek(_KTP(tp[0], tp[1]), offset)
-
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record ``getmany`` returns for ``tp``.
 
         Read from aiokafka's partition state, which its fetcher advances as records are
-        handed out and ``seek`` sets (aiokafka's own ``position()`` is a coroutine). Right
+        handed out (aiokafka's own ``position()`` is a coroutine). Right
         after an assignment it is unknown until the background fetcher has looked up the
         committed offset or applied the reset policy: ``TransportError`` then.
         """
@@ -230,18 +223,6 @@ class KafkaConsumer:
         state = self._state(tp)
         return None if state is None else state.highwater
 
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return no records for these partitions (those assigned) until ``resume``."""
-        tps = list(partitions)
-        if not self._later(lambda: self.pause(tps)):
-            self._kafka.pause(*(_KTP(*tp) for tp in tps if self._state(tp) is not None))
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records for these partitions again."""
-        tps = list(partitions)
-        if not self._later(lambda: self.resume(tps)):
-            self._kafka.resume(*(_KTP(*tp) for tp in tps if self._state(tp) is not None))
-
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit, for each partition, the offset of the next record to read."""
         if self._group_id is None or self._closed:
@@ -253,7 +234,11 @@ class KafkaConsumer:
                 await kafka.commit({_KTP(tp[0], tp[1]): off for tp, off in offsets.items()})
 
     async def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset for ``tp``, or None."""
+        """The group's committed offset for ``tp``, or None.
+
+        Not in the ``Consumer`` protocol (the runtime never asks): tests use it to watch a
+        worker's group progress on a real broker.
+        """
         if self._group_id is None:
             raise ConfigurationError("committed() needs a consumer with a group_id")
         kafka = self._kafka or await self._started()

@@ -64,7 +64,6 @@ class MemoryConsumer:
         self._reset = auto_offset_reset
         self._listener: RebalanceListener | None = None
         self._fetches: dict[TopicPartition, _Fetch] = {}
-        self._paused: set[TopicPartition] = set()
         self._highwater: dict[TopicPartition, int] = {}
         self._rotation = 0
         self._rebalance_needed = False
@@ -109,7 +108,7 @@ class MemoryConsumer:
         """Up to ``max_records`` records shared fairly among the ready partitions.
 
         Runs pending rebalance callbacks first. Waits up to ``timeout`` for a producer,
-        a rebalance, ``seek``/``resume`` or ``aclose`` when nothing is ready.
+        a rebalance, an ``assign`` or ``aclose`` when nothing is ready.
         """
         self._check_open()
         if max_records < 1:
@@ -121,7 +120,7 @@ class MemoryConsumer:
             return batch
         fut = asyncio.get_running_loop().create_future()
         self._waiter = fut
-        logs = [f.log for f in self._fetches.values() if f.tp not in self._paused]
+        logs = [f.log for f in self._fetches.values()]
         for log in logs:
             log.waiters.add(fut)
         try:
@@ -137,13 +136,6 @@ class MemoryConsumer:
             await self._sync_group()
         return self._fetch(max_records)  # {} if closed meanwhile: aclose drops every partition
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Read ``tp`` from ``offset`` next (reset if it is outside the log)."""
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        self._fetch_state(tp).position = offset
-        self._poke()
-
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record ``getmany`` returns for ``tp``."""
         return self._resolve(self._fetch_state(tp))
@@ -151,15 +143,6 @@ class MemoryConsumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         """The log end offset of ``tp`` as of the last ``getmany`` (None before any)."""
         return self._highwater.get(tp)
-
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return no records for ``partitions`` (if assigned) until ``resume``."""
-        self._paused.update(tp for tp in partitions if tp in self._fetches)
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records for ``partitions`` again."""
-        self._paused.difference_update(partitions)
-        self._poke()
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Store the group's next offsets; every partition must be owned by this consumer."""
@@ -177,17 +160,12 @@ class MemoryConsumer:
                 raise CommitFailed(f"cannot commit negative offset {offset} for {tp}")
         self._broker._group(self._group_id).committed.update(offsets)
 
-    async def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset for ``tp``, or None."""
-        return None if self._group_id is None else self._broker.committed(self._group_id, tp)
-
     async def aclose(self) -> None:
         """Leave the group, releasing every partition at once. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._fetches.clear()
-        self._paused.clear()
         if self._group_id is not None and self._listener is not None:
             self._broker._leave(self._group_id, self)
         self._poke()
@@ -219,7 +197,6 @@ class MemoryConsumer:
 
     def _drop(self, tp: TopicPartition) -> None:
         del self._fetches[tp]
-        self._paused.discard(tp)
         self._highwater.pop(tp, None)
 
     def _resolve(self, f: _Fetch) -> int:
@@ -266,13 +243,10 @@ class MemoryConsumer:
             return {}
         # Rotate the starting partition so a small max_records never starves the last ones.
         r = self._rotation = (self._rotation + 1) % len(fetches)
-        paused = self._paused
         highwater = self._highwater
         ready: list[_Fetch] = []
         avail: list[int] = []
         for f in fetches[r:] + fetches[:r]:
-            if f.tp in paused:
-                continue
             log = f.log
             end = log.next_offset
             highwater[f.tp] = end
