@@ -9,7 +9,8 @@ FlowkitError
 ├── NotRunningError        a runtime-only call (topic.send, table write) with no worker
 ├── TransportError         broker I/O, mapped from the client library in one place
 │   ├── BrokerUnavailable
-│   └── CommitFailed
+│   ├── CommitFailed
+│   └── ReadStalled        reading partitions to their end made no progress
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
 ├── TaskFailed             a timer, task or hook of the app raised (the worker stops)
 ├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
@@ -42,6 +43,7 @@ __all__ = [
     "NotRunningError",
     "PartialWrite",
     "ProcessingError",
+    "ReadStalled",
     "SinkError",
     "TaskFailed",
     "TransportError",
@@ -87,6 +89,11 @@ class BrokerUnavailable(TransportError):
 
 class CommitFailed(TransportError):
     """An offset commit failed (for example during a rebalance)."""
+
+
+class ReadStalled(TransportError):
+    """Reading partitions to their high watermark (table recovery, dead letters, a test's
+    read of a topic) brought no record for too long while some were still below it."""
 
 
 class WorkerStalled(FlowkitError):

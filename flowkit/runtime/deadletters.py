@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 from ..deadletter import DeadLetter
-from ..records import Message, TopicPartition
-from ..transports import Transport
-from .state import read_to_end
+from ..records import Message
+from ..transports import Transport, read_topic
 
 __all__ = ["read_dead_letters", "replay_dead_letters"]
 
 
 async def read_dead_letters(transport: Transport, topic: str) -> list[DeadLetter]:
     """Every record in the dead-letter ``topic``, oldest first (reads, commits nothing)."""
-    count = await transport.partition_count(topic)
-    if not count:
-        return []
-    consumer = transport.consumer(group_id=None, client_id="flowkit-dlq-reader")
-    await consumer.start()
-    try:
-        tps = {TopicPartition(topic, p) for p in range(count)}
-        consumer.assign(tps)
-        messages: list[Message] = []
-        await read_to_end(consumer, tps, lambda _, ms: messages.extend(ms))
-    finally:
-        await consumer.aclose()
+    messages: list[Message] = []
+    await read_topic(
+        transport, topic, lambda _, ms: messages.extend(ms), client_id="flowkit-dlq-reader"
+    )
     messages.sort(key=lambda m: (m.timestamp, m.partition, m.offset))
     return [DeadLetter(m) for m in messages]
 

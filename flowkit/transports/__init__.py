@@ -2,6 +2,8 @@
 
 ``transport_from_url("memory://")`` gives the embedded broker; ``"kafka://host:port"``
 gives the aiokafka transport, imported only then, so memory-only users never load aiokafka.
+``read_to_end`` and ``read_topic`` read partitions up to the high watermark their fetches
+report, for any transport.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import ConfigurationError
 from .base import Ack, Consumer, OffsetReset, Producer, RebalanceListener, TopicSpec, Transport
 from .memory import MemoryBroker, MemoryTransport
+from .reading import read_to_end, read_topic
 
 __all__ = [
     "Ack",
@@ -24,6 +27,8 @@ __all__ = [
     "TopicSpec",
     "Transport",
     "parse_broker_url",
+    "read_to_end",
+    "read_topic",
     "redact",
     "transport_from_url",
     "url_settings",

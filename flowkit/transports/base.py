@@ -61,7 +61,11 @@ class RebalanceListener(Protocol):
 
 
 class Consumer(Protocol):
-    """Reads batches from assigned partitions and commits offsets for a group."""
+    """Reads batches from assigned partitions and commits offsets for a group.
+
+    Only what flowkit's runtime calls: implementations may offer more (``KafkaConsumer``
+    has ``committed``), but nothing outside ``flowkit.transports`` may rely on it.
+    """
 
     async def start(self) -> None:
         """Connect. For a group member, joining happens in the first ``getmany``."""
@@ -83,26 +87,14 @@ class Consumer(Protocol):
         Waits at most ``timeout`` seconds when nothing is available; returns ``{}`` then.
         """
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Read ``tp`` from ``offset`` on the next ``getmany``."""
-
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record ``getmany`` returns for ``tp``."""
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The log end offset of ``tp`` as last seen in a fetch (None before any fetch)."""
 
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Stop returning records for these partitions until ``resume``."""
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records for these partitions again."""
-
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit, for each partition, the offset of the next record to read."""
-
-    async def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset for ``tp``, or None."""
 
     async def aclose(self) -> None:
         """Leave the group and disconnect. Idempotent."""

@@ -22,7 +22,8 @@ from urllib.parse import urlencode
 import pytest
 
 from flowkit.records import Message, TopicPartition
-from flowkit.transports import Ack, transport_from_url
+from flowkit.transports import Ack, read_to_end, transport_from_url
+from flowkit.transports.kafka import KafkaConsumer
 from tests.kafka_broker import TansuBroker
 
 # The modules in apps/ are apps for worker processes, not tests or doctests.
@@ -208,22 +209,11 @@ class Client:
             tps = {TopicPartition(topic, p) for p in range(partitions)}
             consumer.assign(tps)
             out: list[Message] = []
-            remaining = set(tps)
-            end = time.monotonic() + deadline
-            empty = 0
-            while remaining:
-                batches = await consumer.getmany(0.05, 10_000)
-                for messages in batches.values():
-                    out.extend(messages)
-                for tp in list(remaining):
-                    high = consumer.highwater(tp)
-                    if high is not None and consumer.position(tp) >= high:
-                        remaining.discard(tp)
-                empty = 0 if batches else empty + 1
-                if empty >= 20:  # a partition that never reports a watermark is empty
-                    remaining = {tp for tp in remaining if consumer.highwater(tp) is not None}
-                if time.monotonic() > end:
-                    pytest.fail(f"could not read {topic} to its end in {deadline} s")
+            try:
+                async with asyncio.timeout(deadline):
+                    await read_to_end(consumer, tps, lambda _, messages: out.extend(messages))
+            except TimeoutError:
+                pytest.fail(f"could not read {topic} to its end in {deadline} s")
             return out
         finally:
             await consumer.aclose()
@@ -250,6 +240,7 @@ class Client:
     async def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
         """The group's committed offset per partition (0 where nothing is committed)."""
         consumer = self.transport.consumer(group_id=group, client_id="test-offsets")
+        assert isinstance(consumer, KafkaConsumer)  # committed() is not in the protocol
         try:
             return {
                 p: await consumer.committed(TopicPartition(topic, p)) or 0

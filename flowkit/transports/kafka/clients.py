@@ -1,0 +1,370 @@
+"""``KafkaConsumer`` and ``KafkaProducer``: aiokafka's clients behind the ``Consumer`` and
+``Producer`` protocols. ``KafkaTransport`` makes them; they connect through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiokafka
+from aiokafka.abc import ConsumerRebalanceListener
+
+from ...errors import CommitFailed, ConfigurationError, TransportError
+from ...records import Headers, Message, TopicPartition
+from ..base import Ack, RebalanceListener
+from .errors import KAFKA_ERRORS, map_kafka_errors, translate
+
+if TYPE_CHECKING:
+    from .transport import KafkaTransport
+
+__all__ = ["KafkaConsumer", "KafkaProducer"]
+
+_KTP = aiokafka.TopicPartition
+
+# --- consumer ----------------------------------------------------------------------------
+
+
+class _Bridge(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Called by aiokafka in its coordinator task; hands each call over to ``getmany``.
+
+    The protocol runs listener callbacks inside ``getmany``, never while the caller is
+    still processing a batch; aiokafka would run them concurrently, in its own task.
+    """
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self._consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if revoked:  # aiokafka reports an empty revocation before the first join
+            await self._consumer._defer("revoked", revoked)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self._consumer._defer("assigned", assigned)
+
+
+class KafkaConsumer:
+    """An ``AIOKafkaConsumer`` behind the ``Consumer`` protocol (auto-commit off).
+
+    The aiokafka client is made in ``start`` (it needs the running loop), or by the first
+    ``getmany``/``commit``/``committed``; ``subscribe`` and ``assign`` called before that
+    are replayed then. Closing leaves the group without a revocation callback: commit
+    before ``aclose``.
+    """
+
+    def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
+        self._transport = transport
+        self._options = options
+        self._group_id: str | None = options["group_id"]
+        self._kafka: Any = None
+        self._replay: list[Callable[[], None]] = []
+        self._listener: RebalanceListener | None = None
+        self._owned: set[TopicPartition] = set()
+        # Rebalance callbacks waiting for getmany: (kind, partitions, done).
+        self._deferred: list[tuple[str, set[TopicPartition], asyncio.Future[None]]] = []
+        self._wakeup: asyncio.Future[None] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
+        if self._kafka is None:
+            if self._closed:
+                raise TransportError("this Kafka consumer is closed")
+            kafka = aiokafka.AIOKafkaConsumer(**self._options)
+            await self._transport._connect(kafka.start, kafka.stop)
+            self._kafka = kafka
+            replay, self._replay = self._replay, []
+            for call in replay:
+                call()
+
+    async def _started(self) -> Any:
+        await self.start()
+        return self._kafka
+
+    def _later(self, call: Callable[[], None]) -> bool:
+        if self._kafka is None:
+            self._replay.append(call)
+        return self._kafka is None
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
+        """Join the consumer group for ``topics``; the group assigns partitions."""
+        if self._group_id is None:
+            raise ConfigurationError("subscribe() needs a group_id; use assign() without one")
+        self._listener, self._owned = listener, set()
+        if not self._later(lambda: self.subscribe(topics, listener)):
+            with map_kafka_errors():
+                self._kafka.subscribe(topics=list(topics), listener=_Bridge(self))
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions; those kept from the last call keep their position."""
+        if self._listener is not None:
+            raise ConfigurationError("assign() on a consumer that subscribed to a group")
+        self._owned = wanted = {TopicPartition(tp[0], tp[1]) for tp in partitions}
+        if self._later(lambda: self.assign(wanted)):
+            return
+        # aiokafka restarts every partition of a new assignment; Kafka's keeps the old ones.
+        states = [(tp, self._state(tp)) for tp in wanted]
+        kept = [
+            (_KTP(*tp), s.position) for tp, s in states if s is not None and s.has_valid_position
+        ]
+        with map_kafka_errors():
+            self._kafka.assign([_KTP(*tp) for tp in wanted])
+            for tp, position in kept:
+                self._kafka.seek(tp, position)
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (as last told to the listener)."""
+        return set(self._owned)
+
+    def _state(self, tp: TopicPartition) -> Any:
+        # aiokafka's state of tp in the current assignment: position and highwater.
+        subscription = self._kafka._subscription.subscription if self._kafka else None
+        assignment = subscription.assignment if subscription is not None else None
+        return assignment.state_value(tp) if assignment is not None else None
+
+    async def _defer(self, kind: str, partitions: Any) -> None:
+        if not self._closed:
+            done = asyncio.get_running_loop().create_future()
+            self._deferred.append((kind, {TopicPartition(*tp) for tp in partitions}, done))
+            if self._wakeup is not None and not self._wakeup.done():
+                self._wakeup.set_result(None)
+            await done
+
+    async def _run_deferred(self) -> None:
+        while self._deferred:
+            kind, partitions, done = self._deferred.pop(0)
+            try:
+                if kind == "revoked":
+                    self._owned -= partitions
+                    if self._listener is not None:
+                        await self._listener.on_partitions_revoked(partitions)
+                else:
+                    self._owned = set(partitions)
+                    if self._listener is not None:
+                        await self._listener.on_partitions_assigned(partitions)
+            finally:
+                if not done.done():
+                    done.set_result(None)
+
+    async def getmany(
+        self, timeout: float, max_records: int
+    ) -> dict[TopicPartition, list[Message]]:
+        """Up to ``max_records`` records; runs due rebalance callbacks first."""
+        kafka = self._kafka or await self._started()
+        subscription = kafka._subscription
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if self._deferred:
+                await self._run_deferred()
+            if self._closed:  # by another task meanwhile
+                return {}
+            if not subscription.reassignment_in_progress:
+                # Fast path: records the background fetcher already has; nothing waits.
+                try:
+                    raw = await kafka.getmany(timeout_ms=0, max_records=max_records)
+                except KAFKA_ERRORS as exc:
+                    raise translate(exc) from exc
+                if raw:
+                    return _convert(raw)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return {}
+            raw = await self._wait(kafka, remaining, max_records)
+            if raw:
+                # Records of newly assigned partitions only after on_partitions_assigned.
+                if self._deferred and self._deferred[0][0] == "assigned":
+                    await self._run_deferred()
+                return _convert(raw)
+
+    async def _wait(self, kafka: Any, limit: float, max_records: int) -> Any:
+        # aiokafka's getmany may block on a rebalance that waits for our listener, which
+        # only getmany runs: wait for records, a deferred callback or the deadline.
+        loop = asyncio.get_running_loop()
+        fetch = loop.create_task(
+            kafka.getmany(timeout_ms=int(limit * 1000), max_records=max_records)
+        )
+        self._wakeup = wakeup = loop.create_future()
+        try:
+            await asyncio.wait((fetch, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._wakeup = None
+            if not fetch.done():
+                # Safe: aiokafka hands records over only in the step that returns them.
+                fetch.cancel()
+                try:
+                    await fetch
+                except asyncio.CancelledError:
+                    pass
+        if fetch.cancelled():
+            return None
+        if (exc := fetch.exception()) is not None:
+            raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
+        return fetch.result()
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``getmany`` returns for ``tp``.
+
+        Read from aiokafka's partition state, which its fetcher advances as records are
+        handed out (aiokafka's own ``position()`` is a coroutine). Right
+        after an assignment it is unknown until the background fetcher has looked up the
+        committed offset or applied the reset policy: ``TransportError`` then.
+        """
+        state = self._state(tp)
+        if state is None:
+            raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned to this consumer")
+        if not state.has_valid_position:
+            raise TransportError(f"the position of {tp.topic}[{tp.partition}] is not known yet")
+        return int(state.position)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The log end offset of ``tp`` from the last fetch response, or None."""
+        state = self._state(tp)
+        return None if state is None else state.highwater
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit, for each partition, the offset of the next record to read."""
+        if self._group_id is None or self._closed:
+            why = "is closed" if self._closed else "has no group_id"
+            raise CommitFailed(f"cannot commit: this consumer {why}")
+        kafka = self._kafka or await self._started()
+        if offsets:
+            with map_kafka_errors(commit=True):
+                await kafka.commit({_KTP(tp[0], tp[1]): off for tp, off in offsets.items()})
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp``, or None.
+
+        Not in the ``Consumer`` protocol (the runtime never asks): tests use it to watch a
+        worker's group progress on a real broker.
+        """
+        if self._group_id is None:
+            raise ConfigurationError("committed() needs a consumer with a group_id")
+        kafka = self._kafka or await self._started()
+        with map_kafka_errors():
+            offset = await kafka.committed(_KTP(tp[0], tp[1]))
+        return None if offset is None else int(offset)
+
+    async def aclose(self) -> None:
+        """Leave the group and disconnect; rebalance callbacks still due are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._opened.discard(self)
+        for _, _, done in self._deferred:
+            if not done.done():
+                done.set_result(None)  # aiokafka's stop() waits for its coordinator task
+        self._deferred.clear()
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)  # a getmany waiting in another task returns {}
+        kafka, self._kafka = self._kafka, None
+        if kafka is not None:
+            with map_kafka_errors():
+                await kafka.stop()
+
+
+def _convert(raw: Mapping[Any, Any]) -> dict[TopicPartition, list[Message]]:
+    # The hot path: one Message per ConsumerRecord, positional arguments, nothing else.
+    out: dict[TopicPartition, list[Message]] = {}
+    for (topic, partition), records in raw.items():
+        out[TopicPartition(topic, partition)] = [
+            Message(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in records
+        ]
+    return out
+
+
+# --- producer ----------------------------------------------------------------------------
+
+
+class _PendingAck:
+    """Awaitable ``Ack`` over aiokafka's delivery future, with its errors translated."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self._future = future
+
+    def __await__(self) -> Generator[Any, None, Ack]:
+        try:
+            meta = yield from self._future.__await__()
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        return Ack(meta.topic, meta.partition, meta.offset)
+
+    def done(self) -> bool:
+        """True once the broker answered (ack or error)."""
+        return self._future.done()
+
+    def result(self) -> Ack:
+        """The ``Ack`` of a ``done()`` send; raises its translated error."""
+        try:
+            meta = self._future.result()
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        return Ack(meta.topic, meta.partition, meta.offset)
+
+
+class KafkaProducer:
+    """An ``AIOKafkaProducer`` behind the ``Producer`` protocol; started by ``start`` or
+    the first ``send``."""
+
+    def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
+        self._transport = transport
+        self._options = options
+        self._kafka: Any = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Connect, retrying until ``connect_timeout``."""
+        if self._kafka is None:
+            if self._closed:
+                raise TransportError("this Kafka producer is closed")
+            kafka = aiokafka.AIOKafkaProducer(**self._options)
+            await self._transport._connect(kafka.start, kafka.stop)
+            self._kafka = kafka
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Ack]:
+        """Queue one record; a keyed one goes where murmur2 of its key says."""
+        if self._kafka is None:
+            await self.start()
+        try:
+            future = await self._kafka.send(
+                topic,
+                value,
+                key=key,
+                partition=partition,
+                timestamp_ms=timestamp_ms,
+                headers=list(headers) if headers else None,
+            )
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        return _PendingAck(future)
+
+    async def flush(self) -> None:
+        """Wait until every record queued so far is acknowledged (or failed)."""
+        if self._kafka is not None:
+            # Closes the open batches and wakes the sender, so a flush does not wait out
+            # linger_ms as aiokafka's flush() does.
+            with map_kafka_errors():
+                await self._kafka._message_accumulator.flush_for_commit()
+
+    async def aclose(self) -> None:
+        """Flush and disconnect. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._transport._opened.discard(self)
+            kafka, self._kafka = self._kafka, None
+            if kafka is not None:
+                with map_kafka_errors():
+                    await kafka.stop()

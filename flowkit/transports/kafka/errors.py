@@ -1,0 +1,62 @@
+"""aiokafka's exceptions translated into ``flowkit.errors``, in one place.
+
+``map_kafka_errors`` wraps a block; ``KAFKA_ERRORS`` and ``translate`` serve the hot paths
+that catch and translate by hand rather than enter a context manager per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import aiokafka.errors as kerr
+
+from ...errors import BrokerUnavailable, CommitFailed, TransportError
+
+__all__ = ["KAFKA_ERRORS", "map_kafka_errors", "translate"]
+
+# What aiokafka raises (its stopped-consumer and illegal-operation errors are no KafkaError).
+KAFKA_ERRORS = (kerr.KafkaError, kerr.ConsumerStoppedError, kerr.IllegalOperation)
+_COMMIT_ERRORS = (
+    kerr.CommitFailedError,
+    kerr.RebalanceInProgressError,
+    kerr.IllegalGenerationError,
+    kerr.UnknownMemberIdError,
+)
+_UNAVAILABLE_ERRORS = (
+    kerr.KafkaConnectionError,
+    kerr.NodeNotReadyError,
+    kerr.NoBrokersAvailable,
+    kerr.KafkaUnavailableError,
+    kerr.KafkaTimeoutError,
+)
+
+
+def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
+    """The ``flowkit.errors`` exception for the aiokafka exception ``exc``; see
+    ``map_kafka_errors``."""
+    what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if isinstance(exc, _COMMIT_ERRORS):
+        return CommitFailed(f"commit failed, the group rebalanced ({what})")
+    if isinstance(exc, _UNAVAILABLE_ERRORS):
+        return BrokerUnavailable(f"Kafka broker unavailable ({what})")
+    return (CommitFailed if commit else TransportError)(f"Kafka request failed ({what})")
+
+
+@contextmanager
+def map_kafka_errors(*, commit: bool = False) -> Iterator[None]:
+    """Translate aiokafka exceptions raised inside the block into ``flowkit.errors``.
+
+    ``BrokerUnavailable`` for connection failures, ``CommitFailed`` for commits refused
+    because the group rebalanced (and, with ``commit=True``, for every error),
+    ``TransportError`` for the rest. Other exceptions pass through.
+
+    >>> with map_kafka_errors():
+    ...     raise kerr.KafkaConnectionError("Connection at 127.0.0.1:9 closed")
+    Traceback (most recent call last):
+    flowkit.errors.BrokerUnavailable: Kafka broker unavailable (KafkaConnectionError: ...)
+    """
+    try:
+        yield
+    except KAFKA_ERRORS as exc:
+        raise translate(exc, commit=commit) from exc

@@ -1,0 +1,113 @@
+"""Kafka client settings: which client takes each one, flowkit's defaults, and the checks
+that refuse an unknown name or a bad value with ``ConfigurationError`` up front (rather
+than as an aiokafka error at connect time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiokafka
+
+from ...errors import ConfigurationError
+
+__all__ = ["DEFAULTS", "KINDS", "check_settings"]
+
+_Check = tuple[Callable[[Any], bool], str]
+
+
+def _int(low: int) -> _Check:
+    return (lambda v: type(v) is int and v >= low), f"an int >= {low}"
+
+
+def _one_of(*choices: object) -> _Check:
+    names = ", ".join(map(repr, choices))
+    return (lambda v: any(v == c and type(v) is type(c) for c in choices)), f"one of {names}"
+
+
+_STR: _Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+_SECONDS: _Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
+_POS, _NONNEG = _int(1), _int(0)
+
+# Which client takes each setting: "client" ones go to every aiokafka client, "producer",
+# "consumer" and "group" ones to those; "flowkit" ones KafkaTransport uses itself.
+KINDS: dict[str, dict[str, _Check]] = {
+    "flowkit": {
+        "client_id": _STR,
+        "connect_timeout": _SECONDS,
+        "ssl_cafile": _STR,
+        "ssl_certfile": _STR,
+        "ssl_keyfile": _STR,
+    },
+    "client": {
+        "request_timeout_ms": _POS,
+        "retry_backoff_ms": _NONNEG,
+        "metadata_max_age_ms": _NONNEG,
+        "security_protocol": _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        "sasl_mechanism": _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "sasl_plain_username": _STR,
+        "sasl_plain_password": _STR,
+    },
+    "producer": {
+        "acks": _one_of(0, 1, -1, "all"),
+        "compression_type": _one_of(None, "gzip", "snappy", "lz4", "zstd"),
+        "linger_ms": _NONNEG,
+        "max_batch_size": _POS,
+        "max_request_size": _POS,
+    },
+    "consumer": {
+        "fetch_max_wait_ms": _NONNEG,
+        "fetch_min_bytes": _POS,
+        "fetch_max_bytes": _POS,
+        "max_partition_fetch_bytes": _POS,
+        "session_timeout_ms": _POS,
+        "heartbeat_interval_ms": _POS,
+        "max_poll_interval_ms": _POS,
+        "rebalance_timeout_ms": _POS,
+        "isolation_level": _one_of("read_uncommitted", "read_committed"),
+    },
+    "group": {"group_instance_id": _STR},  # static membership (KIP-345), group members only
+}
+_CHECKS = {name: check for kind in KINDS.values() for name, check in kind.items()}
+# flowkit's defaults where they differ from aiokafka's (the package docstring says why).
+DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10.0,
+    "acks": "all",
+    "linger_ms": 5,
+    "max_batch_size": 256 * 1024,
+    "fetch_max_wait_ms": 50,
+    "max_partition_fetch_bytes": 4 * 1024 * 1024,
+}
+
+
+def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` over ``DEFAULTS``, once every name, value and combination is valid.
+
+    >>> check_settings({"linger_ms": 2})["linger_ms"]
+    2
+    >>> check_settings({"linger": 2})
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: unknown Kafka setting 'linger' (known: ...)
+    """
+    for name, value in settings.items():
+        if name not in _CHECKS:
+            known = ", ".join(sorted(_CHECKS))
+            raise ConfigurationError(f"unknown Kafka setting {name!r} (known: {known})")
+        ok, expected = _CHECKS[name]
+        if not ok(value):
+            raise ConfigurationError(f"Kafka setting {name}={value!r}: expected {expected}")
+    s = {**DEFAULTS, **settings}
+    if s.get("heartbeat_interval_ms", 3000) >= s.get("session_timeout_ms", 10000):
+        raise ConfigurationError("Kafka setting heartbeat_interval_ms must be < session_timeout_ms")
+    codec = s.get("compression_type")
+    if codec is not None and not getattr(aiokafka.codec, f"has_{codec}")():
+        raise ConfigurationError(f"Kafka setting compression_type={codec!r}: codec not installed")
+    protocol = s.get("security_protocol", "PLAINTEXT")
+    if "SSL" not in protocol and any(name.startswith("ssl_") for name in s):
+        raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
+    if protocol.startswith("SASL") and not (
+        "sasl_plain_username" in s and "sasl_plain_password" in s
+    ):
+        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    return s

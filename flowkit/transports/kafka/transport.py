@@ -1,0 +1,218 @@
+"""``KafkaTransport``: the settings checked once, clients made with them, connecting with
+retries, and topic administration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import aiokafka.errors as kerr
+import structlog
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.helpers import create_ssl_context
+
+from ...errors import BrokerUnavailable, ConfigurationError, TransportError
+from ..base import OffsetReset, TopicSpec
+from .clients import KafkaConsumer, KafkaProducer
+from .errors import map_kafka_errors
+from .settings import KINDS, check_settings
+
+__all__ = ["KafkaTransport"]
+
+log = structlog.get_logger(__name__)
+
+
+async def _connect(
+    servers: Sequence[str],
+    limit: float,
+    start: Callable[[], Awaitable[None]],
+    stop: Callable[[], Awaitable[None]],
+) -> None:
+    """``start`` an aiokafka client once a broker accepts TCP, retrying for ``limit`` s.
+
+    Probing TCP first keeps aiokafka from logging an error per failed bootstrap.
+    """
+    loop = asyncio.get_running_loop()
+    deadline, backoff, last = loop.time() + limit, 0.05, "timed out"
+    try:
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(remaining):
+                    for server in servers:
+                        host, _, port = server.rpartition(":")
+                        try:
+                            _, writer = await asyncio.open_connection(host, int(port))
+                        except OSError as exc:
+                            last = exc.strerror or str(exc)
+                            continue
+                        writer.close()
+                        with map_kafka_errors():
+                            await start()
+                        return
+            except TimeoutError:
+                last = "timed out"
+            except BrokerUnavailable as exc:
+                last = str(exc)
+            if backoff == 0.05:
+                log.warning("waiting for a Kafka broker", servers=servers, error=last)
+            await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
+            backoff = min(backoff * 2, 1.0)
+    except BaseException:
+        await stop()  # an aiokafka client that was never stopped warns when collected
+        raise
+    await stop()
+    raise BrokerUnavailable(
+        f"no Kafka broker at {','.join(servers)} ({last}; gave up after {limit:g} s,"
+        " see the connect_timeout setting)"
+    )
+
+
+class KafkaTransport:
+    """Consumers, producers and topic administration over aiokafka.
+
+    ``settings`` are checked here (an unknown name or a bad value raises
+    ``ConfigurationError``) and passed on to the aiokafka clients that take them.
+    """
+
+    def __init__(self, servers: list[str], **settings: Any) -> None:
+        if not servers:
+            raise ConfigurationError("KafkaTransport needs at least one host:port server")
+        self.servers = list(servers)
+        self.url = "kafka://" + ",".join(self.servers)
+        s = check_settings(settings)
+        opts = {kind: {k: s[k] for k in checks if k in s} for kind, checks in KINDS.items()}
+        own = opts["flowkit"]
+        self._connect_timeout = float(own["connect_timeout"])
+        self._client_id: str | None = own.get("client_id")
+        self._client: dict[str, Any] = {"bootstrap_servers": self.servers, **opts["client"]}
+        self._producer, self._consumer = opts["producer"], opts["consumer"]
+        self._group = opts["group"]
+        if "SSL" in self._client.get("security_protocol", ""):
+            files = {k[4:]: v for k, v in own.items() if k.startswith("ssl_")}
+            try:
+                self._client["ssl_context"] = create_ssl_context(**files)
+            except (OSError, ValueError) as exc:
+                raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
+        self._admin: Any = None
+        self._opened: set[KafkaConsumer | KafkaProducer] = set()
+        self._closed = False
+
+    def _id(self, client_id: str) -> str:
+        # The user's client_id setting names every client (quotas and broker logs key on
+        # it); without one, each client keeps the name the worker gave it.
+        return self._client_id or client_id
+
+    async def _connect(
+        self, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
+    ) -> None:
+        await _connect(self.servers, self._connect_timeout, start, stop)
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        client_id: str = "flowkit",
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> KafkaConsumer:
+        """A new consumer; ``group_id=None`` reads only what is ``assign``ed."""
+        options = {
+            **self._client,
+            **self._consumer,
+            **(self._group if group_id is not None else {}),
+            "client_id": self._id(client_id),
+            "group_id": group_id,
+            "auto_offset_reset": auto_offset_reset,
+            "enable_auto_commit": False,
+        }
+        if group_id is not None:
+            # Range assignment gives the same partition numbers of every subscribed topic
+            # to the same member: co-partitioned topics and tables stay together.
+            options["partition_assignment_strategy"] = (RangePartitionAssignor,)
+        consumer = KafkaConsumer(self, options)
+        self._opened.add(consumer)
+        return consumer
+
+    def producer(self, *, client_id: str = "flowkit") -> KafkaProducer:
+        """A new producer (never idempotent or transactional)."""
+        producer = KafkaProducer(
+            self, {**self._client, **self._producer, "client_id": self._id(client_id)}
+        )
+        self._opened.add(producer)
+        return producer
+
+    async def _partition_counts(self) -> dict[str, int]:
+        if self._closed:
+            raise TransportError("the Kafka transport is closed")
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(**self._client, client_id=self._id("flowkit") + "-admin")
+            await self._connect(admin.start, admin.close)
+            self._admin = admin
+        # Metadata of all topics: asking for a missing one by name creates it on some
+        # brokers (Tansu; Kafka with auto.create.topics.enable).
+        with map_kafka_errors():
+            topics = await self._admin.describe_topics()
+        return {t["topic"]: len(t["partitions"]) for t in topics if t["error_code"] == 0}
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create the topics that do not exist yet (``compacted`` sets cleanup.policy).
+
+        Raises ``ConfigurationError`` if one exists with another partition count.
+        """
+        existing = await self._partition_counts()
+        _check_counts(specs, existing)
+        missing = {s.name: s for s in specs if s.name not in existing}
+        if not missing:
+            return
+        new = [
+            NewTopic(
+                s.name,
+                s.partitions,
+                s.replication_factor,
+                topic_configs={
+                    **s.config,
+                    **({"cleanup.policy": "compact"} if s.compacted else {}),
+                },
+            )
+            for s in missing.values()
+        ]
+        with map_kafka_errors():
+            response = await self._admin.create_topics(new)
+        for name, code, *rest in response.topic_errors:
+            if code not in (0, kerr.TopicAlreadyExistsError.errno):
+                detail = f"{kerr.for_code(code).__name__} {rest[0] if rest else ''}".strip()
+                raise TransportError(f"could not create topic {name!r}: {detail}")
+        # Another worker may have created one meanwhile, with other partitions.
+        _check_counts(missing.values(), await self._partition_counts())
+
+    async def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
+        return (await self._partition_counts()).get(topic)
+
+    async def __aenter__(self) -> KafkaTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every consumer and producer this transport made, and the admin client."""
+        self._closed = True
+        for client in list(self._opened):
+            await client.aclose()
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close()
+
+
+def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
+    problems = [
+        f"topic {s.name!r} exists with {existing[s.name]} partitions,"
+        f" the app declares {s.partitions}"
+        for s in specs
+        if existing.get(s.name, s.partitions) != s.partitions
+    ]
+    if problems:
+        raise ConfigurationError("; ".join(dict.fromkeys(problems)))
