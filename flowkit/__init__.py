@@ -28,16 +28,15 @@ from .errors import (
     TransportError,
     WorkerStalled,
 )
-from .filters import Field, Filter, all_of, any_of, field
 from .graph import Graph
 from .policies import ErrorPolicy, Retry
 from .records import Event, Message, Record, TopicPartition
+from .routing import Field, Filter, MissingFieldError, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, PartialWrite, Sink
 from .streams import Stream
 from .tables import GlobalTable, Table
 from .topics import Repartition, Topic
-from .transforms import MissingFieldError, Transform
 from .windowed import FutureRecord, LateRecord, WindowedTable
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
 

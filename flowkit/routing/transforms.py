@@ -18,7 +18,7 @@ goes to the dead-letter topic with that message.
 >>> t({"id": 8})
 Traceback (most recent call last):
 ...
-flowkit.transforms.MissingFieldError: pick: field 'user.name' is missing
+flowkit.routing.transforms.MissingFieldError: pick: field 'user.name' is missing
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 from .filters import MISSING, Codegen, Path, parse_path, path_text, resolve
 
 __all__ = [
@@ -385,7 +385,7 @@ class _Chain(_Step):
 
 
 def _compile(step: _Step) -> Callable[[Any], Any]:
-    # One generated function per transform (see the note in flowkit.filters): a chain's
+    # One generated function per transform (see the note in flowkit.routing.filters): a chain's
     # steps run one after another in it, with no call between them, and a hash or string op
     # right after a pick/build is applied inside its dict display (no copy of the new dict).
     # A missing field or a wrong type raises inside, and the except branch reruns the record

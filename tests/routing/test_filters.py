@@ -1,4 +1,4 @@
-"""flowkit.filters: every operator, missing fields, specs, and compiled == a naive reference."""
+"""Filters: every operator, missing fields, specs, and compiled == a naive reference."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.errors import ConfigurationError
-from flowkit.filters import MISSING, Filter, all_of, any_of, field, parse_path, resolve
+from flowkit.routing.filters import MISSING, Filter, all_of, any_of, field, parse_path, resolve
 from flowkit.testing import TestDriver
 
 RECORD: dict[str, Any] = {

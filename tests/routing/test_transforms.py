@@ -1,4 +1,4 @@
-"""flowkit.transforms: each step, errors, specs, fusion, and compiled == the reference steps."""
+"""Transforms: each step, errors, specs, fusion, and compiled == the reference steps."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.errors import ConfigurationError
-from flowkit.testing import TestDriver
-from flowkit.transforms import (
+from flowkit.routing.transforms import (
     MissingFieldError,
     Transform,
     build,
@@ -32,6 +31,7 @@ from flowkit.transforms import (
     template,
     upper,
 )
+from flowkit.testing import TestDriver
 
 
 def record() -> dict[str, Any]:

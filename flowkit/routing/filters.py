@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["MISSING", "Field", "Filter", "all_of", "any_of", "field", "parse_path", "resolve"]
 
@@ -130,7 +130,7 @@ def _by_attribute(cls: type) -> bool:
     return known
 
 
-# --- code generation, shared with flowkit.transforms -------------------------------------
+# --- code generation, shared with flowkit.routing.transforms----------------------------------
 #
 # Measured on CPython 3.11 while choosing (a 3-condition AND over decoded dicts): one closure
 # per condition costs a Python call per condition (+40-90 ns for a 2-condition AND); one
