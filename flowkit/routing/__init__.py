@@ -10,7 +10,8 @@ config data, each compiled once into one generated Python function.
 
 from __future__ import annotations
 
-from .filters import MISSING, Field, Filter, all_of, any_of, field, parse_path, resolve
+from .filters import Field, Filter, all_of, any_of, field
+from .paths import MISSING, parse_path, resolve
 from .transforms import (
     Literal,
     MissingFieldError,

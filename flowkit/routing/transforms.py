@@ -34,7 +34,8 @@ from typing import Any, Final, cast
 import msgspec
 
 from ..errors import ConfigurationError
-from .filters import MISSING, Codegen, Path, parse_path, path_text, resolve
+from .filters import Codegen
+from .paths import MISSING, Path, PathLike, parse_path, path_text, resolve
 
 __all__ = [
     "Literal",
@@ -52,8 +53,6 @@ __all__ = [
     "template",
     "upper",
 ]
-
-PathLike = str | Sequence[str | int]
 
 
 class MissingFieldError(KeyError):
