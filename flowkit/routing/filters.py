@@ -22,86 +22,15 @@ from __future__ import annotations
 
 import functools
 import operator
-import types
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import ConfigurationError
+from ._codegen import DATA_ERRORS, NOTHING, Codegen
 from .paths import MISSING, Path, PathLike, parse_path, path_text, resolve
 
 __all__ = ["Field", "Filter", "all_of", "any_of", "field"]
-
-_NOTHING: Final = object()  # a missing field in generated code; never seen by users
-_EMPTY: Final[Mapping[Any, Any]] = types.MappingProxyType({})
-
-
-# --- code generation, shared with flowkit.routing.transforms----------------------------------
-#
-# Measured on CPython 3.11 while choosing (a 3-condition AND over decoded dicts): one closure
-# per condition costs a Python call per condition (+40-90 ns for a 2-condition AND); one
-# generated function whose constants live in closure cells or a globals dict runs 10-25%
-# slower than the hand-written lambda; one generated function whose constants are LOAD_CONST
-# runs exactly as fast (the same bytecode). So each filter becomes one generated function,
-# and no user data is ever put into its source: the source holds only our own tokens and
-# placeholder strings ("@flowkit:3"), it is compiled once per shape (cached), and the
-# placeholders among the code object's constants are then swapped for the real keys and values.
-
-_MARK: Final = "@flowkit:"
-DATA_ERRORS: Final = (LookupError, TypeError, AttributeError)
-
-
-class Codegen:
-    """The source of one generated function; user data goes into ``consts`` only."""
-
-    def __init__(self) -> None:
-        self.consts: list[Any] = []
-        self.names = 0
-
-    def local(self) -> str:
-        self.names += 1
-        return f"_t{self.names}"
-
-    def const(self, value: Any) -> str:
-        self.consts.append(value)
-        return repr(f"{_MARK}{len(self.consts) - 1}")
-
-    def access(self, src: str, path: Path, safe: bool = False) -> str:
-        """``src[k1][k2]``; with ``safe``, dict keys are read with ``.get`` (see _compile)."""
-        if not safe:
-            return src + "".join(f"[{self.const(key)}]" for key in path)
-        last = len(path) - 1
-        return src + "".join(
-            f"[{self.const(key)}]"
-            if isinstance(key, int)
-            else f".get({self.const(key)}, {self.const(_NOTHING if i == last else _EMPTY)})"
-            for i, key in enumerate(path)
-        )
-
-    def function(self, body: Sequence[str], fallback: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``def f(v): try: <body> except DATA_ERRORS: return fallback(v)``."""
-        code = _template("\n".join(f"        {line}" for line in body))
-        consts = tuple(self._fill(c) for c in code.co_consts)
-        namespace = {"__builtins__": {}, "_E": DATA_ERRORS, "_slow": fallback}
-        return types.FunctionType(code.replace(co_consts=consts), namespace)
-
-    def _fill(self, const: Any) -> Any:
-        if isinstance(const, str) and const.startswith(_MARK):
-            return self.consts[int(const[len(_MARK) :])]
-        if isinstance(const, tuple):  # dict displays keep their keys in one tuple
-            return tuple(self._fill(c) for c in const)
-        return const
-
-
-@functools.lru_cache(maxsize=512)
-def _template(body: str) -> types.CodeType:
-    source = f"def generated(v):\n    try:\n{body}\n    except _E:\n        return _slow(v)\n"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # "'str' object is not callable"
-        module = compile(source, "<flowkit generated>", "exec")
-    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
-
 
 # --- the filter tree -------------------------------------------------------------------------
 
@@ -196,12 +125,12 @@ def _emit(node: _Node, cg: Codegen, safe: bool) -> str:
     if isinstance(node, _Cond):
         x, template = cg.access("v", node.path, safe), _OPS[node.op][0]
         if node.op == "exists":
-            return f"({x} is not {cg.const(_NOTHING)})"
+            return f"({x} is not {cg.const(NOTHING)})"
         if not safe:
             return "(" + template.format(x=x, c=cg.const(node.value)) + ")"
-        t = cg.local()  # a miss is _NOTHING: false without running the test
+        t = cg.local()  # a miss is NOTHING: false without running the test
         test = template.format(x=t, c=cg.const(node.value))
-        return f"(({t} := {x}) is not {cg.const(_NOTHING)} and {test})"
+        return f"(({t} := {x}) is not {cg.const(NOTHING)} and {test})"
     if isinstance(node, _Not):
         return f"(not {_emit(node.child, cg, safe)})"
     if not node.children:
@@ -216,7 +145,7 @@ def _compile(node: _Node) -> Callable[[Any], bool]:
 
     # Two generated functions. The fast one reads fields by subscript, exactly the code a
     # hand-written filter would be; a missing field raises there, and its except branch
-    # calls the safe one, which reads dict keys with .get(key, _NOTHING) and so answers a
+    # calls the safe one, which reads dict keys with .get(key, NOTHING) and so answers a
     # miss without another exception (a miss measured 0.5 us here, against 2.6-4 us when
     # the except branch went straight to the interpreter). The safe one is not the first
     # because it costs 10-30% more on records that have their fields. What it cannot

@@ -34,7 +34,7 @@ from typing import Any, Final, cast
 import msgspec
 
 from ..errors import ConfigurationError
-from .filters import Codegen
+from ._codegen import Codegen
 from .paths import MISSING, Path, PathLike, parse_path, path_text, resolve
 
 __all__ = [
@@ -384,7 +384,7 @@ class _Chain(_Step):
 
 
 def _compile(step: _Step) -> Callable[[Any], Any]:
-    # One generated function per transform (see the note in flowkit.routing.filters): a chain's
+    # One generated function per transform (see the note in _codegen.py): a chain's
     # steps run one after another in it, with no call between them, and a hash or string op
     # right after a pick/build is applied inside its dict display (no copy of the new dict).
     # A missing field or a wrong type raises inside, and the except branch reruns the record
