@@ -22,6 +22,7 @@ from .errors import (
     DefinitionError,
     FlowkitError,
     GraphError,
+    MissingFieldError,
     NotRunningError,
     ProcessingError,
     SinkError,
@@ -31,7 +32,7 @@ from .errors import (
 from .graph import Graph
 from .policies import ErrorPolicy, Retry
 from .records import Event, Message, Record, TopicPartition
-from .routing import Field, Filter, MissingFieldError, Transform, all_of, any_of, field
+from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, PartialWrite, Sink
 from .streams import Stream

@@ -14,6 +14,7 @@ FlowkitError
 └── ProcessingError        one record failed; carries where it came from
     ├── DecodeError        the bytes could not be decoded into the declared type
     ├── AgentError         the agent raised while processing the record
+    ├── MissingFieldError  a transform needs a field the record lacks (also a KeyError)
     └── SinkError          a sink gave up after its retries
 ```
 
@@ -22,6 +23,8 @@ data: the worker logs them, counts them and goes on with the next record.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AgentError",
@@ -33,6 +36,7 @@ __all__ = [
     "DefinitionError",
     "FlowkitError",
     "GraphError",
+    "MissingFieldError",
     "NotRunningError",
     "ProcessingError",
     "SinkError",
@@ -116,6 +120,20 @@ class AgentError(ProcessingError):
     """The agent raised while processing a record."""
 
     stage = "process"
+
+
+class MissingFieldError(ProcessingError, KeyError):
+    """A field a transform needs is missing (or a value on its path is not a dict or list).
+
+    Also a ``KeyError``; ``path`` is the field's path.
+    """
+
+    def __init__(self, message: str, *, path: tuple[str | int, ...] = (), **where: Any) -> None:
+        super().__init__(message, **where)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # KeyError's would quote the message
 
 
 class SinkError(ProcessingError):

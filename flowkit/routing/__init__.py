@@ -10,11 +10,11 @@ config data, each compiled once into one generated Python function.
 
 from __future__ import annotations
 
+from ..errors import MissingFieldError
 from .filters import Field, Filter, all_of, any_of, field
 from .paths import MISSING, parse_path, resolve
 from .transforms import (
     Literal,
-    MissingFieldError,
     Transform,
     build,
     chain,

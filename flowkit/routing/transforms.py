@@ -18,7 +18,7 @@ goes to the dead-letter topic with that message.
 >>> t({"id": 8})
 Traceback (most recent call last):
 ...
-flowkit.routing.transforms.MissingFieldError: pick: field 'user.name' is missing
+flowkit.errors.MissingFieldError: pick: field 'user.name' is missing
 """
 
 from __future__ import annotations
@@ -33,13 +33,12 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, MissingFieldError
 from ._codegen import Codegen
 from .paths import MISSING, Path, PathLike, parse_path, path_text, resolve
 
 __all__ = [
     "Literal",
-    "MissingFieldError",
     "Transform",
     "build",
     "chain",
@@ -53,17 +52,6 @@ __all__ = [
     "template",
     "upper",
 ]
-
-
-class MissingFieldError(KeyError):
-    """A field that a transform needs is missing (or is not a dict/list on the way)."""
-
-    def __init__(self, step: str, path: Path) -> None:
-        super().__init__(f"{step}: field {path_text(path)!r} is missing")
-        self.path = path
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +76,14 @@ def literal(value: Any) -> Literal:
 # --- the reference semantics, which the generated code falls back to ---------------------
 
 
+def _missing(step: str, path: Path) -> MissingFieldError:
+    return MissingFieldError(f"{step}: field {path_text(path)!r} is missing", path=path)
+
+
 def _get(value: Any, path: Path, step: str) -> Any:
     found = resolve(value, path)
     if found is MISSING:
-        raise MissingFieldError(step, path)
+        raise _missing(step, path)
     return found
 
 
@@ -100,7 +92,7 @@ def _set(value: Any, path: Path, new: Any, step: str, depth: int = 0) -> Any:
     key = path[depth]
     if isinstance(value, list) and isinstance(key, int):
         if not -len(value) <= key < len(value):
-            raise MissingFieldError(step, path[: depth + 1])
+            raise _missing(step, path[: depth + 1])
     elif not isinstance(value, dict):
         where = repr(path_text(path[:depth])) if depth else "the record"
         kind = type(value).__name__
@@ -194,7 +186,7 @@ class _Shape(_Step):
             if found is not MISSING:
                 out = _set(out, path, found, self.kind)
             elif self.options.get("missing") != "skip":
-                raise MissingFieldError(self.kind, source)
+                raise _missing(self.kind, source)
         return out
 
     def sources(self, cg: Codegen, src: str, tree: dict[Any, Any] | None = None) -> dict[Any, Any]:
