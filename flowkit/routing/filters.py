@@ -21,109 +21,19 @@ False
 from __future__ import annotations
 
 import functools
-import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from ..errors import ConfigurationError
-from ._codegen import DATA_ERRORS, NOTHING, Codegen
-from .paths import MISSING, Path, PathLike, parse_path, path_text, resolve
+from . import _filter_tree as tree
+from ._codegen import NOTHING, Codegen
+from .paths import PathLike, parse_path, path_text
 
 __all__ = ["Field", "Filter", "all_of", "any_of", "field"]
 
-# --- the filter tree -------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class _Cond:
-    path: Path
-    op: str
-    value: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class _All:
-    children: tuple[_Node, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Any:
-    children: tuple[_Node, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Not:
-    child: _Node
-
-
-_Node = _Cond | _All | _Any | _Not
-
-# op -> (source over the field x and the constant c, the same check as a function)
-_OPS: Final[dict[str, tuple[str, Callable[[Any, Any], Any]]]] = {
-    "==": ("{x} == {c}", operator.eq),
-    "!=": ("{x} != {c}", operator.ne),
-    "<": ("{x} < {c}", operator.lt),
-    "<=": ("{x} <= {c}", operator.le),
-    ">": ("{x} > {c}", operator.gt),
-    ">=": ("{x} >= {c}", operator.ge),
-    "in": ("{x} in {c}", lambda x, c: x in c),
-    "contains": ("{c} in {x}", lambda x, c: c in x),
-    "startswith": ("{x}.startswith({c})", lambda x, c: x.startswith(c)),
-    "endswith": ("{x}.endswith({c})", lambda x, c: x.endswith(c)),
-    "exists": ("", lambda x, c: True),  # see _emit
-    "is_true": ("{x} is True", lambda x, c: x is True),
-    "is_false": ("{x} is False", lambda x, c: x is False),
-    "is_null": ("{x} is None", lambda x, c: x is None),
-}
-_ALIASES: Final = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_ORDERED: Final = ("<", "<=", ">", ">=")
-_NO_VALUE: Final = ("exists", "is_true", "is_false", "is_null")
-
-
-def _cond(path: Path, op: str, value: Any = None) -> _Cond:
-    """A checked condition; a bad op or value raises ConfigurationError."""
-    op = _ALIASES.get(op, op) if isinstance(op, str) else op
-    if op not in _OPS:
-        raise ConfigurationError(f"unknown op {op!r}; use one of {', '.join(_OPS)}")
-    if op in _ORDERED and (isinstance(value, bool) or not isinstance(value, int | float | str)):
-        raise ConfigurationError(f"op {op!r} compares with a number or a string, not {value!r}")
-    if op == "in":
-        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-            raise ConfigurationError(f"op 'in' needs a list of values, not {value!r}")
-        items = tuple(value)
-        try:
-            value = frozenset(items)
-        except TypeError:  # unhashable members: a tuple is slower but right
-            value = items
-    if op in ("startswith", "endswith"):
-        value = tuple(value) if isinstance(value, list | tuple) else value
-        parts = value if isinstance(value, tuple) else (value,)
-        if not parts or not all(isinstance(p, str) for p in parts):
-            raise ConfigurationError(f"op {op!r} needs a string or a list of strings")
-    return _Cond(path, op, value)
-
-
-def _evaluate(node: _Node, value: Any) -> bool:
-    """The reference semantics; the generated code falls back to it when data is odd."""
-    if isinstance(node, _Cond):
-        x = resolve(value, node.path)
-        if x is MISSING:
-            return False
-        try:
-            return bool(_OPS[node.op][1](x, node.value))
-        except DATA_ERRORS:
-            return False
-    if isinstance(node, _All):
-        return all(_evaluate(child, value) for child in node.children)
-    if isinstance(node, _Any):
-        return any(_evaluate(child, value) for child in node.children)
-    return not _evaluate(node.child, value)
-
-
-def _emit(node: _Node, cg: Codegen, safe: bool) -> str:
-    if isinstance(node, _Cond):
-        x, template = cg.access("v", node.path, safe), _OPS[node.op][0]
+def _emit(node: tree.Node, cg: Codegen, safe: bool) -> str:
+    if isinstance(node, tree.Cond):
+        x, template = cg.access("v", node.path, safe), tree.OPS[node.op][0]
         if node.op == "exists":
             return f"({x} is not {cg.const(NOTHING)})"
         if not safe:
@@ -131,17 +41,17 @@ def _emit(node: _Node, cg: Codegen, safe: bool) -> str:
         t = cg.local()  # a miss is NOTHING: false without running the test
         test = template.format(x=t, c=cg.const(node.value))
         return f"(({t} := {x}) is not {cg.const(NOTHING)} and {test})"
-    if isinstance(node, _Not):
+    if isinstance(node, tree.Not):
         return f"(not {_emit(node.child, cg, safe)})"
     if not node.children:
-        return "True" if isinstance(node, _All) else "False"
-    sign = " and " if isinstance(node, _All) else " or "
+        return "True" if isinstance(node, tree.AllOf) else "False"
+    sign = " and " if isinstance(node, tree.AllOf) else " or "
     return "(" + sign.join(_emit(c, cg, safe) for c in node.children) + ")"
 
 
-def _compile(node: _Node) -> Callable[[Any], bool]:
+def _compile(node: tree.Node) -> Callable[[Any], bool]:
     def interpreted(value: Any) -> bool:
-        return _evaluate(node, value)
+        return tree.evaluate(node, value)
 
     # Two generated functions. The fast one reads fields by subscript, exactly the code a
     # hand-written filter would be; a missing field raises there, and its except branch
@@ -181,10 +91,10 @@ class Filter(functools.partial[bool]):
     """
 
     __slots__ = ("_node",)
-    _node: _Node
+    _node: tree.Node
 
-    def __new__(cls, node: _Node) -> Filter:
-        if not isinstance(node, _Cond | _All | _Any | _Not):
+    def __new__(cls, node: tree.Node) -> Filter:
+        if not isinstance(node, tree.Cond | tree.AllOf | tree.AnyOf | tree.Not):
             raise TypeError("build filters with field(), all_of(), any_of() or from_spec()")
         self = super().__new__(cls, _compile(node))
         self._node = node
@@ -201,37 +111,40 @@ class Filter(functools.partial[bool]):
         ...
         flowkit.errors.ConfigurationError: filter.or[0]: unknown op '=>'; use one of ...
         """
-        return cls(_from_spec(spec, "filter"))
+        return cls(tree.from_spec(spec, "filter"))
 
     def to_spec(self) -> Any:
         """The JSON form of this filter, as ``from_spec`` reads it."""
-        return _to_spec(self._node)
+        return tree.to_spec(self._node)
 
     def __and__(self, other: object) -> Filter:
         if not isinstance(other, Filter):
             return NotImplemented
-        return Filter(_All(_parts(self._node, _All) + _parts(other._node, _All)))
+        return _joined(tree.AllOf, self._node, other._node)
 
     def __or__(self, other: object) -> Filter:
         if not isinstance(other, Filter):
             return NotImplemented
-        return Filter(_Any(_parts(self._node, _Any) + _parts(other._node, _Any)))
+        return _joined(tree.AnyOf, self._node, other._node)
 
     def __invert__(self) -> Filter:
-        return Filter(self._node.child if isinstance(self._node, _Not) else _Not(self._node))
+        node = self._node
+        return Filter(node.child if isinstance(node, tree.Not) else tree.Not(node))
 
     def __bool__(self) -> bool:
         raise TypeError("a Filter has no truth value: combine filters with &, | and ~")
 
     def __repr__(self) -> str:
-        return _show(self._node, inner=False)
+        return tree.show(self._node, inner=False)
 
     def __reduce__(self) -> Any:
         return (Filter, (self._node,))
 
 
-def _parts(node: _Node, kind: type[_All] | type[_Any]) -> tuple[_Node, ...]:
-    return node.children if isinstance(node, kind) else (node,)
+def _joined(kind: type[tree.AllOf] | type[tree.AnyOf], a: tree.Node, b: tree.Node) -> Filter:
+    """``a`` and ``b`` under one ``kind`` node, flattened: ``a & b & c`` has three children."""
+    left, right = ((n.children if isinstance(n, kind) else (n,)) for n in (a, b))
+    return Filter(kind(left + right))
 
 
 class Field:
@@ -250,7 +163,7 @@ class Field:
         return f"field({path_text(self.path)!r})"
 
     def _f(self, op: str, value: Any = None) -> Filter:
-        return Filter(_cond(self.path, op, value))
+        return Filter(tree.condition(self.path, op, value))
 
     def __eq__(self, value: object) -> Filter:  # type: ignore[override]
         return self._f("==", value)
@@ -318,7 +231,7 @@ def all_of(*filters: Filter) -> Filter:
     >>> all_of(field("a") == 1, field("b") == 2)({"a": 1, "b": 2})
     True
     """
-    return Filter(_All(tuple(f._node for f in filters)))
+    return Filter(tree.AllOf(tuple(f._node for f in filters)))
 
 
 def any_of(*filters: Filter) -> Filter:
@@ -327,74 +240,4 @@ def any_of(*filters: Filter) -> Filter:
     >>> any_of(field("a") == 1, field("b") == 2)({"b": 2})
     True
     """
-    return Filter(_Any(tuple(f._node for f in filters)))
-
-
-def _from_spec(spec: Any, where: str) -> _Node:
-    if isinstance(spec, bool):
-        return _All(()) if spec else _Any(())
-    if not isinstance(spec, Mapping):
-        raise ConfigurationError(f"{where}: expected an object, got {type(spec).__name__}")
-    for key, kind in (("and", _All), ("or", _Any)):
-        if key in spec:
-            _only(spec, (key,), where)
-            items = spec[key]
-            if not isinstance(items, list | tuple):
-                raise ConfigurationError(f"{where}.{key}: expected a list of conditions")
-            return kind(tuple(_from_spec(s, f"{where}.{key}[{i}]") for i, s in enumerate(items)))
-    if "not" in spec:
-        _only(spec, ("not",), where)
-        return _Not(_from_spec(spec["not"], f"{where}.not"))
-    if "field" not in spec:
-        raise ConfigurationError(f"{where}: expected a key 'field', 'and', 'or' or 'not'")
-    _only(spec, ("field", "op", "value"), where)
-    if "op" not in spec:
-        raise ConfigurationError(f"{where}: missing 'op'")
-    op = _ALIASES.get(spec["op"], spec["op"]) if isinstance(spec["op"], str) else spec["op"]
-    if op in _NO_VALUE and "value" in spec:
-        raise ConfigurationError(f"{where}: op {op!r} takes no 'value'")
-    if op in _OPS and op not in _NO_VALUE and "value" not in spec:
-        raise ConfigurationError(f"{where}: op {op!r} needs a 'value'")
-    try:
-        return _cond(parse_path(spec["field"]), op, spec.get("value"))
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{where}: {exc}") from None
-
-
-def _only(spec: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    for key in spec:
-        if key not in allowed:
-            raise ConfigurationError(f"{where}: unexpected key {key!r} (allowed: {allowed})")
-
-
-def _to_spec(node: _Node) -> Any:
-    if isinstance(node, _Cond):
-        spec: dict[str, Any] = {"field": path_text(node.path), "op": node.op}
-        if node.op not in _NO_VALUE:
-            value = node.value
-            spec["value"] = list(value) if isinstance(value, tuple | frozenset) else value
-        return spec
-    if isinstance(node, _All):
-        return {"and": [_to_spec(c) for c in node.children]}
-    if isinstance(node, _Any):
-        return {"or": [_to_spec(c) for c in node.children]}
-    return {"not": _to_spec(node.child)}
-
-
-def _show(node: _Node, inner: bool) -> str:
-    if isinstance(node, _Cond):
-        f = f"field({path_text(node.path)!r})"
-        if node.op in _OPS and node.op[0] in "=!<>":
-            text = f"{f} {node.op} {node.value!r}"
-            return f"({text})" if inner else text
-        if node.op in _NO_VALUE:
-            return f"{f}.{node.op}()"
-        value = list(node.value) if isinstance(node.value, frozenset) else node.value
-        return f"{f}.{'in_' if node.op == 'in' else node.op}({value!r})"
-    if isinstance(node, _Not):
-        return "~" + _show(node.child, inner=True)
-    name, sign = ("all_of", " & ") if isinstance(node, _All) else ("any_of", " | ")
-    if len(node.children) < 2:
-        return f"{name}({', '.join(_show(c, inner=False) for c in node.children)})"
-    text = sign.join(_show(c, inner=True) for c in node.children)
-    return f"({text})" if inner else text
+    return Filter(tree.AnyOf(tuple(f._node for f in filters)))
