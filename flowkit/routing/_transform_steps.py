@@ -283,6 +283,7 @@ class Hash(Update):
             raise ConfigurationError(f"hash: salt must be text or bytes, not {salt!r}")
         # Text in a spec: surrogateescape round-trips any bytes through it.
         self.salt = salt.encode("utf-8", "surrogateescape") if isinstance(salt, str) else salt
+        self.algorithm = algorithm
         self.new = getattr(hashlib, algorithm, None) or functools.partial(hashlib.new, algorithm)
         text = self.salt.decode("utf-8", "surrogateescape") if salt else None
         default = None if algorithm == "sha256" else algorithm
@@ -296,8 +297,13 @@ class Hash(Update):
 
     def value_source(self, cg: Codegen, x: str) -> str:
         # A string (the common case) is hashed inline; anything else through digest().
-        data = f"{cg.const(self.salt)} + {x}.encode()" if self.salt else f"{x}.encode()"
-        new, digest = cg.const(self.new), cg.const(self.digest)
+        salted = f"{cg.const(self.salt, '<hidden>')} + " if self.salt else ""
+        data = f"{salted}{x}.encode()"
+        named = not isinstance(self.new, functools.partial)
+        shown = (
+            f"hashlib.{self.algorithm}" if named else f"partial(hashlib.new, {self.algorithm!r})"
+        )
+        new, digest = cg.const(self.new, shown), cg.const(self.digest)
         return f"({new}({data}).hexdigest() if {x}.__class__ is {cg.const(str)} else {digest}({x}))"
 
 

@@ -62,7 +62,7 @@ def _compile(node: tree.Node) -> Callable[[Any], bool]:
     # read (a Struct, a value of the wrong type) goes on to `interpreted`, which defines
     # the semantics.
     try:
-        safe_cg, fast_cg = Codegen(), Codegen()
+        safe_cg, fast_cg = Codegen("filter"), Codegen("filter")
         guard = (
             f"if v.__class__ is not {safe_cg.const(dict)}: return {safe_cg.const(interpreted)}(v)"
         )

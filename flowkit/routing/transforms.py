@@ -57,7 +57,7 @@ def _compile(step: steps.Step) -> Callable[[Any], Any]:
     # missing field or a wrong type raises inside, and the except branch reruns the record
     # through the steps' `apply`, which raises the precise error (or skips, for
     # pick(missing="skip")).
-    cg = Codegen()
+    cg = Codegen("transform")
     lines: list[str] = []
     src, pending = "v", None
     for s in step.steps if isinstance(step, steps.Chain) else (step,):
