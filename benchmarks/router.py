@@ -27,9 +27,8 @@ import msgspec
 
 import flowkit
 from examples.router import sample_order
-from flowkit.filters import Filter
 from flowkit.logs import configure_logging
-from flowkit.transforms import Transform
+from flowkit.routing import Filter, Transform
 from flowkit.transports import MemoryBroker, MemoryTransport, TopicSpec
 
 FILTER = {

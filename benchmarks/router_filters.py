@@ -29,8 +29,7 @@ from typing import Any
 
 import msgspec
 
-from flowkit.filters import field
-from flowkit.transforms import chain, hash_field, pick
+from flowkit.routing import chain, field, hash_field, pick
 
 RUST = {"single": "17-23", "and": "46-65"}
 

@@ -124,7 +124,7 @@ async def with_flowkit(
     reader = transport.consumer(group_id=None)
     counts: Counter[tuple[str, int]] = Counter()
     from flowkit.records import TopicPartition
-    from flowkit.runtime.state import read_to_end
+    from flowkit.transports import read_to_end
 
     out = app.topics["ysb-window-counts"]
     tps = {TopicPartition(out.name, p) for p in range(out.partitions)}

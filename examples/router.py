@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import flowkit
-from flowkit.filters import Filter
-from flowkit.transforms import Transform
+from flowkit.routing import Filter, Transform
 
 # What a config file would hold (YAML or JSON): filters and transforms as data.
 ROUTES: list[dict[str, Any]] = [

@@ -24,6 +24,7 @@ from .errors import (
     FutureRecord,
     GraphError,
     LateRecord,
+    MissingFieldError,
     NotRunningError,
     PartialWrite,
     ProcessingError,
@@ -33,16 +34,15 @@ from .errors import (
     TransportError,
     WorkerStalled,
 )
-from .filters import Field, Filter, all_of, any_of, field
 from .graph import Graph
 from .policies import ErrorPolicy, Retry
 from .records import Event, Message, Record, TopicPartition
+from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, Sink
 from .state import GlobalTable, Table, WindowedTable
 from .streams import Stream
 from .topics import Repartition, Topic
-from .transforms import MissingFieldError, Transform
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
 
 __version__ = "0.1.0"

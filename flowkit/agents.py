@@ -167,7 +167,7 @@ class Timer:
     ``on_error`` says what an exception does: ``"stop"`` (the default: the worker stops
     with ``TaskFailed`` and exits non-zero), ``"restart"`` (logged, then run again after a
     backoff of 1 s doubling to 60 s; a timer simply fires again at its next tick) or
-    ``"ignore"`` (logged and counted; a task is not run again).
+    ``"ignore"`` (logged; a task is not run again).
     """
 
     def __init__(

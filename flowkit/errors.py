@@ -12,11 +12,12 @@ FlowkitError
 │   ├── CommitFailed
 │   └── ReadStalled        reading partitions to their end made no progress
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
-├── TaskFailed             a timer, task or hook of the app raised (the worker stops)
+├── TaskFailed             a timer or task of the app raised (the worker stops)
 ├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
 └── ProcessingError        one record failed; carries where it came from
     ├── DecodeError        the bytes could not be decoded into the declared type
     ├── AgentError         the agent raised while processing the record
+    ├── MissingFieldError  a transform needs a field the record lacks (also a KeyError)
     ├── SinkError          a sink gave up after its retries
     ├── LateRecord         a record for a window that already closed on its partition
     └── FutureRecord       an event time too far ahead of the wall clock (max_future)
@@ -27,6 +28,8 @@ data: the worker logs them, counts them and goes on with the next record.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AgentError",
@@ -40,6 +43,7 @@ __all__ = [
     "FutureRecord",
     "GraphError",
     "LateRecord",
+    "MissingFieldError",
     "NotRunningError",
     "PartialWrite",
     "ProcessingError",
@@ -101,7 +105,7 @@ class WorkerStalled(FlowkitError):
 
 
 class TaskFailed(FlowkitError):
-    """A timer, task or lifecycle hook of the app raised; the worker stops with it unless
+    """A timer or task of the app raised; the worker stops with it unless
     the task's ``on_error`` says ``"restart"`` or ``"ignore"``."""
 
 
@@ -146,6 +150,20 @@ class AgentError(ProcessingError):
     """The agent raised while processing a record."""
 
     stage = "process"
+
+
+class MissingFieldError(ProcessingError, KeyError):
+    """A field a transform needs is missing (or a value on its path is not a dict or list).
+
+    Also a ``KeyError``; ``path`` is the field's path.
+    """
+
+    def __init__(self, message: str, *, path: tuple[str | int, ...] = (), **where: Any) -> None:
+        super().__init__(message, **where)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # KeyError's would quote the message
 
 
 class SinkError(ProcessingError):

@@ -31,11 +31,10 @@ from .clock import Clock
 from .errors import TransportError
 from .records import Headers, Message, TopicPartition
 from .runtime import Worker
-from .runtime.state import read_to_end
 from .scope import enter_scope
 from .state import TableBase
 from .topics import Topic
-from .transports import MemoryBroker, MemoryTransport, Transport
+from .transports import MemoryBroker, MemoryTransport, Transport, read_topic
 from .transports.base import Ack
 
 __all__ = ["FakeClock", "TestDriver"]
@@ -273,16 +272,14 @@ class TestDriver:
         count = await self.transport.partition_count(name)
         if not count:
             return []
-        consumer = self.transport.consumer(group_id=None, client_id="flowkit-testing-reader")
-        await consumer.start()
-        try:
-            tps = [TopicPartition(name, p) for p in range(count)]
-            consumer.assign(tps)
-            out: dict[int, list[Message]] = {p: [] for p in range(count)}
-            await read_to_end(consumer, set(tps), lambda tp, msgs: out[tp.partition].extend(msgs))
-            return [m for p in range(count) for m in out[p]]
-        finally:
-            await consumer.aclose()
+        out: dict[int, list[Message]] = {p: [] for p in range(count)}
+        await read_topic(
+            self.transport,
+            name,
+            lambda tp, msgs: out[tp.partition].extend(msgs),
+            client_id="flowkit-testing-reader",
+        )
+        return [m for p in range(count) for m in out[p]]
 
     async def values(self, topic: Topic[Any] | str) -> list[Any]:
         """The decoded values on ``topic``, by partition then offset."""

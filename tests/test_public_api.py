@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import flowkit
+import flowkit.routing
 import flowkit.testing
 import flowkit.transports
 
@@ -27,7 +28,7 @@ def test_all_is_sorted_and_resolvable() -> None:
 
 
 def test_user_submodules_export_their_names() -> None:
-    for module in (flowkit.testing, flowkit.transports):
+    for module in (flowkit.routing, flowkit.testing, flowkit.transports):
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
 

@@ -18,12 +18,11 @@ import structlog
 
 from ..app import App
 from ..clock import Clock
-from ..errors import TransportError
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, Table, WindowedStore, WindowedTable
-from ..transports import TopicSpec, Transport
+from ..transports import TopicSpec, Transport, read_to_end
 
-__all__ = ["StateKeeper", "read_to_end"]
+__all__ = ["StateKeeper"]
 
 log = structlog.get_logger(__name__)
 
@@ -251,35 +250,3 @@ async def _fetch_some(consumer: Any, tps: set[TopicPartition]) -> bool:
         ):
             return False
     return False
-
-
-async def read_to_end(
-    consumer: Any,
-    tps: set[TopicPartition],
-    apply: Callable[[TopicPartition, list[Message]], None],
-) -> int:
-    """Read ``tps`` from their start to the high watermark seen in fetches."""
-    total = 0
-    remaining = set(tps)
-    empty_polls = 0
-    timeout = 0.0  # first look without waiting: an empty changelog is the common case
-    while remaining:
-        batches = await consumer.getmany(timeout, 50_000)
-        timeout = 0.05
-        for tp, messages in batches.items():
-            apply(tp, messages)
-            total += len(messages)
-        for tp in list(remaining):
-            high = consumer.highwater(tp)
-            if high is not None and consumer.position(tp) >= high:
-                remaining.discard(tp)
-        if batches:
-            empty_polls = 0
-        else:
-            empty_polls += 1
-            if empty_polls >= 20:
-                # A partition that never reported a high watermark has nothing to read.
-                remaining = {tp for tp in remaining if consumer.highwater(tp) is not None}
-                if empty_polls >= 200:
-                    raise TransportError(f"reading stalled on {sorted(remaining)}")
-    return total

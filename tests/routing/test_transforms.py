@@ -1,4 +1,4 @@
-"""flowkit.transforms: each step, errors, specs, fusion, and compiled == the reference steps."""
+"""Transforms: each step, errors, specs, fusion, and compiled == the reference steps."""
 
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowkit
-from flowkit.errors import ConfigurationError
-from flowkit.testing import TestDriver
-from flowkit.transforms import (
-    MissingFieldError,
+from flowkit.errors import ConfigurationError, MissingFieldError, ProcessingError
+from flowkit.routing.transforms import (
     Transform,
     build,
     chain,
@@ -32,6 +30,7 @@ from flowkit.transforms import (
     template,
     upper,
 )
+from flowkit.testing import TestDriver
 
 
 def record() -> dict[str, Any]:
@@ -79,6 +78,18 @@ def test_pick_missing_raises_or_skips() -> None:
     assert isinstance(info.value, KeyError) and info.value.path == ("user", "phone")
     assert check(pick("id", "user.phone", "nope.x", missing="skip"), record()) == {"id": 7}
     assert check(pick("user.phone", missing="skip"), record()) == {}
+
+
+def test_missing_field_error_is_a_processing_error_and_a_key_error() -> None:
+    with pytest.raises(ProcessingError) as info:
+        rename({"a.b": "c"})({"a": {}})
+    error = info.value
+    assert isinstance(error, MissingFieldError) and isinstance(error, KeyError)
+    assert error.stage == "process" and error.path == ("a", "b")
+    assert flowkit.MissingFieldError is MissingFieldError
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) == "rename: field 'a.b' is missing"
+    assert again.path == ("a", "b")
 
 
 def test_pick_rejects_list_indexes_and_bad_options() -> None:

@@ -1,9 +1,8 @@
-"""flowkit.filters: every operator, missing fields, specs, and compiled == a naive reference."""
+"""Filters: every operator, missing fields, specs, and compiled == a naive reference."""
 
 from __future__ import annotations
 
 import pickle
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.errors import ConfigurationError
-from flowkit.filters import MISSING, Filter, all_of, any_of, field, parse_path, resolve
+from flowkit.routing.filters import Filter, all_of, any_of, field
 from flowkit.testing import TestDriver
 
 RECORD: dict[str, Any] = {
@@ -24,60 +23,6 @@ RECORD: dict[str, Any] = {
     "items": [{"sku": "AB-1", "qty": 2}, {"sku": "CD-2", "qty": 0}],
     "amount": 12.5,
 }
-
-
-# --- paths -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "path"),
-    [
-        ("a", ("a",)),
-        ("user.age", ("user", "age")),
-        ("items[0].sku", ("items", 0, "sku")),
-        ("m[1][-1]", ("m", 1, -1)),
-        ("[2].x", (2, "x")),
-        ("with space.ok", ("with space", "ok")),
-        (["a.b", 0], ("a.b", 0)),
-    ],
-)
-def test_parse_path(text: Any, path: tuple[Any, ...]) -> None:
-    assert parse_path(text) == path
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", "empty name"),
-        ("a..b", "empty name"),
-        ("a.", "empty name"),
-        ("a.[0]", "empty name"),
-        ("a[x]", "use name[0] for a list index"),
-        ("a[0", "use name[0]"),
-        ("a]", "use name[0]"),
-        ([], "need keys (str) and indexes (int)"),
-        (["a", True], "need keys"),
-        (["a", 1.5], "need keys"),
-    ],
-)
-def test_bad_paths_say_what_is_wrong(text: Any, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=r"bad field path .*" + re.escape(message)):
-        parse_path(text)
-
-
-def test_resolve_reads_dicts_lists_and_objects() -> None:
-    class Obj:
-        def __init__(self) -> None:
-            self.inner = {"x": [1, 2]}
-            self._private = 1
-
-    assert resolve(RECORD, ("items", -1, "sku")) == "CD-2"
-    assert resolve(RECORD, ("items", 5)) is MISSING
-    assert resolve(RECORD, ("user", "items")) is MISSING  # never a dict's method
-    assert resolve(RECORD, ("country", "upper")) is MISSING
-    assert resolve(Obj(), ("inner", "x", 1)) == 2
-    assert resolve(Obj(), ("_private",)) is MISSING
-    assert resolve(Obj(), ("__class__",)) is MISSING
 
 
 # --- operators -------------------------------------------------------------------------------
