@@ -27,7 +27,7 @@ __all__ = ["Batch", "StreamSource"]
 class Batch:
     """One fetched batch of one partition on its way through one agent instance."""
 
-    __slots__ = ("decode", "messages", "on_done", "topic", "tp")
+    __slots__ = ("decode", "memo", "messages", "on_done", "topic", "tp")
 
     def __init__(
         self,
@@ -41,6 +41,9 @@ class Batch:
         self.messages = messages
         self.decode = topic.decoder()
         self.on_done = on_done
+        # Per-batch state a table looks up once per batch, not per record (for a windowed
+        # table: itself, its store in this worker and the store's part for this partition).
+        self.memo: Any = None
 
 
 class StreamSource(TaskScope):

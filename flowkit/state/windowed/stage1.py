@@ -90,8 +90,6 @@ class Stage1:
         self.now_ms = now_ms
         self.size = spec.size_ms
         self.parts: dict[int, Part] = {}
-        # add()'s last batch and its partition, so a batch finds its state once.
-        self.last: tuple[Any, Part] = (None, Part(-1))
         self.future_limit = NONE  # refreshed from the wall clock on first use
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
         self._outbox: list[tuple[int, bytes | None, bytes]] = []
@@ -99,12 +97,11 @@ class Stage1:
     # -- adds -----------------------------------------------------------------------------
 
     def part_of_batch(self, batch: Any) -> Part:
-        """The state of ``batch``'s partition (remembered for the batch's next adds)."""
+        """The state of ``batch``'s partition."""
         part = self.parts.get(batch.tp.partition)
         if part is None:
             raise NotRunningError(f"table {self.name!r}: that partition is not held here")
         part.active = -1.0  # a batch with adds: the partition is not quiet
-        self.last = (batch, part)
         return part
 
     def part_of_key(self, key: Any) -> Part:
@@ -189,7 +186,6 @@ class Stage1:
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop these partitions' state (after the final flush)."""
-        self.last = (None, Part(-1))
         for p in partitions:
             self.parts.pop(p, None)
 

@@ -126,11 +126,17 @@ class WindowedTable(TableBase[K, V]):
                 f"table {self.name!r}: add() works inside a running worker (outside an agent "
                 "it also needs ts=, the event time in ms)"
             )
-        st: WindowedStore = scope.stores[self]
         batch = scope.batch
+        st: WindowedStore
         if batch is not None:
-            last = st.last
-            part = last[1] if batch is last[0] else st.part_of_batch(batch)
+            # The store and its partition state, found once per batch (memo on the batch).
+            memo = batch.memo
+            if memo is not None and memo[0] is self:
+                _, st, part = memo
+            else:
+                st = scope.stores[self]
+                part = st.part_of_batch(batch)
+                batch.memo = (self, st, part)
             if ts is None:
                 ts = self._time_of(scope)
         else:
@@ -138,6 +144,7 @@ class WindowedTable(TableBase[K, V]):
                 raise NotRunningError(
                     f"table {self.name!r}: outside an agent, add() needs ts= (event time, ms)"
                 )
+            st = scope.stores[self]
             part = st.part_of_key(key)
         if ts > part.max_ts:  # inlined Stage1.advance: event time mostly moves forward
             if ts > st.future_limit:
