@@ -10,7 +10,13 @@ import pytest
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, Transport
-from tests.kafka_broker import TansuBroker, fresh_kafka, kafka_bootstrap  # noqa: F401
+from tests.kafka_broker import (  # noqa: F401
+    TansuBroker,
+    durable_kafka,
+    fresh_kafka,
+    kafka_bootstrap,
+    moto_s3,
+)
 
 # Client settings for tests on Tansu: quick rebalances and fetches (tansu.md).
 KAFKA_TEST_SETTINGS: dict[str, Any] = {

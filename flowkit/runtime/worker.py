@@ -24,7 +24,7 @@ from ..app import App
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
-from ..errors import ConfigurationError, FlowkitError, GraphError
+from ..errors import ConfigurationError, FlowkitError, GraphError, TransportError
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
@@ -207,6 +207,7 @@ class Worker:
                 "serving /metrics, /ready and /graph", url=f"http://{self.web.host}:{self.web.port}"
             )
         await self.transport.create_topics(required_topics(app))
+        spawn(self.transport.watch(), "broker-watch")
         producer = self.transport.producer(client_id=f"{app.name}-producer")
         await producer.start()
         self.publisher = publisher = Publisher(producer)
@@ -303,7 +304,9 @@ class Worker:
         self._phase = "closed"
         self._stop.set()
         tasks = self.supervisor
-        await tasks.cancel(tasks.named("fetch", "commit", "window-ticks", "watchdog", "timer:"))
+        await tasks.cancel(
+            tasks.named("fetch", "commit", "window-ticks", "watchdog", "timer:", "broker-watch")
+        )
         await tasks.cancel(tasks.named("task:"))
         dispatcher = self.dispatcher
         if dispatcher is not None:
@@ -347,7 +350,10 @@ class Worker:
                 try:
                     await client.aclose()
                 except (Exception, asyncio.CancelledError) as exc:
-                    log.warning("closing a broker client failed", error=repr(exc))
+                    if isinstance(self._error, TransportError):  # the broker is gone: expected
+                        log.info("a broker client did not close cleanly", error=repr(exc))
+                    else:
+                        log.warning("closing a broker client failed", error=repr(exc))
         if self.web is not None:
             await self.web.aclose()
         if self._own_transport:

@@ -158,5 +158,9 @@ class Transport(Protocol):
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist."""
 
+    async def watch(self) -> None:
+        """Watch the broker while a worker runs: return if there is nothing to watch,
+        raise ``BrokerUnavailable`` if it stays unreachable longer than allowed."""
+
     async def aclose(self) -> None:
         """Release everything. Idempotent."""

@@ -180,8 +180,8 @@ def start_worker(spawn: Spawn, name: str, app: str, url: str) -> WorkerProcess:
 class Client:
     """The test's own view of the broker: produce, read whole topics, committed offsets."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.transport = transport_from_url(broker_url(bootstrap, linger_ms=2))
+    def __init__(self, bootstrap: str, **settings: Any) -> None:
+        self.transport = transport_from_url(broker_url(bootstrap, **{"linger_ms": 2, **settings}))
 
     async def aclose(self) -> None:
         await self.transport.aclose()

@@ -9,12 +9,15 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, S
 from typing import TYPE_CHECKING, Any
 
 import aiokafka
+import structlog
 from aiokafka.abc import ConsumerRebalanceListener
 
 from ...errors import CommitFailed, ConfigurationError, TransportError
 from ...records import Headers, Message, TopicPartition
 from ..base import Ack, RebalanceListener
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from .transport import KafkaTransport
@@ -260,8 +263,7 @@ class KafkaConsumer:
             self._wakeup.set_result(None)  # a getmany waiting in another task returns {}
         kafka, self._kafka = self._kafka, None
         if kafka is not None:
-            with map_kafka_errors():
-                await kafka.stop()
+            await _stop(kafka, self._transport.closing_limit())
 
 
 def _convert(raw: Mapping[Any, Any]) -> dict[TopicPartition, list[Message]]:
@@ -366,5 +368,18 @@ class KafkaProducer:
             self._transport._opened.discard(self)
             kafka, self._kafka = self._kafka, None
             if kafka is not None:
-                with map_kafka_errors():
+                await _stop(kafka, self._transport.closing_limit())
+
+
+async def _stop(kafka: Any, limit: float | None) -> None:
+    """Stop an aiokafka client; with a ``limit`` (the broker is away), give up waiting
+    after it: a producer would otherwise wait out its pending sends' timeout."""
+    try:
+        with map_kafka_errors():
+            if limit is None:
+                await kafka.stop()
+            else:
+                async with asyncio.timeout(limit):
                     await kafka.stop()
+    except TimeoutError:
+        log.warning("a Kafka client did not close while the broker is away", limit=limit)

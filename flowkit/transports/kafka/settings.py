@@ -34,6 +34,7 @@ _POS, _NONNEG = _int(1), _int(0)
 # "consumer" and "group" ones to those; "flowkit" ones KafkaTransport uses itself.
 KINDS: dict[str, dict[str, _Check]] = {
     "flowkit": {
+        "broker_timeout": _SECONDS,
         "client_id": _STR,
         "connect_timeout": _SECONDS,
         "ssl_cafile": _STR,
@@ -73,6 +74,10 @@ _CHECKS = {name: check for kind in KINDS.values() for name, check in kind.items(
 # flowkit's defaults where they differ from aiokafka's (the package docstring says why).
 DEFAULTS: dict[str, Any] = {
     "connect_timeout": 10.0,
+    # How long a running worker waits for a lost broker before it stops (BrokerWatch);
+    # sends in flight must outlive it, so requests time out only after it.
+    "broker_timeout": 60.0,
+    "request_timeout_ms": 70_000,
     "acks": "all",
     "linger_ms": 5,
     "max_batch_size": 256 * 1024,
@@ -98,6 +103,8 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         if not ok(value):
             raise ConfigurationError(f"Kafka setting {name}={value!r}: expected {expected}")
     s = {**DEFAULTS, **settings}
+    if "request_timeout_ms" not in settings:  # outlive broker_timeout, whatever it is
+        s["request_timeout_ms"] = max(40_000, int(s["broker_timeout"] * 1000) + 10_000)
     if s.get("heartbeat_interval_ms", 3000) >= s.get("session_timeout_ms", 10000):
         raise ConfigurationError("Kafka setting heartbeat_interval_ms must be < session_timeout_ms")
     codec = s.get("compression_type")

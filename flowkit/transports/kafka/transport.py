@@ -19,10 +19,13 @@ from ..base import OffsetReset, TopicSpec
 from .clients import KafkaConsumer, KafkaProducer
 from .errors import map_kafka_errors
 from .settings import KINDS, check_settings
+from .watch import BrokerWatch
 
 __all__ = ["KafkaTransport"]
 
 log = structlog.get_logger(__name__)
+
+CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
 
 
 async def _connect(
@@ -86,6 +89,7 @@ class KafkaTransport:
         opts = {kind: {k: s[k] for k in checks if k in s} for kind, checks in KINDS.items()}
         own = opts["flowkit"]
         self._connect_timeout = float(own["connect_timeout"])
+        self.broker_watch = BrokerWatch(self.servers, float(own["broker_timeout"]))
         self._client_id: str | None = own.get("client_id")
         self._client: dict[str, Any] = {"bootstrap_servers": self.servers, **opts["client"]}
         self._producer, self._consumer = opts["producer"], opts["consumer"]
@@ -191,6 +195,16 @@ class KafkaTransport:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
         return (await self._partition_counts()).get(topic)
 
+    async def watch(self) -> None:
+        """Run until cancelled; raises ``BrokerUnavailable`` once the brokers have been
+        unreachable for ``broker_timeout`` seconds (see ``BrokerWatch``)."""
+        await self.broker_watch.run()
+
+    def closing_limit(self) -> float | None:
+        """How long closing a client may wait: unbounded normally, a few seconds while the
+        broker is away (a producer would otherwise wait out its sends' timeout)."""
+        return CLOSE_WHILE_AWAY if self.broker_watch.away else None
+
     async def __aenter__(self) -> KafkaTransport:
         return self
 
@@ -204,7 +218,8 @@ class KafkaTransport:
             await client.aclose()
         admin, self._admin = self._admin, None
         if admin is not None:
-            await admin.close()
+            await _stop_admin(admin, self.closing_limit())
+        self.broker_watch.close()
 
 
 def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
@@ -216,3 +231,11 @@ def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> No
     ]
     if problems:
         raise ConfigurationError("; ".join(dict.fromkeys(problems)))
+
+
+async def _stop_admin(admin: Any, limit: float | None) -> None:
+    try:
+        async with asyncio.timeout(limit):
+            await admin.close()
+    except TimeoutError:
+        log.warning("the Kafka admin client did not close while the broker is away", limit=limit)

@@ -377,6 +377,9 @@ class MemoryTransport:
         for spec in specs:
             self.broker.create_topic(spec.name, spec.partitions, compacted=spec.compacted)
 
+    async def watch(self) -> None:
+        """Nothing to watch: the broker lives in this process."""
+
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist."""
         return self.broker.partition_count(topic)

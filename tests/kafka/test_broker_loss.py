@@ -1,0 +1,210 @@
+"""Losing the broker with records in flight, on a durable broker (S3 storage on moto).
+
+A worker process relays items (outputs, a table, dead letters: tests/kafka/apps/relay_app.py)
+while the broker is SIGKILLed and restarted. At-least-once: after de-duplication by
+sequence number, every output, table entry and dead letter is there exactly; a record may
+appear twice (processed again after a commit the outage held back, or a send in flight at
+the kill stored twice), never three times, and never goes missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from flowkit.records import Message
+from tests.kafka.conftest import Client, Spawn, broker_url, end_offsets, latest_by_key, start_worker
+from tests.kafka_broker import TansuBroker
+
+pytestmark = pytest.mark.kafka
+
+APP = "tests.kafka.apps.relay_app:app"
+GROUP = "relay"
+ITEMS, OUT, DLQ, CHANGELOG = "relay-items", "relay-out", "relay-dlq", "relay-seen-changelog"
+PARTITIONS = 4
+BAD_EVERY = 97
+# On S3 storage every produced batch is an object and a fetch lists them all: with a short
+# fetch_max_wait_ms the broker answers an empty fetch before it has read them (the docs'
+# broker page says so), so durable-mode clients wait up to a second.
+DURABLE = {"fetch_max_wait_ms": 1000}
+
+
+def items(first: int, count: int, keys: int = 16) -> list[tuple[bytes, bytes, None]]:
+    return [
+        (f"k{i % keys}".encode(), msgspec.json.encode({"key": f"k{i % keys}", "seq": i}), None)
+        for i in range(first, first + count)
+    ]
+
+
+async def committed_total(client: Client) -> int:
+    return sum((await client.committed(GROUP, ITEMS, PARTITIONS)).values())
+
+
+async def wait_committed_at_least(client: Client, total: int, worker: object) -> None:
+    deadline = time.monotonic() + 30
+    while await committed_total(client) < total:
+        assert time.monotonic() < deadline, f"nothing committed in 30 s:\n{worker}"
+        await asyncio.sleep(0.05)
+
+
+def seqs(messages: list[Message]) -> Counter[int]:
+    return Counter(msgspec.json.decode(m.value)["seq"] for m in messages if m.value)
+
+
+def table_seqs(messages: list[Message]) -> Counter[int]:
+    table: Counter[int] = Counter()
+    for value in latest_by_key(messages).values():
+        table.update(msgspec.json.decode(value or b"[]"))
+    return table
+
+
+async def outcome(client: Client, total: int) -> tuple[Counter[int], Counter[int], Counter[int]]:
+    """How often each sequence number reached the output, the table and the DLQ.
+
+    Read by following each topic until it holds what it should: on S3 storage a fetch can
+    come back empty while the broker lists a partition's many small batches, so "read to
+    the high watermark" may see none yet. A record that never arrives fails the wait.
+    """
+    bad = {i for i in range(total) if i % BAD_EVERY == 0}
+    good = set(range(total)) - bad
+
+    def covers(expected: set[int], count: Callable[[list[Message]], Counter[int]]) -> Any:
+        return lambda messages: expected <= set(count(messages))
+
+    out = seqs(await client.follow(OUT, PARTITIONS, covers(good, seqs), deadline=60))
+    dead = seqs(await client.follow(DLQ, 1, covers(bad, seqs), deadline=60))
+    table = table_seqs(
+        await client.follow(CHANGELOG, PARTITIONS, covers(good, table_seqs), deadline=60)
+    )
+    return out, table, dead
+
+
+def assert_exact(counts: Counter[int], expected: set[int], what: str) -> None:
+    assert set(counts) == expected, (what, sorted(expected ^ set(counts))[:20])
+    assert max(counts.values(), default=1) <= 2, (what, counts.most_common(3))
+
+
+def assert_no_client_noise(err: str) -> None:
+    """Outages are reported by flowkit's own lines, not aiokafka's per-attempt errors."""
+    assert "Traceback" not in err, err[-3000:]
+    assert "ERROR aiokafka" not in err, err[-3000:]
+
+
+async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
+    durable_kafka: TansuBroker, workers: Spawn
+) -> None:
+    client = Client(durable_kafka.bootstrap, **DURABLE)
+    try:
+        worker = start_worker(workers, "relay", APP, broker_url(durable_kafka.bootstrap, **DURABLE))
+        await worker.wait_for_log("tables recovered")
+        total = 2_000
+        acks = await client.produce(ITEMS, items(0, total))
+        await wait_committed_at_least(client, 600, worker.err)
+
+        durable_kafka.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
+        await asyncio.sleep(3)
+        durable_kafka.start()
+
+        await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
+        assert worker.running(), worker.err
+        assert await worker.stop() == 0, worker.err
+        bad = {i for i in range(total) if i % BAD_EVERY == 0}
+        out, table, dead = await outcome(client, total)
+        assert_exact(out, set(range(total)) - bad, "outputs")
+        assert_exact(table, set(range(total)) - bad, "table")
+        assert_exact(dead, bad, "dead letters")
+        err = worker.err
+        assert err.count("Kafka broker unreachable") == 1, err[-3000:]
+        assert err.count("Kafka broker is back") == 1, err[-3000:]
+        assert_no_client_noise(err)
+    finally:
+        await client.aclose()
+
+
+async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_the_job(
+    durable_kafka: TansuBroker, workers: Spawn
+) -> None:
+    client = Client(durable_kafka.bootstrap, **DURABLE)
+    try:
+        url = broker_url(durable_kafka.bootstrap, broker_timeout=2, **DURABLE)
+        first = start_worker(workers, "relay-1", APP, url)
+        await first.wait_for_log("tables recovered")
+        total = 2_000
+        acks = await client.produce(ITEMS, items(0, total))
+        await wait_committed_at_least(client, 400, first.err)
+
+        durable_kafka.stop()
+        assert await first.wait(deadline=30) == 1, first.err
+        err = first.err
+        errors = [line for line in err.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1, err[-3000:]
+        assert "BrokerUnavailable" in errors[0] and durable_kafka.bootstrap in errors[0]
+        assert "unreachable for" in errors[0] and "broker_timeout=2 s" in errors[0]
+        assert err.count("Kafka broker unreachable") == 1
+        assert_no_client_noise(err)
+
+        durable_kafka.start()
+        committed = await client.committed(GROUP, ITEMS, PARTITIONS)
+        # Nothing is committed past what was acknowledged: every record below a committed
+        # offset has its output (or dead letter) and its table entry on the broker.
+        done = {seq for seq, ack in enumerate(acks) if ack.offset < committed[ack.partition]}
+        assert done, committed
+        good, bad = {s for s in done if s % BAD_EVERY}, {s for s in done if not s % BAD_EVERY}
+        await client.follow(OUT, PARTITIONS, lambda ms: good <= set(seqs(ms)), deadline=60)
+        await client.follow(DLQ, 1, lambda ms: bad <= set(seqs(ms)), deadline=60)
+        await client.follow(
+            CHANGELOG, PARTITIONS, lambda ms: good <= set(table_seqs(ms)), deadline=60
+        )
+
+        second = start_worker(
+            workers, "relay-2", APP, broker_url(durable_kafka.bootstrap, **DURABLE)
+        )
+        await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
+        assert await second.stop() == 0, second.err
+        bad = {i for i in range(total) if i % BAD_EVERY == 0}
+        out, table, dead = await outcome(client, total)
+        assert_exact(out, set(range(total)) - bad, "outputs")
+        assert_exact(table, set(range(total)) - bad, "table")
+        assert_exact(dead, bad, "dead letters")
+        assert_no_client_noise(second.err)
+    finally:
+        await client.aclose()
+
+
+async def test_a_broker_restart_during_a_rebalance_loses_nothing(
+    durable_kafka: TansuBroker, workers: Spawn
+) -> None:
+    client = Client(durable_kafka.bootstrap, **DURABLE)
+    try:
+        url = broker_url(durable_kafka.bootstrap, **DURABLE)
+        first = start_worker(workers, "relay-a", APP, url)
+        await first.wait_for_log("tables recovered")
+        total = 2_000
+        acks = await client.produce(ITEMS, items(0, total))
+        await wait_committed_at_least(client, 300, first.err)
+
+        second = start_worker(workers, "relay-b", APP, url)  # the group rebalances...
+        await asyncio.sleep(0.5)
+        durable_kafka.stop()  # ...and loses its broker in the middle of it
+        await asyncio.sleep(2)
+        durable_kafka.start()
+
+        await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=90)
+        assert first.running() and second.running(), first.err + second.err
+        assert await first.stop() == 0, first.err
+        assert await second.stop() == 0, second.err
+        bad = {i for i in range(total) if i % BAD_EVERY == 0}
+        out, table, dead = await outcome(client, total)
+        assert_exact(out, set(range(total)) - bad, "outputs")
+        assert_exact(table, set(range(total)) - bad, "table")
+        assert_exact(dead, bad, "dead letters")
+        for err in (first.err, second.err):
+            assert_no_client_noise(err)
+    finally:
+        await client.aclose()
