@@ -106,7 +106,7 @@ def make_app(
     name: str = "ysb",
     generate: bool = True,
     grace: float = 5.0,
-    idle_timeout: float = 30.0,
+    idle_timeout: float | None = 30.0,
     on_close: Callable[..., Any] | None = show,
 ) -> flowkit.App:
     """The YSB app; ``generate`` adds the live event generator task. ``name`` is the

@@ -78,6 +78,9 @@ class StreamSource(TaskScope):
         self.records = 0  # values handed to the agent
         # Called when the agent has taken every queued batch and is about to wait for more.
         self.on_drained: Callable[[], None] | None = None
+        # Windowed tables this agent adds to -> their store here: each finished batch moves
+        # their stream time (filtered records too), see ``follow``.
+        self.clocked: dict[Any, Any] = {}
 
     @property
     def pos(self) -> int:
@@ -153,9 +156,16 @@ class StreamSource(TaskScope):
 
     # -- the stream's side (the compiled loop and chunks) ---------------------------------
 
+    def follow(self, table: Any, store: Any) -> None:
+        """Every batch this agent finishes moves ``table``'s stream time."""
+        self.clocked[table] = store
+
     def _finish(self, batch: Batch) -> None:
         self.batch = None
         self._set_pos(-1)
+        if self.clocked:  # once per batch: stream time moves with every record read
+            for table, store in self.clocked.items():
+                table.follow(store, batch)
         if self._held is not None:
             self._held.append(batch)
         else:

@@ -17,7 +17,8 @@ record is slow, so a windowed table aggregates in two phases, as Flink and Spark
 One hop per window, key and source partition instead of one per record, with the same
 result. Partials are stored per source, so a replayed partial replaces rather than adds.
 
-Watermark: per source partition, the largest event time seen minus ``grace``. A record
+Watermark: per source partition, the largest event time seen (its stream time, which
+every record an agent reads moves, added or filtered out: ``follow``) minus ``grace``. A record
 whose window has already closed on its partition is late: it is counted, logged, and
 raised as ``LateRecord`` (so it goes to the dead-letter topic) unless ``late="drop"`` or
 a callable. A partition that has caught up and sees no records for ``idle_timeout``
@@ -79,7 +80,7 @@ class WindowedTable(TableBase[K, V]):
         to: Topic[Any] | None = None,
         time: Callable[[Any], int] | None = None,
         late: str | Callable[[K, Window, Any], Any] = "dlq",
-        idle_timeout: float = 30.0,
+        idle_timeout: float | None = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -137,6 +138,10 @@ class WindowedTable(TableBase[K, V]):
                 st = scope.stores[self]
                 part = st.part_of_batch(batch)
                 batch.memo = (self, st, part)
+                if self.time is not None or ts is None:
+                    # This stream now moves the table's stream time with every record it
+                    # reads, added or filtered out (see follow()); once per batch.
+                    scope.follow(self, st)
             if ts is None:
                 ts = self._time_of(scope)
         else:
@@ -181,6 +186,34 @@ class WindowedTable(TableBase[K, V]):
             partial[key] = amount if old is _MISSING else self.combine(old, amount)
             part.dirty.add(start)
 
+    def follow(self, st: WindowedStore, batch: Any) -> None:
+        """Stream time: the last record of a batch an agent has finished (added or
+        filtered out) moves its partition's watermark, as every record read does in Kafka
+        Streams, so windows close on the data alone. Called once per batch, not per record.
+
+        The time is the table's ``time`` function of that record's value, or its timestamp
+        when the agent's adds take the time from the record. A value the function cannot
+        read, or a time too far in the future, leaves stream time where it is.
+        """
+        part = st.parts.get(batch.tp.partition)
+        if part is None:
+            return
+        part.active = -1.0  # records arrive: the partition is not quiet
+        last = batch.messages[-1]
+        if self.time is not None:
+            try:
+                ts = int(self.time(batch.decode(last.value)))
+            except Exception:
+                return  # not a value of this table (another topic of the agent)
+        else:
+            ts = int(last.timestamp)
+        if ts > part.max_ts:
+            if ts > st.future_limit:
+                st.future_limit = st.now_ms() + self.spec.max_future_ms
+                if ts > st.future_limit:
+                    return  # bad input: the record's own add() dead-letters it
+            st.advance(part, ts)
+
     def _time_of(self, scope: Any) -> int:
         if self.time is not None:
             return int(self.time(scope.value))
@@ -211,6 +244,7 @@ class WindowedTable(TableBase[K, V]):
         part = st.parts.get(scope.batch.tp.partition)
         if part is None:
             raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        scope.follow(self, st)
         return scope, st, part
 
     def __getitem__(self, key: K) -> V:
