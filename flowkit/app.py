@@ -196,7 +196,7 @@ class App:
 
     def agent(
         self,
-        topic: Topic[T] | str,
+        topic: Topic[T] | str | Sequence[Topic[Any] | str],
         *,
         name: str | None = None,
         sink: Sequence[SinkTarget] | SinkTarget = (),
@@ -207,7 +207,9 @@ class App:
         | None = None,
         dead_letter: str | None = None,
     ) -> Callable[[Callable[..., Any]], Agent[T]]:
-        """Declare an agent over ``topic``; see ``flowkit.agents`` for the two forms.
+        """Declare an agent over ``topic``, or over each topic of a list (``[a, b]``: one
+        stream of both, in arrival order per partition); see ``flowkit.agents`` for the
+        two forms.
 
         ``sink`` lists where outputs go: topics, topic names, agents, ``Sink`` objects or
         callables. ``concurrency`` runs that many instances, each owning some partitions,
@@ -217,8 +219,9 @@ class App:
         """
         self._check_open()
         sinks = _as_list(sink)
-        if isinstance(topic, Repartition):
-            self._declare_repartition(topic)
+        for source in topic if isinstance(topic, list | tuple) else (topic,):
+            if isinstance(source, Repartition):
+                self._declare_repartition(source)
 
         def decorate(fn: Callable[..., Any]) -> Agent[T]:
             agent_name: str = name or getattr(fn, "__name__", None) or "agent"

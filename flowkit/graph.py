@@ -96,7 +96,8 @@ class Graph:
                     },
                 )
             )
-            graph.edges.append(Edge(f"topic:{agent.topic_name}", f"agent:{agent.name}", "reads"))
+            for topic_name in agent.topic_names:
+                graph.edges.append(Edge(f"topic:{topic_name}", f"agent:{agent.name}", "reads"))
             for sink in agent.sinks:
                 graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
         for agent in graph.agents:
@@ -190,11 +191,12 @@ class Graph:
         problems: list[str] = []
         declared = {t.name for t in self.topic_decls}
         for agent in self.agents:
-            if agent.topic_name not in declared:
-                problems.append(
-                    f"agent {agent.name!r} reads topic {agent.topic_name!r}, "
-                    "which is never declared (app.topic)"
-                )
+            for topic_name in agent.topic_names:
+                if topic_name not in declared:
+                    problems.append(
+                        f"agent {agent.name!r} reads topic {topic_name!r}, "
+                        "which is never declared (app.topic)"
+                    )
             for sink in agent.sinks:
                 if isinstance(sink, str) and sink not in declared:
                     problems.append(
@@ -236,18 +238,18 @@ class Graph:
                     "its state grows for ever (give expires= a number of seconds)"
                 )
         for agent in self.agents:
-            source = by_name.get(agent.topic_name)
-            if source is None:
-                continue
-            for table in tables_used_by(agent, self.tables):
-                if table.kind == "global_table":
+            tables = [t for t in tables_used_by(agent, self.tables) if t.kind != "global_table"]
+            for topic_name in agent.topic_names:
+                source = by_name.get(topic_name)
+                if source is None:
                     continue
-                if table.partitions != source.partitions:
-                    problems.append(
-                        f"agent {agent.name!r} reads {source.name!r} ({source.partitions} "
-                        f"partitions) and uses table {table.name!r} ({table.partitions} "
-                        "partitions): they must be co-partitioned (same partition count)"
-                    )
+                for table in tables:
+                    if table.partitions != source.partitions:
+                        problems.append(
+                            f"agent {agent.name!r} reads {source.name!r} ({source.partitions} "
+                            f"partitions) and uses table {table.name!r} ({table.partitions} "
+                            "partitions): they must be co-partitioned (same partition count)"
+                        )
         return problems
 
     def _topic_of(self, sink: Any) -> Topic[Any] | None:

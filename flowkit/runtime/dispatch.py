@@ -89,10 +89,9 @@ class Dispatcher:
         self._route_cache: dict[tuple[str, tuple[Any, ...]], list[_Target]] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
-            topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
-            if topic is None:
+            topics = [t if isinstance(t, Topic) else app.topics.get(t) for t in agent.topics]
+            if None in topics:
                 raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
-            route = self.routes.setdefault(topic.name, Route(topic))
             sources = [
                 StreamSource(
                     f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
@@ -103,7 +102,10 @@ class Dispatcher:
                 )
                 for i in range(agent.concurrency)
             ]
-            route.readers.append((agent, sources))
+            # An agent over several topics: partition p of each goes to the same instance.
+            for topic in topics:
+                assert topic is not None
+                self.routes.setdefault(topic.name, Route(topic)).readers.append((agent, sources))
             self.sources.extend((agent, s) for s in sources)
             self._targets[agent.name] = [self._target(agent, s) for s in agent.sinks]
             self._dlq[agent.name] = agent.dead_letter or default_dlq
