@@ -100,6 +100,8 @@ class Agent(Generic[T]):
         # Every topic the agent reads; ``topic`` is the first (where ``send`` goes).
         self.topics: tuple[Topic[Any] | str, ...] = topics
         self.topic: Topic[T] | str = topics[0]
+        # ``stream.group_by`` calls in the body: name -> repartition topic (App.agent).
+        self.regroups: dict[str, Topic[Any]] = {}
         self.sinks = tuple(sinks)
         self.concurrency = concurrency
         self.per_record = per_record

@@ -28,6 +28,7 @@ from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
 from .state import GlobalTable, Table, TableBase
+from .streams.regroup import regroupings
 from .topics import Repartition, Topic
 
 __all__ = ["App"]
@@ -237,10 +238,36 @@ class App:
                 on_error=on_error,
                 dead_letter=dead_letter,
             )
+            self._declare_regroupings(agent)
             self.agents.append(agent)
             return agent
 
         return decorate
+
+    def _declare_regroupings(self, agent: Agent[Any]) -> None:
+        """Declare the repartition topic of each ``stream.group_by`` in the agent's body;
+        the agent reads it besides its own topics."""
+        found = regroupings(agent.fn)
+        if not found:
+            return
+        if len(agent.topics) != 1 or not isinstance(agent.topic, Topic):
+            raise DefinitionError(
+                f"agent {agent.name!r}: stream.group_by works in an agent over one declared "
+                "topic (use topic.group_by(...) for the others)"
+            )
+        source = agent.topic
+        for group, partitions in found.items():
+            topic = Repartition(
+                source, lambda v: v, name=group, partitions=partitions or source.partitions
+            )
+            if topic.name in self.topics:
+                raise DefinitionError(
+                    f"agent {agent.name!r}: group_by name {group!r} is taken "
+                    f"(topic {topic.name!r} exists)"
+                )
+            self._declare_internal(topic)
+            agent.regroups[group] = topic
+            agent.topics = (*agent.topics, topic)
 
     def _declare_repartition(self, topic: Repartition[Any]) -> None:
         """Declare the internal topic and the re-keying agent behind ``group_by``."""

@@ -100,6 +100,8 @@ class Graph:
                 graph.edges.append(Edge(f"topic:{topic_name}", f"agent:{agent.name}", "reads"))
             for sink in agent.sinks:
                 graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
+            for topic in agent.regroups.values():  # stream.group_by: the hop out and back
+                graph.edges.append(Edge(f"agent:{agent.name}", f"topic:{topic.name}", "writes"))
         for agent in graph.agents:
             dlq = agent.dead_letter or f"{app}-dlq"
             if graph.node(f"topic:{dlq}") is None:

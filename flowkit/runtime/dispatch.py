@@ -102,6 +102,8 @@ class Dispatcher:
                 )
                 for i in range(agent.concurrency)
             ]
+            for s in sources:
+                s.regroups = agent.regroups
             # An agent over several topics: partition p of each goes to the same instance.
             for topic in topics:
                 assert topic is not None

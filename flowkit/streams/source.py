@@ -14,9 +14,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DefinitionError
 from ..records import Message, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, fused_loop, interpreted
+from .regroup import GROUP_BY, regroup
 
 if TYPE_CHECKING:
     from ..topics import Topic
@@ -81,6 +83,8 @@ class StreamSource(TaskScope):
         # Windowed tables this agent adds to -> their store here: each finished batch moves
         # their stream time (filtered records too), see ``follow``.
         self.clocked: dict[Any, Any] = {}
+        # The repartition topics of the agent's ``stream.group_by`` calls, by name.
+        self.regroups: dict[str, Topic[Any]] = {}
 
     @property
     def pos(self) -> int:
@@ -198,6 +202,8 @@ class StreamSource(TaskScope):
 
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
+        if any(kind == GROUP_BY for kind, _ in ops):
+            return regroup(self, ops)
         loop, args = fused_loop(ops, self.stores)
         return loop(self, SKIP, *args)
 
@@ -206,6 +212,8 @@ class StreamSource(TaskScope):
     ) -> AsyncIterator[list[Any]]:
         """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
         for a list to fill. Records of a list are done when the next list is requested."""
+        if any(kind == GROUP_BY for kind, _ in ops):
+            raise DefinitionError("batches() after group_by() is not supported")
         fn = interpreted(ops) if ops else None
         self._held = deque()
         while True:
