@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, Timer
 from .topics import Topic
+from .windows import WindowResult
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -233,6 +234,7 @@ class Graph:
         problems: list[str] = []
         by_name = {t.name: t for t in self.topic_decls}
         for table in self.tables:
+            problems.extend(_check_window_output(table))
             spec = getattr(table, "spec", None)
             if spec is not None and spec.expires_ms >= _NEVER_MS:
                 problems.append(
@@ -276,6 +278,32 @@ class Graph:
 
 
 _NEVER_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def _check_window_output(table: Any) -> list[str]:
+    """A windowed table's ``to=`` topic takes what it sends: a ``WindowResult``, or what
+    its ``emit=`` function is annotated to return."""
+    to = getattr(table, "to", None)
+    if to is None or to.value_type is Any:
+        return []
+    emit = getattr(table, "emit_fn", None)
+    if emit is None:
+        sends: Any = WindowResult
+        fix = "give emit= a function (key, window, value) -> " + to.value_type_name
+    else:
+        try:
+            sends = typing.get_type_hints(emit).get("return")
+        except Exception:
+            sends = None
+        if sends is None:
+            return []  # unannotated: checked on each window result instead
+        fix = "change emit= or the topic's value_type"
+    if _assignable(sends, to.value_type):
+        return []
+    return [
+        f"windowed table {table.name!r} sends {_name(sends)} to topic {to.name!r} whose "
+        f"readers expect {to.value_type_name}: {fix}"
+    ]
 
 
 def tables_used_by(agent: Agent[Any], tables: list[Any]) -> list[Any]:

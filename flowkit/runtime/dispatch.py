@@ -26,7 +26,7 @@ from ..records import Headers, Message
 from ..scope import TaskScope, enter_scope
 from ..sinks import CallableSink, Sink, SinkRunner, sink_name
 from ..streams import Stream, StreamSource
-from ..topics import Topic
+from ..topics import Topic, accepts
 
 __all__ = ["Dispatcher", "Route"]
 
@@ -49,11 +49,17 @@ class _Target:
     topic: Topic[Any] | None = None
     runner: SinkRunner | None = None
     encode: Callable[[Any], bytes] | None = None  # the codec's own encoder: no extra frame
+    checked: Any = None  # the topic's value type, when outputs are checked against it
 
     @classmethod
     def for_topic(cls, topic: Topic[Any]) -> _Target:
         raw = getattr(topic.value_codec, "_encoder", None)
-        return cls(topic=topic, encode=raw.encode if raw is not None else topic.encode)
+        vt = topic.value_type
+        return cls(
+            topic=topic,
+            encode=raw.encode if raw is not None else topic.encode,
+            checked=vt if isinstance(vt, type) and vt is not object else None,
+        )
 
 
 class Dispatcher:
@@ -315,6 +321,17 @@ class Dispatcher:
         for target in targets:
             topic = target.topic
             if topic is not None:
+                vt = target.checked  # a type check that costs one compare when it passes
+                if (
+                    vt is not None
+                    and value.__class__ is not vt
+                    and value is not None
+                    and not accepts(vt, value.__class__)
+                ):
+                    raise TypeError(
+                        f"agent {agent.name!r} yielded {type(value).__qualname__}, but "
+                        f"topic {topic.name!r} takes {topic.value_type_name}"
+                    )
                 if key is KEEP_KEY:
                     raw_key = message.key if message is not None else None
                 else:

@@ -18,6 +18,7 @@ import structlog
 
 from ..app import App
 from ..clock import Clock
+from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, Table, WindowedStore, WindowedTable
 from ..transports import TopicSpec, Transport, read_to_end
@@ -53,6 +54,7 @@ class StateKeeper:
             *self.windowed,
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
+        self.dlq = dead_letter_topic(app.name)  # where failed window results go
         # One flush at a time: a marker sent ahead of the partials drained before it would
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
@@ -216,6 +218,8 @@ class StateKeeper:
                     # (sending a partial twice is harmless: owners keep one per source).
                     if sent < len(items):
                         store.requeue_outbox(items[sent:])
+                if store.late_out:
+                    await table.deliver_late(store, self._send)
 
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""
@@ -230,7 +234,7 @@ class StateKeeper:
         store = self.stores[table]
         emissions = store.receive(tp.partition, messages)
         if emissions:
-            await table.emit(store, emissions, self._send)
+            await table.emit(store, emissions, self._send, self.dlq)
 
     def tick(self, caught_up: set[int]) -> None:
         """Let quiet, caught-up partitions move their watermarks."""
