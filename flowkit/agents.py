@@ -102,6 +102,7 @@ class Agent(Generic[T]):
         self.topic: Topic[T] | str = topics[0]
         # ``stream.group_by`` calls in the body: name -> repartition topic (App.agent).
         self.regroups: dict[str, Topic[Any]] = {}
+        self.join: Any = None  # the StreamJoin the agent reads (its two topics), if any
         self.sinks = tuple(sinks)
         self.concurrency = concurrency
         self.per_record = per_record

@@ -27,7 +27,7 @@ from .codecs import Codec
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
-from .state import GlobalTable, Table, TableBase
+from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.regroup import regroupings
 from .topics import Repartition, Topic
 
@@ -154,6 +154,45 @@ class App:
         self._tables[name] = table
         return table
 
+    def join(
+        self,
+        left: Topic[Any],
+        right: Topic[Any],
+        *,
+        name: str,
+        within: float | None = None,
+        before: float | None = None,
+        after: float | None = None,
+        grace: float = 0.0,
+        how: str = "inner",
+    ) -> StreamJoin:
+        """Declare a windowed join of two topics by record key, as Kafka Streams'
+        ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
+        when ``t - before <= t' <= t + after`` (both ``within`` by default). ``how`` is
+        ``"inner"``, ``"left"`` or ``"outer"``; ``grace`` (seconds) is how long after its
+        window a record may still arrive. Read it with ``@app.agent(join)``: the agent
+        gets ``flowkit.Joined(key, left, right, timestamp)`` values (see
+        ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
+        """
+        self._check_open()
+        self._check_table_name(name)
+        for t in (left, right):
+            if not isinstance(t, Topic) or t.name not in self.topics:
+                raise DefinitionError(f"join {name!r}: {t!r} is not a topic of this app")
+        join = StreamJoin(
+            left,
+            right,
+            name=name,
+            app_name=self.name,
+            within=within,
+            before=before,
+            after=after,
+            grace=grace,
+            how=how,
+        )
+        self._tables[name] = join
+        return join
+
     def global_table(
         self,
         name: str,
@@ -197,7 +236,7 @@ class App:
 
     def agent(
         self,
-        topic: Topic[T] | str | Sequence[Topic[Any] | str],
+        topic: Topic[T] | str | Sequence[Topic[Any] | str] | StreamJoin,
         *,
         name: str | None = None,
         sink: Sequence[SinkTarget] | SinkTarget = (),
@@ -220,7 +259,11 @@ class App:
         """
         self._check_open()
         sinks = _as_list(sink)
-        for source in topic if isinstance(topic, list | tuple) else (topic,):
+        join = topic if isinstance(topic, StreamJoin) else None
+        topics: Topic[Any] | str | Sequence[Topic[Any] | str] = (
+            [join.left, join.right] if join is not None else topic  # type: ignore[assignment]
+        )
+        for source in topics if isinstance(topics, list | tuple) else (topics,):
             if isinstance(source, Repartition):
                 self._declare_repartition(source)
 
@@ -231,13 +274,14 @@ class App:
             agent: Agent[T] = Agent(
                 fn,
                 name=agent_name,
-                topic=topic,
+                topic=topics,
                 sinks=sinks,
                 concurrency=concurrency,
                 per_record=per_record,
                 on_error=on_error,
                 dead_letter=dead_letter,
             )
+            agent.join = join
             self._declare_regroupings(agent)
             self.agents.append(agent)
             return agent

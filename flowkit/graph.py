@@ -125,7 +125,10 @@ class Graph:
         for table in graph.tables:
             graph._add_table(table)
         for agent in graph.agents:
-            for table in tables_used_by(agent, graph.tables):
+            used = tables_used_by(agent, graph.tables)
+            if agent.join is not None and agent.join not in used:
+                used.append(agent.join)  # the join's buffers
+            for table in used:
                 graph.edges.append(Edge(f"agent:{agent.name}", f"table:{table.name}", "uses"))
         for timer in timers:
             graph.nodes.append(
@@ -235,6 +238,8 @@ class Graph:
         by_name = {t.name: t for t in self.topic_decls}
         for table in self.tables:
             problems.extend(_check_window_output(table))
+            if table.kind == "stream_join":
+                problems.extend(table.problems())
             spec = getattr(table, "spec", None)
             if spec is not None and spec.expires_ms >= _NEVER_MS:
                 problems.append(
@@ -242,7 +247,11 @@ class Graph:
                     "its state grows for ever (give expires= a number of seconds)"
                 )
         for agent in self.agents:
-            tables = [t for t in tables_used_by(agent, self.tables) if t.kind != "global_table"]
+            tables = [
+                t
+                for t in tables_used_by(agent, self.tables)
+                if t.kind not in ("global_table", "stream_join")
+            ]
             for topic_name in agent.topic_names:
                 source = by_name.get(topic_name)
                 if source is None:

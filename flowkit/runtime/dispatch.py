@@ -110,6 +110,7 @@ class Dispatcher:
             ]
             for s in sources:
                 s.regroups = agent.regroups
+                s.join = agent.join
             # An agent over several topics: partition p of each goes to the same instance.
             for topic in topics:
                 assert topic is not None

@@ -20,7 +20,7 @@ from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
-from ..state import GlobalTable, Table, WindowedStore, WindowedTable
+from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
 from ..transports import TopicSpec, Transport, read_to_end
 
 __all__ = ["StateKeeper"]
@@ -49,9 +49,10 @@ class StateKeeper:
         self.globals: list[GlobalTable[Any, Any]] = [
             t for t in tables if isinstance(t, GlobalTable)
         ]
-        self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any]] = [
+        self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any] | StreamJoin] = [
             *(t for t in tables if isinstance(t, Table)),
             *self.windowed,
+            *(t for t in tables if isinstance(t, StreamJoin)),  # the joins' buffers
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
         self.dlq = dead_letter_topic(app.name)  # where failed window results go
@@ -72,7 +73,7 @@ class StateKeeper:
         """Changelog and repartition topics the app's tables need."""
         specs: list[TopicSpec] = []
         for t in app.tables.values():
-            if isinstance(t, Table | WindowedTable):
+            if isinstance(t, Table | WindowedTable | StreamJoin):
                 specs.append(TopicSpec(t.changelog_topic, t.partitions, compacted=True))
             if isinstance(t, WindowedTable):
                 specs.append(TopicSpec(t.repartition_topic, t.partitions))

@@ -18,6 +18,7 @@ from ..errors import DefinitionError
 from ..records import Message, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, fused_loop, interpreted
+from .joining import joined
 from .regroup import GROUP_BY, regroup
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ __all__ = ["Batch", "StreamSource"]
 class Batch:
     """One fetched batch of one partition on its way through one agent instance."""
 
-    __slots__ = ("decode", "memo", "messages", "on_done", "topic", "tp")
+    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "topic", "tp")
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class Batch:
         # Per-batch state a table looks up once per batch, not per record (for a windowed
         # table: itself, its store in this worker and the store's part for this partition).
         self.memo: Any = None
+        self.cursor = 0  # a join's next record in this batch (batches held side by side)
 
 
 class StreamSource(TaskScope):
@@ -85,6 +87,13 @@ class StreamSource(TaskScope):
         self.clocked: dict[Any, Any] = {}
         # The repartition topics of the agent's ``stream.group_by`` calls, by name.
         self.regroups: dict[str, Topic[Any]] = {}
+        self.join: Any = None  # the StreamJoin this agent reads, if any
+        # A join's batches taken from the queue and not finished, per partition and side:
+        # here, not in the generator, so that an agent started again after an error
+        # goes on with them (see joining.py).
+        self.join_held: dict[int, tuple[deque[Batch], deque[Batch]]] = {}
+        # Whether a partition has records not fetched yet (the worker sets the fetcher's).
+        self.behind: Callable[[TopicPartition], bool] = lambda tp: False
 
     @property
     def pos(self) -> int:
@@ -116,6 +125,9 @@ class StreamSource(TaskScope):
 
     def retry_current(self) -> None:
         """Step back one record: the agent, started again, gets the same record first."""
+        if self.join is not None and self.batch is not None:
+            self.batch.cursor -= 1  # a join keeps its place in the batch itself
+            return
         self._set_pos(self.pos - 1)
 
     def progress_of(self, batch: Batch) -> int | None:
@@ -151,8 +163,10 @@ class StreamSource(TaskScope):
         return self._queue.qsize()
 
     def busy(self) -> bool:
-        """True while a batch is being processed or waits in the queue."""
-        return self.batch is not None or self._queue.qsize() > 0
+        """True while a batch is being processed or waits in the queue (or in a join)."""
+        if self.batch is not None or self._queue.qsize() > 0:
+            return True
+        return any(left or right for left, right in self.join_held.values())
 
     def ended(self) -> bool:
         """True once the source is closed and nothing is left to process."""
@@ -200,8 +214,24 @@ class StreamSource(TaskScope):
             self._set_pos(-1)
             return batch
 
+    def take_queued(self) -> list[Batch]:
+        """The batches queued now, without waiting (a join looks at every one it has)."""
+        out: list[Batch] = []
+        queue = self._queue
+        while not queue.empty():
+            batch = queue.get_nowait()
+            if batch is None:
+                continue  # the close marker: ``closed`` says it
+            if not batch.messages:
+                batch.on_done()
+                continue
+            out.append(batch)
+        return out
+
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
+        if self.join is not None:
+            return joined(self, ops)
         if any(kind == GROUP_BY for kind, _ in ops):
             return regroup(self, ops)
         loop, args = fused_loop(ops, self.stores)
