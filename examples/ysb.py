@@ -106,7 +106,7 @@ def make_app(
     name: str = "ysb",
     generate: bool = True,
     grace: float = 5.0,
-    idle_timeout: float = 30.0,
+    idle_timeout: float | None = 30.0,
     on_close: Callable[..., Any] | None = show,
 ) -> flowkit.App:
     """The YSB app; ``generate`` adds the live event generator task. ``name`` is the
@@ -142,7 +142,7 @@ def make_app(
             start = loop.time()
             for sent, (user, event) in enumerate(generate_events(10**12, start_ms=0), 1):
                 event.event_time = int(time.time() * 1000) - rng.randint(0, 1000)
-                await events.send(event, key=user)  # the JSON codec encodes any record
+                await events.send(event, key=user)  # a wider record: AdView is its projection
                 if sent % 1000 == 0:
                     await asyncio.sleep(max(0.0, start + sent / 10_000 - loop.time()))
 

@@ -40,7 +40,7 @@ from .records import Event, Message, Record, TopicPartition
 from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, Sink
-from .state import GlobalTable, Table, WindowedTable
+from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable
 from .streams import Stream
 from .topics import Repartition, Topic
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
@@ -71,6 +71,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "HoppingWindow",
+    "Joined",
     "JsonCodec",
     "LateRecord",
     "Message",
@@ -89,6 +90,7 @@ __all__ = [
     "SinkError",
     "StrCodec",
     "Stream",
+    "StreamJoin",
     "SystemClock",
     "Table",
     "TaskFailed",

@@ -68,7 +68,7 @@ class Agent(Generic[T]):
         fn: Callable[..., Any],
         *,
         name: str,
-        topic: Topic[T] | str,
+        topic: Topic[T] | str | Sequence[Topic[Any] | str],
         sinks: Sequence[SinkTarget] = (),
         concurrency: int = 1,
         per_record: bool = False,
@@ -89,9 +89,20 @@ class Agent(Generic[T]):
             raise DefinitionError(
                 f"agent {name!r}: a per-record agent returns its output; it cannot yield"
             )
+        topics = tuple(topic) if isinstance(topic, list | tuple) else (topic,)
+        if not topics:
+            raise DefinitionError(f"agent {name!r} reads no topic: give it one or a list")
+        names = [t if isinstance(t, str) else t.name for t in topics]
+        if len(set(names)) < len(names):
+            raise DefinitionError(f"agent {name!r} reads a topic twice: {names}")
         self.fn = fn
         self.name = name
-        self.topic = topic
+        # Every topic the agent reads; ``topic`` is the first (where ``send`` goes).
+        self.topics: tuple[Topic[Any] | str, ...] = topics
+        self.topic: Topic[T] | str = topics[0]
+        # ``stream.group_by`` calls in the body: name -> repartition topic (App.agent).
+        self.regroups: dict[str, Topic[Any]] = {}
+        self.join: Any = None  # the StreamJoin the agent reads (its two topics), if any
         self.sinks = tuple(sinks)
         self.concurrency = concurrency
         self.per_record = per_record
@@ -108,8 +119,13 @@ class Agent(Generic[T]):
 
     @property
     def topic_name(self) -> str:
-        """The name of the topic the agent reads."""
+        """The name of the (first) topic the agent reads."""
         return self.topic if isinstance(self.topic, str) else self.topic.name
+
+    @property
+    def topic_names(self) -> list[str]:
+        """The names of every topic the agent reads, in the order declared."""
+        return [t if isinstance(t, str) else t.name for t in self.topics]
 
     @property
     def form(self) -> str:
@@ -149,7 +165,8 @@ class Agent(Generic[T]):
         return None
 
     async def send(self, value: T, *, key: Any = None, headers: Headers = ()) -> Any:
-        """Send ``value`` to this agent's input topic (from inside a running worker)."""
+        """Send ``value`` to this agent's input topic (its first, if it reads several),
+        from inside a running worker."""
         if isinstance(self.topic, str):
             raise DefinitionError(f"agent {self.name!r} reads an undeclared topic")
         return await self.topic.send(value, key=key, headers=headers)

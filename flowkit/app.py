@@ -27,7 +27,8 @@ from .codecs import Codec
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
-from .state import GlobalTable, Table, TableBase
+from .state import GlobalTable, StreamJoin, Table, TableBase
+from .streams.regroup import regroupings
 from .topics import Repartition, Topic
 
 __all__ = ["App"]
@@ -153,6 +154,45 @@ class App:
         self._tables[name] = table
         return table
 
+    def join(
+        self,
+        left: Topic[Any],
+        right: Topic[Any],
+        *,
+        name: str,
+        within: float | None = None,
+        before: float | None = None,
+        after: float | None = None,
+        grace: float = 0.0,
+        how: str = "inner",
+    ) -> StreamJoin:
+        """Declare a windowed join of two topics by record key, as Kafka Streams'
+        ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
+        when ``t - before <= t' <= t + after`` (both ``within`` by default). ``how`` is
+        ``"inner"``, ``"left"`` or ``"outer"``; ``grace`` (seconds) is how long after its
+        window a record may still arrive. Read it with ``@app.agent(join)``: the agent
+        gets ``flowkit.Joined(key, left, right, timestamp)`` values (see
+        ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
+        """
+        self._check_open()
+        self._check_table_name(name)
+        for t in (left, right):
+            if not isinstance(t, Topic) or t.name not in self.topics:
+                raise DefinitionError(f"join {name!r}: {t!r} is not a topic of this app")
+        join = StreamJoin(
+            left,
+            right,
+            name=name,
+            app_name=self.name,
+            within=within,
+            before=before,
+            after=after,
+            grace=grace,
+            how=how,
+        )
+        self._tables[name] = join
+        return join
+
     def global_table(
         self,
         name: str,
@@ -196,7 +236,7 @@ class App:
 
     def agent(
         self,
-        topic: Topic[T] | str,
+        topic: Topic[T] | str | Sequence[Topic[Any] | str] | StreamJoin,
         *,
         name: str | None = None,
         sink: Sequence[SinkTarget] | SinkTarget = (),
@@ -207,7 +247,9 @@ class App:
         | None = None,
         dead_letter: str | None = None,
     ) -> Callable[[Callable[..., Any]], Agent[T]]:
-        """Declare an agent over ``topic``; see ``flowkit.agents`` for the two forms.
+        """Declare an agent over ``topic``, or over each topic of a list (``[a, b]``: one
+        stream of both, in arrival order per partition); see ``flowkit.agents`` for the
+        two forms.
 
         ``sink`` lists where outputs go: topics, topic names, agents, ``Sink`` objects or
         callables. ``concurrency`` runs that many instances, each owning some partitions,
@@ -217,8 +259,13 @@ class App:
         """
         self._check_open()
         sinks = _as_list(sink)
-        if isinstance(topic, Repartition):
-            self._declare_repartition(topic)
+        join = topic if isinstance(topic, StreamJoin) else None
+        topics: Topic[Any] | str | Sequence[Topic[Any] | str] = (
+            [join.left, join.right] if join is not None else topic  # type: ignore[assignment]
+        )
+        for source in topics if isinstance(topics, list | tuple) else (topics,):
+            if isinstance(source, Repartition):
+                self._declare_repartition(source)
 
         def decorate(fn: Callable[..., Any]) -> Agent[T]:
             agent_name: str = name or getattr(fn, "__name__", None) or "agent"
@@ -227,17 +274,44 @@ class App:
             agent: Agent[T] = Agent(
                 fn,
                 name=agent_name,
-                topic=topic,
+                topic=topics,
                 sinks=sinks,
                 concurrency=concurrency,
                 per_record=per_record,
                 on_error=on_error,
                 dead_letter=dead_letter,
             )
+            agent.join = join
+            self._declare_regroupings(agent)
             self.agents.append(agent)
             return agent
 
         return decorate
+
+    def _declare_regroupings(self, agent: Agent[Any]) -> None:
+        """Declare the repartition topic of each ``stream.group_by`` in the agent's body;
+        the agent reads it besides its own topics."""
+        found = regroupings(agent.fn)
+        if not found:
+            return
+        if len(agent.topics) != 1 or not isinstance(agent.topic, Topic):
+            raise DefinitionError(
+                f"agent {agent.name!r}: stream.group_by works in an agent over one declared "
+                "topic (use topic.group_by(...) for the others)"
+            )
+        source = agent.topic
+        for group, partitions in found.items():
+            topic = Repartition(
+                source, lambda v: v, name=group, partitions=partitions or source.partitions
+            )
+            if topic.name in self.topics:
+                raise DefinitionError(
+                    f"agent {agent.name!r}: group_by name {group!r} is taken "
+                    f"(topic {topic.name!r} exists)"
+                )
+            self._declare_internal(topic)
+            agent.regroups[group] = topic
+            agent.topics = (*agent.topics, topic)
 
     def _declare_repartition(self, topic: Repartition[Any]) -> None:
         """Declare the internal topic and the re-keying agent behind ``group_by``."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, Timer
 from .topics import Topic
+from .windows import WindowResult
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -96,9 +97,12 @@ class Graph:
                     },
                 )
             )
-            graph.edges.append(Edge(f"topic:{agent.topic_name}", f"agent:{agent.name}", "reads"))
+            for topic_name in agent.topic_names:
+                graph.edges.append(Edge(f"topic:{topic_name}", f"agent:{agent.name}", "reads"))
             for sink in agent.sinks:
                 graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
+            for topic in agent.regroups.values():  # stream.group_by: the hop out and back
+                graph.edges.append(Edge(f"agent:{agent.name}", f"topic:{topic.name}", "writes"))
         for agent in graph.agents:
             dlq = agent.dead_letter or f"{app}-dlq"
             if graph.node(f"topic:{dlq}") is None:
@@ -121,7 +125,10 @@ class Graph:
         for table in graph.tables:
             graph._add_table(table)
         for agent in graph.agents:
-            for table in tables_used_by(agent, graph.tables):
+            used = tables_used_by(agent, graph.tables)
+            if agent.join is not None and agent.join not in used:
+                used.append(agent.join)  # the join's buffers
+            for table in used:
                 graph.edges.append(Edge(f"agent:{agent.name}", f"table:{table.name}", "uses"))
         for timer in timers:
             graph.nodes.append(
@@ -190,11 +197,12 @@ class Graph:
         problems: list[str] = []
         declared = {t.name for t in self.topic_decls}
         for agent in self.agents:
-            if agent.topic_name not in declared:
-                problems.append(
-                    f"agent {agent.name!r} reads topic {agent.topic_name!r}, "
-                    "which is never declared (app.topic)"
-                )
+            for topic_name in agent.topic_names:
+                if topic_name not in declared:
+                    problems.append(
+                        f"agent {agent.name!r} reads topic {topic_name!r}, "
+                        "which is never declared (app.topic)"
+                    )
             for sink in agent.sinks:
                 if isinstance(sink, str) and sink not in declared:
                     problems.append(
@@ -229,6 +237,9 @@ class Graph:
         problems: list[str] = []
         by_name = {t.name: t for t in self.topic_decls}
         for table in self.tables:
+            problems.extend(_check_window_output(table))
+            if table.kind == "stream_join":
+                problems.extend(table.problems())
             spec = getattr(table, "spec", None)
             if spec is not None and spec.expires_ms >= _NEVER_MS:
                 problems.append(
@@ -236,18 +247,22 @@ class Graph:
                     "its state grows for ever (give expires= a number of seconds)"
                 )
         for agent in self.agents:
-            source = by_name.get(agent.topic_name)
-            if source is None:
-                continue
-            for table in tables_used_by(agent, self.tables):
-                if table.kind == "global_table":
+            tables = [
+                t
+                for t in tables_used_by(agent, self.tables)
+                if t.kind not in ("global_table", "stream_join")
+            ]
+            for topic_name in agent.topic_names:
+                source = by_name.get(topic_name)
+                if source is None:
                     continue
-                if table.partitions != source.partitions:
-                    problems.append(
-                        f"agent {agent.name!r} reads {source.name!r} ({source.partitions} "
-                        f"partitions) and uses table {table.name!r} ({table.partitions} "
-                        "partitions): they must be co-partitioned (same partition count)"
-                    )
+                for table in tables:
+                    if table.partitions != source.partitions:
+                        problems.append(
+                            f"agent {agent.name!r} reads {source.name!r} ({source.partitions} "
+                            f"partitions) and uses table {table.name!r} ({table.partitions} "
+                            "partitions): they must be co-partitioned (same partition count)"
+                        )
         return problems
 
     def _topic_of(self, sink: Any) -> Topic[Any] | None:
@@ -272,6 +287,32 @@ class Graph:
 
 
 _NEVER_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def _check_window_output(table: Any) -> list[str]:
+    """A windowed table's ``to=`` topic takes what it sends: a ``WindowResult``, or what
+    its ``emit=`` function is annotated to return."""
+    to = getattr(table, "to", None)
+    if to is None or to.value_type is Any:
+        return []
+    emit = getattr(table, "emit_fn", None)
+    if emit is None:
+        sends: Any = WindowResult
+        fix = "give emit= a function (key, window, value) -> " + to.value_type_name
+    else:
+        try:
+            sends = typing.get_type_hints(emit).get("return")
+        except Exception:
+            sends = None
+        if sends is None:
+            return []  # unannotated: checked on each window result instead
+        fix = "change emit= or the topic's value_type"
+    if _assignable(sends, to.value_type):
+        return []
+    return [
+        f"windowed table {table.name!r} sends {_name(sends)} to topic {to.name!r} whose "
+        f"readers expect {to.value_type_name}: {fix}"
+    ]
 
 
 def tables_used_by(agent: Agent[Any], tables: list[Any]) -> list[Any]:

@@ -66,6 +66,10 @@ class TaskScope:
         self.sender = sender
         self.now_ms = now_ms
 
+    def follow(self, table: Any, store: Any) -> None:
+        """Let every record this task reads move ``table``'s stream time. A task without
+        a stream reads no records: only a ``StreamSource`` keeps the request."""
+
     def adopt(self, other: TaskScope) -> None:
         """Share ``other``'s worker state (stores, sender, clock)."""
         self.stores = other.stores

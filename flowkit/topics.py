@@ -7,8 +7,11 @@ goes through the producer of the worker running the calling task.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
+
+import msgspec
 
 from .codecs import Codec, codec_for
 from .errors import DecodeError, DefinitionError, NotRunningError
@@ -58,6 +61,15 @@ class Topic(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<Topic {self.name!r} partitions={self.partitions}>"
+
+    def check_value(self, value: Any) -> None:
+        """Raise ``TypeError`` unless ``value`` is of this topic's type: an instance, an
+        int for a float, or a record with every field of the topic's record type (a wider
+        record that its readers decode). None (a tombstone) and untyped topics pass."""
+        if value is not None and not accepts(self.value_type, value.__class__):
+            raise TypeError(
+                f"topic {self.name!r} takes {self.value_type_name}, not {_type_name(type(value))}"
+            )
 
     @property
     def value_type_name(self) -> str:
@@ -157,6 +169,7 @@ class Topic(Generic[T]):
         It goes through the producer of the worker running the calling task; outside a
         worker it raises ``NotRunningError`` (use ``flowkit.testing`` in tests).
         """
+        self.check_value(value)
         sender = require_scope(f"topic {self.name!r}: send()").sender
         if sender is None:
             raise NotRunningError(f"topic {self.name!r}: this worker has no producer yet")
@@ -204,6 +217,19 @@ class Repartition(Topic[T]):
             except UnicodeDecodeError:
                 return value
         return value
+
+
+@functools.lru_cache(maxsize=1024)
+def accepts(expected: Any, given: Any) -> bool:
+    """True when a value of type ``given`` may be sent to a topic of type ``expected``."""
+    if expected is Any or expected is object or not isinstance(expected, type):
+        return True  # untyped, or a type expression (a union, a generic) not checked here
+    if issubclass(given, expected) or (expected is float and given is int):
+        return True
+    if issubclass(expected, msgspec.Struct) and issubclass(given, msgspec.Struct):
+        want = {f.encode_name for f in msgspec.structs.fields(expected)}
+        return want <= {f.encode_name for f in msgspec.structs.fields(given)}
+    return False
 
 
 def _type_name(tp: Any) -> str:

@@ -83,3 +83,26 @@ async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverF
     assert len(dead) == len(late_events)
     assert {dict(d.headers)["flowkit.error.type"] for d in dead} == {b"LateRecord"}
     assert {dict(d.headers)["flowkit.error.stage"] for d in dead} == {b"window"}
+
+
+async def test_filtered_records_move_stream_time(make_driver: DriverFactory) -> None:
+    """Every partition's last records are clicks, which the agent filters out; with the
+    wall-clock ``idle_timeout`` off, those clicks alone close every window (stream time)."""
+    clock = FakeClock()
+    events, _, truth = data_set(clock, count=4_000)
+    end = max(e.event_time for _, e in events)
+    clicks = []
+    for i, (_, e) in enumerate(ysb.generate_events(200, start_ms=end, seed=5)):
+        e.event_type = "click"
+        e.event_time = end + WINDOW_MS + GRACE_MS + i  # past the last window's end + grace
+        clicks.append((f"user-{i}", e))  # 200 keys: every partition gets clicks last
+    app = ysb.make_app(generate=False, grace=GRACE_MS / 1000, idle_timeout=None, on_close=None)
+    async with make_driver(app, clock=clock) as driver:
+        for user, event in events + clicks:
+            await driver.send("ysb-events", event, key=user, timestamp_ms=event.event_time)
+        await driver.run_until_idle()
+        await driver.run_until_idle()  # the owners' markers, then the closed windows
+        got: Counter[tuple[str, int]] = Counter()
+        for value in await driver.values("ysb-window-counts"):
+            got[value.key, value.start] += value.value
+    assert got == truth

@@ -26,7 +26,7 @@ from ..records import Headers, Message
 from ..scope import TaskScope, enter_scope
 from ..sinks import CallableSink, Sink, SinkRunner, sink_name
 from ..streams import Stream, StreamSource
-from ..topics import Topic
+from ..topics import Topic, accepts
 
 __all__ = ["Dispatcher", "Route"]
 
@@ -49,11 +49,17 @@ class _Target:
     topic: Topic[Any] | None = None
     runner: SinkRunner | None = None
     encode: Callable[[Any], bytes] | None = None  # the codec's own encoder: no extra frame
+    checked: Any = None  # the topic's value type, when outputs are checked against it
 
     @classmethod
     def for_topic(cls, topic: Topic[Any]) -> _Target:
         raw = getattr(topic.value_codec, "_encoder", None)
-        return cls(topic=topic, encode=raw.encode if raw is not None else topic.encode)
+        vt = topic.value_type
+        return cls(
+            topic=topic,
+            encode=raw.encode if raw is not None else topic.encode,
+            checked=vt if isinstance(vt, type) and vt is not object else None,
+        )
 
 
 class Dispatcher:
@@ -89,10 +95,9 @@ class Dispatcher:
         self._route_cache: dict[tuple[str, tuple[Any, ...]], list[_Target]] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
-            topic = agent.topic if isinstance(agent.topic, Topic) else app.topics.get(agent.topic)
-            if topic is None:
+            topics = [t if isinstance(t, Topic) else app.topics.get(t) for t in agent.topics]
+            if None in topics:
                 raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
-            route = self.routes.setdefault(topic.name, Route(topic))
             sources = [
                 StreamSource(
                     f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
@@ -103,7 +108,13 @@ class Dispatcher:
                 )
                 for i in range(agent.concurrency)
             ]
-            route.readers.append((agent, sources))
+            for s in sources:
+                s.regroups = agent.regroups
+                s.join = agent.join
+            # An agent over several topics: partition p of each goes to the same instance.
+            for topic in topics:
+                assert topic is not None
+                self.routes.setdefault(topic.name, Route(topic)).readers.append((agent, sources))
             self.sources.extend((agent, s) for s in sources)
             self._targets[agent.name] = [self._target(agent, s) for s in agent.sinks]
             self._dlq[agent.name] = agent.dead_letter or default_dlq
@@ -311,6 +322,17 @@ class Dispatcher:
         for target in targets:
             topic = target.topic
             if topic is not None:
+                vt = target.checked  # a type check that costs one compare when it passes
+                if (
+                    vt is not None
+                    and value.__class__ is not vt
+                    and value is not None
+                    and not accepts(vt, value.__class__)
+                ):
+                    raise TypeError(
+                        f"agent {agent.name!r} yielded {type(value).__qualname__}, but "
+                        f"topic {topic.name!r} takes {topic.value_type_name}"
+                    )
                 if key is KEEP_KEY:
                     raw_key = message.key if message is not None else None
                 else:

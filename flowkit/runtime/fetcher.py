@@ -106,6 +106,15 @@ class Fetcher:
                 continue
         return sorted(out)
 
+    def behind(self, tp: TopicPartition) -> bool:
+        """True when ``tp`` has records not fetched yet (as far as the last fetch knows)."""
+        consumer = self.consumer
+        try:
+            high = consumer.highwater(tp)
+            return high is not None and consumer.position(tp) < high
+        except TransportError:  # not assigned (any more), or no position yet
+            return False
+
     def caught_up(self) -> set[int]:
         """Partition numbers whose every assigned source partition is read to its end."""
         consumer = self.consumer

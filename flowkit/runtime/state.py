@@ -18,8 +18,9 @@ import structlog
 
 from ..app import App
 from ..clock import Clock
+from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
-from ..state import GlobalTable, Table, WindowedStore, WindowedTable
+from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
 from ..transports import TopicSpec, Transport, read_to_end
 
 __all__ = ["StateKeeper"]
@@ -48,11 +49,13 @@ class StateKeeper:
         self.globals: list[GlobalTable[Any, Any]] = [
             t for t in tables if isinstance(t, GlobalTable)
         ]
-        self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any]] = [
+        self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any] | StreamJoin] = [
             *(t for t in tables if isinstance(t, Table)),
             *self.windowed,
+            *(t for t in tables if isinstance(t, StreamJoin)),  # the joins' buffers
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
+        self.dlq = dead_letter_topic(app.name)  # where failed window results go
         # One flush at a time: a marker sent ahead of the partials drained before it would
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
@@ -70,7 +73,7 @@ class StateKeeper:
         """Changelog and repartition topics the app's tables need."""
         specs: list[TopicSpec] = []
         for t in app.tables.values():
-            if isinstance(t, Table | WindowedTable):
+            if isinstance(t, Table | WindowedTable | StreamJoin):
                 specs.append(TopicSpec(t.changelog_topic, t.partitions, compacted=True))
             if isinstance(t, WindowedTable):
                 specs.append(TopicSpec(t.repartition_topic, t.partitions))
@@ -216,6 +219,8 @@ class StateKeeper:
                     # (sending a partial twice is harmless: owners keep one per source).
                     if sent < len(items):
                         store.requeue_outbox(items[sent:])
+                if store.late_out:
+                    await table.deliver_late(store, self._send)
 
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""
@@ -230,7 +235,7 @@ class StateKeeper:
         store = self.stores[table]
         emissions = store.receive(tp.partition, messages)
         if emissions:
-            await table.emit(store, emissions, self._send)
+            await table.emit(store, emissions, self._send, self.dlq)
 
     def tick(self, caught_up: set[int]) -> None:
         """Let quiet, caught-up partitions move their watermarks."""

@@ -248,6 +248,8 @@ class Worker:
                 state=self.state,
                 metrics=self.metrics,
             )
+            for _, source in dispatcher.sources:  # a join waits for a side that has lag
+                source.behind = fetcher.behind
             spawn(
                 fetcher.run(self._stop, settings.fetch_timeout, settings.max_fetch_records),
                 "fetch",

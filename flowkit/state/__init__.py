@@ -4,6 +4,7 @@ stores that hold their contents (``stores.py``, ``windowed/store.py``)."""
 from __future__ import annotations
 
 from .base import TableBase
+from .joins import Joined, JoinStore, StreamJoin
 from .stores import GlobalStore, TableStore
 from .tables import GlobalTable, Table
 from .windowed import WindowedStore, WindowedTable
@@ -11,6 +12,9 @@ from .windowed import WindowedStore, WindowedTable
 __all__ = [
     "GlobalStore",
     "GlobalTable",
+    "JoinStore",
+    "Joined",
+    "StreamJoin",
     "Table",
     "TableBase",
     "TableStore",

@@ -14,9 +14,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DefinitionError
 from ..records import Message, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, fused_loop, interpreted
+from .joining import joined
+from .regroup import GROUP_BY, regroup
 
 if TYPE_CHECKING:
     from ..topics import Topic
@@ -27,7 +30,7 @@ __all__ = ["Batch", "StreamSource"]
 class Batch:
     """One fetched batch of one partition on its way through one agent instance."""
 
-    __slots__ = ("decode", "memo", "messages", "on_done", "topic", "tp")
+    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "topic", "tp")
 
     def __init__(
         self,
@@ -44,6 +47,7 @@ class Batch:
         # Per-batch state a table looks up once per batch, not per record (for a windowed
         # table: itself, its store in this worker and the store's part for this partition).
         self.memo: Any = None
+        self.cursor = 0  # a join's next record in this batch (batches held side by side)
 
 
 class StreamSource(TaskScope):
@@ -78,6 +82,18 @@ class StreamSource(TaskScope):
         self.records = 0  # values handed to the agent
         # Called when the agent has taken every queued batch and is about to wait for more.
         self.on_drained: Callable[[], None] | None = None
+        # Windowed tables this agent adds to -> their store here: each finished batch moves
+        # their stream time (filtered records too), see ``follow``.
+        self.clocked: dict[Any, Any] = {}
+        # The repartition topics of the agent's ``stream.group_by`` calls, by name.
+        self.regroups: dict[str, Topic[Any]] = {}
+        self.join: Any = None  # the StreamJoin this agent reads, if any
+        # A join's batches taken from the queue and not finished, per partition and side:
+        # here, not in the generator, so that an agent started again after an error
+        # goes on with them (see joining.py).
+        self.join_held: dict[int, tuple[deque[Batch], deque[Batch]]] = {}
+        # Whether a partition has records not fetched yet (the worker sets the fetcher's).
+        self.behind: Callable[[TopicPartition], bool] = lambda tp: False
 
     @property
     def pos(self) -> int:
@@ -109,6 +125,9 @@ class StreamSource(TaskScope):
 
     def retry_current(self) -> None:
         """Step back one record: the agent, started again, gets the same record first."""
+        if self.join is not None and self.batch is not None:
+            self.batch.cursor -= 1  # a join keeps its place in the batch itself
+            return
         self._set_pos(self.pos - 1)
 
     def progress_of(self, batch: Batch) -> int | None:
@@ -144,8 +163,10 @@ class StreamSource(TaskScope):
         return self._queue.qsize()
 
     def busy(self) -> bool:
-        """True while a batch is being processed or waits in the queue."""
-        return self.batch is not None or self._queue.qsize() > 0
+        """True while a batch is being processed or waits in the queue (or in a join)."""
+        if self.batch is not None or self._queue.qsize() > 0:
+            return True
+        return any(left or right for left, right in self.join_held.values())
 
     def ended(self) -> bool:
         """True once the source is closed and nothing is left to process."""
@@ -153,9 +174,16 @@ class StreamSource(TaskScope):
 
     # -- the stream's side (the compiled loop and chunks) ---------------------------------
 
+    def follow(self, table: Any, store: Any) -> None:
+        """Every batch this agent finishes moves ``table``'s stream time."""
+        self.clocked[table] = store
+
     def _finish(self, batch: Batch) -> None:
         self.batch = None
         self._set_pos(-1)
+        if self.clocked:  # once per batch: stream time moves with every record read
+            for table, store in self.clocked.items():
+                table.follow(store, batch)
         if self._held is not None:
             self._held.append(batch)
         else:
@@ -186,8 +214,26 @@ class StreamSource(TaskScope):
             self._set_pos(-1)
             return batch
 
+    def take_queued(self) -> list[Batch]:
+        """The batches queued now, without waiting (a join looks at every one it has)."""
+        out: list[Batch] = []
+        queue = self._queue
+        while not queue.empty():
+            batch = queue.get_nowait()
+            if batch is None:
+                continue  # the close marker: ``closed`` says it
+            if not batch.messages:
+                batch.on_done()
+                continue
+            out.append(batch)
+        return out
+
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
+        if self.join is not None:
+            return joined(self, ops)
+        if any(kind == GROUP_BY for kind, _ in ops):
+            return regroup(self, ops)
         loop, args = fused_loop(ops, self.stores)
         return loop(self, SKIP, *args)
 
@@ -196,6 +242,8 @@ class StreamSource(TaskScope):
     ) -> AsyncIterator[list[Any]]:
         """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
         for a list to fill. Records of a list are done when the next list is requested."""
+        if any(kind == GROUP_BY for kind, _ in ops):
+            raise DefinitionError("batches() after group_by() is not supported")
         fn = interpreted(ops) if ops else None
         self._held = deque()
         while True:

@@ -6,10 +6,10 @@ The worker hands each agent instance a ``Stream``. Records arrive as whole fetch
 "moving to the next record marks the previous one done", kept batch-shaped: there is no
 per-record queue, lock or callback.
 
-Operators (``filter``, ``map``, ``events``, ``join``, ``batches``) return new streams over
-the same source, so an agent can write ``async for v in stream.filter(pred)``. They run
-lazily, one record at a time, in the agent's task: a predicate sees the table state the
-previous record left behind.
+Operators (``filter``, ``map``, ``events``, ``join``, ``group_by``, ``batches``) return
+new streams over the same source, so an agent can write
+``async for v in stream.filter(pred)``. They run lazily, one record at a time, in the
+agent's task: a predicate sees the table state the previous record left behind.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from ..records import Event
 from ._loop import EVENTS, FILTER, JOIN, MAP
+from .regroup import GROUP_BY
 from .source import StreamSource
 
 __all__ = ["Stream"]
@@ -85,6 +86,21 @@ class Stream(Generic[T]):
                 raise ValueError(f"join(on={on!r}): a field name must be an identifier")
             on = operator.attrgetter(on)
         return Stream(self._source, (*self._ops, (JOIN, (table, on, missing))))
+
+    def group_by(
+        self, key: Callable[[T], Any], *, name: str, partitions: int | None = None
+    ) -> Stream[T]:
+        """This stream re-keyed by ``key``, through the internal topic
+        ``<app>-<name>-repartition``: each value goes there keyed by ``key(value)``, and
+        the agent gets it back on the partition that owns the new key (so a table keyed
+        by it is written on its own partition). One hop per record, at-least-once.
+
+        Write the call in the agent's body with ``name=`` a string literal: the topic is
+        declared with the agent. Only ``filter`` may come before it.
+        """
+        if not name:
+            raise ValueError("group_by needs name=, the repartition topic's name")
+        return Stream(self._source, (*self._ops, (GROUP_BY, (key, name))))
 
     def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:
         """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``.

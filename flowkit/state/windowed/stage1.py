@@ -189,9 +189,11 @@ class Stage1:
         for p in partitions:
             self.parts.pop(p, None)
 
-    def tick(self, now: float, caught_up: set[int], idle_timeout: float) -> None:
-        """A caught-up partition with no adds for ``idle_timeout`` seconds moves its
-        watermark to the wall clock minus grace."""
+    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
+        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
+        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
+        if idle_timeout is None:
+            return
         for p, part in self.parts.items():
             if p not in caught_up:
                 part.active = -1.0

@@ -10,6 +10,7 @@ from ...records import Message
 from ...windows import Window
 from . import wire
 from .owner import Owners, fold
+from .results import Late
 from .stage1 import Stage1
 
 if TYPE_CHECKING:
@@ -37,6 +38,11 @@ class WindowedStore(Stage1):
         )
         self.late_records = 0
         self.callback_errors = 0
+        self.late_out: list[Late] = []  # late records for a topic or async callable
+
+    def has_outbox(self) -> bool:
+        """True when partials, markers or late records wait to be sent."""
+        return bool(self.late_out) or super().has_outbox()
 
     @property
     def closed_windows(self) -> int:

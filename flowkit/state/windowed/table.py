@@ -17,7 +17,8 @@ record is slow, so a windowed table aggregates in two phases, as Flink and Spark
 One hop per window, key and source partition instead of one per record, with the same
 result. Partials are stored per source, so a replayed partial replaces rather than adds.
 
-Watermark: per source partition, the largest event time seen minus ``grace``. A record
+Watermark: per source partition, the largest event time seen (its stream time, which
+every record an agent reads moves, added or filtered out: ``follow``) minus ``grace``. A record
 whose window has already closed on its partition is late: it is counted, logged, and
 raised as ``LateRecord`` (so it goes to the dead-letter topic) unless ``late="drop"`` or
 a callable. A partition that has caught up and sees no records for ``idle_timeout``
@@ -34,19 +35,18 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
 from ...errors import DefinitionError, LateRecord, NotRunningError
 from ...scope import TaskScope, current_scope, require_scope
-from ...windows import Window, WindowResult, WindowSpec
+from ...topics import Topic
+from ...windows import Window, WindowSpec
 from ..base import TableBase
 from .owner import Emission
+from .results import ON_ERROR, deliver_closed, deliver_late
 from .store import WindowedStore
-
-if TYPE_CHECKING:
-    from ...topics import Topic
 
 __all__ = ["WindowedTable"]
 
@@ -78,17 +78,32 @@ class WindowedTable(TableBase[K, V]):
         on_close: Callable[[K, Window, V], Any] | None = None,
         to: Topic[Any] | None = None,
         time: Callable[[Any], int] | None = None,
-        late: str | Callable[[K, Window, Any], Any] = "dlq",
-        idle_timeout: float = 30.0,
+        late: str | Callable[[K, Window, Any], Any] | Topic[Any] = "dlq",
+        idle_timeout: float | None = 30.0,
+        emit: Callable[[K, Window, V], Any] | None = None,
+        on_error: str = "dead_letter",
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
-        if late not in ("dlq", "drop") and not callable(late):
-            raise DefinitionError(f"table {name!r}: late must be 'dlq', 'drop' or a callable")
+        if late not in ("dlq", "drop") and not callable(late) and not isinstance(late, Topic):
+            raise DefinitionError(
+                f"table {name!r}: late must be 'dlq', 'drop', a topic or a callable"
+            )
+        if on_error not in ON_ERROR:
+            raise DefinitionError(
+                f"table {name!r}: on_error must be 'dead_letter', 'log' or 'stop', not {on_error!r}"
+            )
+        if emit is not None and to is None:
+            raise DefinitionError(f"table {name!r}: emit= makes the records of to=; give to=")
         self.spec = spec
         self.combine = combine
         self.on_close = on_close
         self.to = to
+        self.emit_fn = emit
+        self.on_error = on_error
+        # A topic or an async callable cannot be served inside add(): the late record
+        # waits in the store for the worker's next flush (see results.py).
+        self._late_deferred = isinstance(late, Topic) or inspect.iscoroutinefunction(late)
         self.time = time
         self.late = late
         self.idle_timeout = idle_timeout
@@ -137,6 +152,10 @@ class WindowedTable(TableBase[K, V]):
                 st = scope.stores[self]
                 part = st.part_of_batch(batch)
                 batch.memo = (self, st, part)
+                if self.time is not None or ts is None:
+                    # This stream now moves the table's stream time with every record it
+                    # reads, added or filtered out (see follow()); once per batch.
+                    scope.follow(self, st)
             if ts is None:
                 ts = self._time_of(scope)
         else:
@@ -181,6 +200,34 @@ class WindowedTable(TableBase[K, V]):
             partial[key] = amount if old is _MISSING else self.combine(old, amount)
             part.dirty.add(start)
 
+    def follow(self, st: WindowedStore, batch: Any) -> None:
+        """Stream time: the last record of a batch an agent has finished (added or
+        filtered out) moves its partition's watermark, as every record read does in Kafka
+        Streams, so windows close on the data alone. Called once per batch, not per record.
+
+        The time is the table's ``time`` function of that record's value, or its timestamp
+        when the agent's adds take the time from the record. A value the function cannot
+        read, or a time too far in the future, leaves stream time where it is.
+        """
+        part = st.parts.get(batch.tp.partition)
+        if part is None:
+            return
+        part.active = -1.0  # records arrive: the partition is not quiet
+        last = batch.messages[-1]
+        if self.time is not None:
+            try:
+                ts = int(self.time(batch.decode(last.value)))
+            except Exception:
+                return  # not a value of this table (another topic of the agent)
+        else:
+            ts = int(last.timestamp)
+        if ts > part.max_ts:
+            if ts > st.future_limit:
+                st.future_limit = st.now_ms() + self.spec.max_future_ms
+                if ts > st.future_limit:
+                    return  # bad input: the record's own add() dead-letters it
+            st.advance(part, ts)
+
     def _time_of(self, scope: Any) -> int:
         if self.time is not None:
             return int(self.time(scope.value))
@@ -192,7 +239,14 @@ class WindowedTable(TableBase[K, V]):
         log.debug("late record", table=self.name, key=key, window_start=window.start)
         if self.late == "drop":
             return
-        if callable(self.late):
+        if self._late_deferred:
+            scope = current_scope()
+            current = getattr(scope, "current_message", None)
+            message = current() if current is not None else None
+            if message is not None or callable(self.late):
+                st.late_out.append((key, window, amount, message))
+                return
+        elif callable(self.late):
             self.late(key, window, amount)
             return
         raise LateRecord(
@@ -211,6 +265,7 @@ class WindowedTable(TableBase[K, V]):
         part = st.parts.get(scope.batch.tp.partition)
         if part is None:
             raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        scope.follow(self, st)
         return scope, st, part
 
     def __getitem__(self, key: K) -> V:
@@ -251,35 +306,19 @@ class WindowedTable(TableBase[K, V]):
     # -- closed windows -------------------------------------------------------------------
 
     async def emit(
-        self, store: WindowedStore, emissions: list[Emission], send: Callable[..., Any]
+        self,
+        store: WindowedStore,
+        emissions: list[Emission],
+        send: Callable[..., Any],
+        dlq: str = "",
     ) -> None:
-        """Deliver closed windows to ``on_close`` and the ``to`` topic."""
-        for key, window, value in emissions:
-            if self.on_close is not None:
-                try:
-                    result = self.on_close(key, window, value)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception as exc:
-                    # The window is closed either way (and goes to `to=` below); a callback
-                    # that fails is logged with the value it was given, never retried.
-                    store.callback_errors += 1
-                    log.error(
-                        "on_close callback failed",
-                        table=self.name,
-                        key=key,
-                        window_start=window.start,
-                        value=value,
-                        error=repr(exc),
-                    )
-            if self.to is not None:
-                await send(
-                    self.to.name,
-                    self.to.encode(
-                        WindowResult(key=key, start=window.start, end=window.end, value=value)
-                    ),
-                    key=self.to.encode_key(key) if not isinstance(key, bytes) else key,
-                )
+        """Deliver closed windows to ``on_close`` and the ``to`` topic; a failure follows
+        ``on_error`` (``dlq``: the app's dead-letter topic). See ``results.py``."""
+        await deliver_closed(self, store, emissions, send, dlq or f"{self.app_name}-dlq")
+
+    async def deliver_late(self, store: WindowedStore, send: Callable[..., Any]) -> None:
+        """Late records waiting for the ``late`` topic or async callable."""
+        await deliver_late(self, store, send)
 
     # -- reads ----------------------------------------------------------------------------
 
