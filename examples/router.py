@@ -76,10 +76,20 @@ class Route:
         )
 
 
-def make_app(routes: list[dict[str, Any]] = ROUTES, *, demo_traffic: bool = True) -> flowkit.App:
-    """The router app for ``routes``; ``demo_traffic`` adds a task producing sample orders."""
-    app = flowkit.App("router", partitions=4)
-    orders = app.topic("orders-in", value_type=dict)
+def make_app(
+    routes: list[dict[str, Any]] = ROUTES,
+    *,
+    demo_traffic: bool = True,
+    name: str = "router",
+    source: str = "orders-in",
+) -> flowkit.App:
+    """The router app for ``routes``; ``demo_traffic`` adds a task producing sample orders.
+
+    ``name`` (the consumer group, and the dead-letter topic ``<name>-dlq``) and ``source``
+    let a benchmark run it afresh over a topic of its own.
+    """
+    app = flowkit.App(name, partitions=4)
+    orders = app.topic(source, value_type=dict)
     compiled = [Route.from_config(spec) for spec in routes]
     for name in sorted({topic for route in compiled for topic in route.to}):
         app.topic(name, value_type=dict)

@@ -3,24 +3,33 @@
 The worker builds a dead letter with ``dead_letter_headers`` and sends it to the app's
 dead-letter topic (``<app>-dlq``) with the original key, value and headers. The offset of
 the failed record is committed only after that send is acknowledged.
+
+A dead letter always fits: if the record plus these headers is over what the producer
+sends, ``fit_dead_letter`` cuts the value and says so in ``flowkit.value.truncated``,
+``flowkit.value.size`` and ``flowkit.value.sha256``; the source topic, partition and
+offset say where the whole record can be read while the topic's retention keeps it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import traceback
 
-from .records import Headers, Message
+from .records import Headers, Message, record_size
 
 __all__ = [
     "DeadLetter",
     "HEADER_PREFIX",
     "MAX_TRACEBACK",
+    "TRACEBACK_FRAMES",
     "dead_letter_headers",
     "dead_letter_topic",
+    "fit_dead_letter",
 ]
 
 HEADER_PREFIX = "flowkit."
 MAX_TRACEBACK = 4000  # bytes of traceback kept: enough to find the line, bounded per record
+TRACEBACK_FRAMES = 6  # innermost frames kept per exception: where it was raised
 
 
 def dead_letter_topic(app_name: str) -> str:
@@ -42,7 +51,11 @@ def dead_letter_headers(
     failed_at_ms: int,
 ) -> Headers:
     """The original headers followed by ``flowkit.*`` headers describing the failure."""
-    tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    # Only the innermost frames: they say where it failed, and formatting the whole stack
+    # (the worker's own frames included) was most of a dead letter's cost.
+    tb = "".join(
+        traceback.format_exception(type(error), error, error.__traceback__, limit=-TRACEBACK_FRAMES)
+    )
     tb_bytes = tb.encode()[-MAX_TRACEBACK:]
     extra: list[tuple[str, bytes]] = [
         ("error.type", type(error).__name__.encode()),
@@ -58,6 +71,33 @@ def dead_letter_headers(
         ("failed_at", str(failed_at_ms).encode()),
     ]
     return (*message.headers, *((HEADER_PREFIX + k, v) for k, v in extra))
+
+
+def fit_dead_letter(
+    key: bytes | None, value: bytes | None, headers: Headers, limit: int | None
+) -> tuple[bytes | None, Headers]:
+    """The value and headers of a dead letter of at most ``limit`` bytes (None: any size).
+
+    If the record is larger, the value is cut to what fits (or dropped) and three headers
+    say so: ``flowkit.value.truncated``, ``flowkit.value.size`` (the original's bytes) and
+    ``flowkit.value.sha256`` (its digest, to check a copy fetched from the source topic).
+
+    >>> value, headers = fit_dead_letter(b"k", b"x" * 500, (), limit=300)
+    >>> len(value), dict(headers)["flowkit.value.size"]
+    (167, b'500')
+    """
+    if value is None or limit is None:
+        return value, headers
+    size = record_size(key, value, headers)
+    if size <= limit:
+        return value, headers
+    marks = (
+        (HEADER_PREFIX + "value.truncated", b"true"),
+        (HEADER_PREFIX + "value.size", str(len(value)).encode()),
+        (HEADER_PREFIX + "value.sha256", hashlib.sha256(value).hexdigest().encode()),
+    )
+    keep = limit - (size - len(value)) - record_size(None, None, marks)
+    return (value[:keep] if keep > 0 else None), (*headers, *marks)
 
 
 class DeadLetter:
@@ -111,6 +151,23 @@ class DeadLetter:
     @property
     def source_offset(self) -> int:
         return int(self.meta.get("source.offset", "-1"))
+
+    @property
+    def truncated(self) -> bool:
+        """True if the value is cut (or dropped) to fit the producer's size limit."""
+        return self.meta.get("value.truncated") == "true"
+
+    @property
+    def original_size(self) -> int:
+        """The original value's size in bytes (as carried, if not truncated)."""
+        if "value.size" in self.meta:
+            return int(self.meta["value.size"])
+        return len(self.message.value or b"")
+
+    @property
+    def value_sha256(self) -> str | None:
+        """The hex SHA-256 of the original value, carried when the value is truncated."""
+        return self.meta.get("value.sha256")
 
     @property
     def failed_at_ms(self) -> int:

@@ -10,7 +10,8 @@ FlowkitError
 ├── TransportError         broker I/O, mapped from the client library in one place
 │   ├── BrokerUnavailable
 │   ├── CommitFailed
-│   └── ReadStalled        reading partitions to their end made no progress
+│   ├── ReadStalled        reading partitions to their end made no progress
+│   └── RecordRejected     one record refused for good (too large, invalid, not authorised)
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
 ├── TaskFailed             a timer or task of the app raised (the worker stops)
 ├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
@@ -23,8 +24,10 @@ FlowkitError
     └── FutureRecord       an event time too far ahead of the wall clock (max_future)
 ```
 
-Definition, configuration and transport errors stop the worker. Processing errors are
-data: the worker logs them, counts them and goes on with the next record.
+Definition, configuration and transport errors stop the worker, except ``RecordRejected``:
+the refusal of one record is that record's fault, and follows its agent's error policy.
+Processing errors are data: the worker logs them, counts them and goes on with the next
+record.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "PartialWrite",
     "ProcessingError",
     "ReadStalled",
+    "RecordRejected",
     "SinkError",
     "TaskFailed",
     "TransportError",
@@ -98,6 +102,13 @@ class CommitFailed(TransportError):
 class ReadStalled(TransportError):
     """Reading partitions to their high watermark (table recovery, dead letters, a test's
     read of a topic) brought no record for too long while some were still below it."""
+
+
+class RecordRejected(TransportError):
+    """The producer or the broker refused one record for a reason that retrying will not
+    change: it is too large, invalid, or the topic refuses this client. Other records go
+    on; the record that caused it is dead-lettered (or skipped, or stops the worker) by
+    its agent's error policy."""
 
 
 class WorkerStalled(FlowkitError):

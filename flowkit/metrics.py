@@ -27,6 +27,12 @@ class Metrics:
         self.dead_letters = Counter(
             "flowkit_dead_letters", "Records sent to the dead-letter topic", ["stage"], registry=r
         )
+        self.dead_letters_lost = Counter(
+            "flowkit_dead_letters_lost",
+            "Failed records whose dead letter the broker refused (logged, then skipped)",
+            ["stage"],
+            registry=r,
+        )
         self.errors = Counter(
             "flowkit_errors",
             "Records that failed, by agent and stage",

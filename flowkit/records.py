@@ -11,12 +11,25 @@ from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
-__all__ = ["Event", "Headers", "Message", "Record", "TopicPartition"]
+__all__ = ["Event", "Headers", "Message", "Record", "TopicPartition", "record_size"]
 
 T = TypeVar("T")
 
 Headers = tuple[tuple[str, bytes], ...]
 """Record headers: ordered (name, value) pairs; a name may repeat, as in Kafka."""
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """The bytes of a record's key, value and headers, as a producer's size limit counts
+    them (less the few bytes of framing a broker adds).
+
+    >>> record_size(b"k", b"value", (("h", b"12"),))
+    9
+    """
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, data in headers:
+        size += len(name) + len(data)
+    return size
 
 
 class Record(msgspec.Struct, gc=False):

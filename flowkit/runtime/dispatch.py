@@ -18,8 +18,16 @@ import structlog
 from ..agents import KEEP_KEY, Agent, Output
 from ..app import App
 from ..clock import Clock
-from ..deadletter import dead_letter_headers, dead_letter_topic
-from ..errors import DecodeError, DefinitionError, NotRunningError, ProcessingError, SinkError
+from ..deadletter import dead_letter_headers, dead_letter_topic, fit_dead_letter
+from ..errors import (
+    DecodeError,
+    DefinitionError,
+    NotRunningError,
+    ProcessingError,
+    RecordRejected,
+    SinkError,
+    TransportError,
+)
 from ..metrics import Metrics
 from ..policies import Retry
 from ..records import Headers, Message
@@ -42,6 +50,17 @@ class Route:
 
     topic: Topic[Any]
     readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Letter:
+    """The origin of a dead-letter send: what to do if the broker refuses it."""
+
+    message: Message
+    topic: str
+    stage: str
+    headers: Headers  # the dead letter's headers, before any truncation marks
+    valueless: bool = False  # sent again without the value, after the broker refused it
 
 
 @dataclass(frozen=True)
@@ -76,8 +95,10 @@ class Dispatcher:
         fail_fast: bool,
         queue_batches: int,
         spawn: Spawn,
+        max_record_bytes: int | None = None,
     ) -> None:
         self.app = app
+        self.max_record_bytes = max_record_bytes  # the producer's: dead letters fit in it
         self._send = send
         self._spawn = spawn
         self._sinks_started = False
@@ -89,6 +110,7 @@ class Dispatcher:
         self.runners: dict[int, SinkRunner] = {}  # id(sink) -> its runner, shared by agents
         self._targets: dict[str, list[_Target]] = {}
         self._dlq: dict[str, str] = {}
+        self._agents = {agent.name: agent for agent in app.agents}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
         self._reported: dict[str, int] = {}
@@ -264,6 +286,11 @@ class Dispatcher:
                 # A wrong declaration (a table written off its partition), or state this
                 # worker no longer holds: not the record's fault, so not a dead letter.
                 raise
+            except TransportError as exc:
+                if not isinstance(exc, RecordRejected):
+                    raise  # the broker is away: retried by a restart, not the record's fault
+                await self._failed_or_raise(agent, source, exc)
+                continue
             except Exception as exc:
                 if source.chunk is not None:  # a batches() list failed: all its records
                     for origin in source.chunk:
@@ -307,6 +334,15 @@ class Dispatcher:
             if out is not None:
                 await self.emit(agent, source, out)
 
+    async def _failed_or_raise(
+        self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
+    ) -> None:
+        # An output of the current record was refused for good: that record failed.
+        message = source.current_message()
+        if message is None:
+            raise exc  # sent outside any record: nothing to dead-letter in its place
+        await self._failed(agent, source, message, exc)
+
     async def emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
         """Send one output to the agent's sinks (or the ones ``Output.to`` names)."""
         targets = self._targets[agent.name]
@@ -342,6 +378,7 @@ class Dispatcher:
                     None if value is None else target.encode(value),  # type: ignore[misc]
                     key=raw_key,
                     headers=headers,
+                    origin=None if message is None else (message, agent.name),
                 )
             elif target.runner is not None:
                 origin = None if message is None else (message, agent.name)
@@ -362,6 +399,8 @@ class Dispatcher:
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
             action = "dead_letter"  # bytes that do not decode never will: no retry, no skip
+        if isinstance(exc, RecordRejected):
+            stage, retry = "output", False  # refused for good: a retry meets the same refusal
         if isinstance(action, Retry) and not retry:
             action = action.then  # a whole batches() list cannot be replayed in place
         attempts = 1
@@ -445,10 +484,72 @@ class Dispatcher:
             attempts=attempts,
             failed_at_ms=int(self.clock.time() * 1000),
         )
-        await self._send(
-            topic or self.default_dlq,
-            message.value,
-            key=message.key,
-            headers=headers,
-            timestamp_ms=message.timestamp,
+        topic = topic or self.default_dlq
+        await self._send_letter(_Letter(message, topic, stage, headers))
+
+    async def _send_letter(self, letter: _Letter) -> None:
+        # Whole if it fits the producer's limit, else cut to fit; with no value at all
+        # after the broker refused it once (its own limit may be below the producer's).
+        message = letter.message
+        limit = 0 if letter.valueless else self.max_record_bytes
+        value, headers = fit_dead_letter(message.key, message.value, letter.headers, limit)
+        try:
+            await self._send(
+                letter.topic,
+                value,
+                key=message.key,
+                headers=headers,
+                timestamp_ms=message.timestamp,
+                origin=letter,
+            )
+        except RecordRejected as exc:
+            await self._letter_lost(letter, exc)
+
+    async def _letter_lost(self, letter: _Letter, exc: RecordRejected) -> None:
+        message = letter.message
+        self.metrics.dead_letters_lost.labels(letter.stage).inc()
+        log.error(
+            "dead letter refused by the broker; the record is skipped",
+            dlq=letter.topic,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            error=str(exc),
         )
+        if self.fail_fast:
+            raise exc
+
+    async def rejected(self, origin: Any, exc: RecordRejected) -> None:
+        """The broker refused, for good, a send this dispatcher made (``origin`` says
+        which): an agent output fails its record, as the agent's error policy says; a
+        dead letter is sent again without its value, or, refused again, logged and
+        counted."""
+        if isinstance(origin, _Letter):
+            if not origin.valueless and origin.message.value is not None:
+                await self._send_letter(
+                    _Letter(origin.message, origin.topic, origin.stage, origin.headers, True)
+                )
+            else:
+                await self._letter_lost(origin, exc)
+            return
+        message, name = origin
+        agent = self._agents[name]
+        action = agent.on_error.action_for(exc)
+        if isinstance(action, Retry):
+            action = action.then  # the record is past: it cannot be processed again
+        self.metrics.errors.labels(name, "output").inc()
+        log.error(
+            "output refused by the broker",
+            agent=name,
+            action=action,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            error=str(exc),
+        )
+        if self.fail_fast or action == "stop":
+            raise exc
+        if action == "skip":
+            self.metrics.skipped.labels(name).inc()
+            return
+        await self.dead_letter(message, exc, stage="output", agent=name, topic=self._dlq[name])

@@ -221,7 +221,9 @@ class Worker:
             fail_fast=settings.fail_fast,
             queue_batches=settings.queue_batches,
             spawn=spawn,
+            max_record_bytes=producer.max_record_bytes,
         )
+        publisher.on_rejected = dispatcher.rejected
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
         for agent, source in dispatcher.sources:

@@ -103,6 +103,10 @@ class Consumer(Protocol):
 class Producer(Protocol):
     """Sends records. ``send`` returns once the record is queued; await its result for the ack."""
 
+    max_record_bytes: int | None
+    """The largest record (key, value and headers) ``send`` surely takes, or None for no
+    limit. (A Kafka producer counts its framing too, so it takes a little more.)"""
+
     async def start(self) -> None:
         """Connect."""
 
@@ -123,6 +127,9 @@ class Producer(Protocol):
 
         With no ``partition``, a keyed record goes where Kafka's default partitioner puts
         it (murmur2 of the key) and a keyless one is spread over the partitions.
+
+        A record over ``max_record_bytes`` raises ``RecordRejected`` here; one the broker
+        refuses for good (its own size limit, authorisation) fails its ack with it.
         """
 
     async def flush(self) -> None:

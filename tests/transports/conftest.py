@@ -31,7 +31,8 @@ DEADLINE = 20.0
 
 def _memory_builder(request: pytest.FixtureRequest) -> TransportFactory:
     broker = MemoryBroker()
-    return lambda: MemoryTransport(broker)
+    # A size limit as a Kafka producer has one, so the conformance suite can test it.
+    return lambda: MemoryTransport(broker, max_record_bytes=1 << 20)
 
 
 def _kafka_builder(request: pytest.FixtureRequest) -> TransportFactory:

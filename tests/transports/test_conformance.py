@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowkit.errors import ConfigurationError
+from flowkit.errors import ConfigurationError, RecordRejected
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import Ack, Consumer, TopicSpec, Transport
@@ -104,6 +104,24 @@ async def test_headers_none_values_and_timestamps_round_trip(
     assert tuple(got[1].headers) == ()
     assert [m.offset for m in got] == [0, 1, 2]
     assert all(isinstance(m, Message) and m.topic == topic and m.partition == 0 for m in got)
+
+
+async def test_a_record_over_max_record_bytes_is_rejected_and_the_producer_goes_on(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    await producer.start()
+    limit = producer.max_record_bytes
+    assert limit is not None
+    with pytest.raises(RecordRejected, match=r"(?i)too ?large|over max_record_bytes"):
+        # (A producer may count a little framing on top: 2 KiB over is over for any.)
+        await producer.send(topic, b"x" * (limit + 2048), key=b"k", headers=(("h", b"v"),))
+    fits = b"y" * (limit - 100)
+    await (await producer.send(topic, fits, key=b"k"))
+    got = await collect(reader(transport, topic, 1), 1)
+    assert [(m.offset, m.value) for m in got] == [(0, fits)]
 
 
 async def test_getmany_is_in_offset_order_and_respects_max_records(

@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, TransportError
+from flowkit.errors import (
+    BrokerUnavailable,
+    CommitFailed,
+    ConfigurationError,
+    RecordRejected,
+    TransportError,
+)
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
@@ -108,6 +114,24 @@ def test_defaults_suit_a_stream_processor() -> None:
     assert "enable_idempotence" not in producer and "transactional_id" not in producer
 
 
+def test_what_the_worker_can_read_it_can_dead_letter() -> None:
+    from structlog.testing import capture_logs
+
+    from flowkit.transports.kafka.settings import DEAD_LETTER_ROOM
+
+    fetch = 2 << 20
+    with capture_logs() as logs:
+        producer = KafkaTransport(["127.0.0.1:1"], max_partition_fetch_bytes=fetch).producer()
+    assert producer._options["max_request_size"] == fetch + DEAD_LETTER_ROOM
+    assert producer.max_record_bytes is not None and producer.max_record_bytes > fetch
+    assert logs == []
+    with capture_logs() as logs:
+        KafkaTransport(["127.0.0.1:1"], max_partition_fetch_bytes=fetch, max_request_size=fetch)
+    [entry] = logs
+    assert entry["log_level"] == "warning"
+    assert "max_request_size is below max_partition_fetch_bytes" in entry["event"]
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
@@ -140,6 +164,9 @@ def test_map_kafka_errors_hides_aiokafka_types() -> None:
         (kerr.RebalanceInProgressError(), CommitFailed, False),
         (kerr.IllegalStateError("not assigned"), CommitFailed, True),
         (kerr.UnknownTopicOrPartitionError(), TransportError, False),
+        (kerr.MessageSizeTooLargeError("too big"), RecordRejected, False),
+        (kerr.TopicAuthorizationFailedError(), RecordRejected, False),
+        (kerr.KafkaTimeoutError(), BrokerUnavailable, False),
         (kerr.IllegalOperation("Requires group_id"), TransportError, False),
     ]
     for exc, expected, commit in cases:

@@ -308,6 +308,11 @@ class _PendingAck:
         return Ack(meta.topic, meta.partition, meta.offset)
 
 
+# Bytes of a record batch that are not key, value or headers (batch header, varints): what
+# aiokafka adds before it compares a record with max_request_size.
+KAFKA_FRAMING = 1024
+
+
 class KafkaProducer:
     """An ``AIOKafkaProducer`` behind the ``Producer`` protocol; started by ``start`` or
     the first ``send``."""
@@ -315,6 +320,7 @@ class KafkaProducer:
     def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
         self._transport = transport
         self._options = options
+        self.max_record_bytes: int | None = options["max_request_size"] - KAFKA_FRAMING
         self._kafka: Any = None
         self._closed = False
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import aiokafka.errors as kerr
 
-from ...errors import BrokerUnavailable, CommitFailed, TransportError
+from ...errors import BrokerUnavailable, CommitFailed, RecordRejected, TransportError
 
 __all__ = ["KAFKA_ERRORS", "map_kafka_errors", "translate"]
 
@@ -30,6 +30,19 @@ _UNAVAILABLE_ERRORS = (
     kerr.KafkaUnavailableError,
     kerr.KafkaTimeoutError,
 )
+# Refusals of one record that no retry will change: the record, not the broker, is at fault.
+# (An unknown topic is not among them: Kafka reports it while a topic is being created, and
+# aiokafka retries it until request_timeout_ms; it then comes out as KafkaTimeoutError.)
+_REJECTED_ERRORS = (
+    kerr.MessageSizeTooLargeError,  # over max_request_size, or the broker's message.max.bytes
+    kerr.RecordTooLargeError,
+    kerr.RecordListTooLargeError,
+    kerr.CorruptRecordException,
+    kerr.InvalidTimestampError,
+    kerr.InvalidTopicError,
+    kerr.TopicAuthorizationFailedError,
+    kerr.ClusterAuthorizationFailedError,
+)
 
 
 def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
@@ -40,6 +53,8 @@ def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
         return CommitFailed(f"commit failed, the group rebalanced ({what})")
     if isinstance(exc, _UNAVAILABLE_ERRORS):
         return BrokerUnavailable(f"Kafka broker unavailable ({what})")
+    if isinstance(exc, _REJECTED_ERRORS) and not commit:
+        return RecordRejected(f"Kafka refused the record ({what})")
     return (CommitFailed if commit else TransportError)(f"Kafka request failed ({what})")
 
 
@@ -49,6 +64,7 @@ def map_kafka_errors(*, commit: bool = False) -> Iterator[None]:
 
     ``BrokerUnavailable`` for connection failures, ``CommitFailed`` for commits refused
     because the group rebalanced (and, with ``commit=True``, for every error),
+    ``RecordRejected`` for a record refused for good (too large, invalid, not authorised),
     ``TransportError`` for the rest. Other exceptions pass through.
 
     >>> with map_kafka_errors():

@@ -9,10 +9,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiokafka
+import structlog
 
 from ...errors import ConfigurationError
 
-__all__ = ["DEFAULTS", "KINDS", "check_settings"]
+__all__ = ["DEAD_LETTER_ROOM", "DEFAULTS", "KINDS", "check_settings"]
+
+log = structlog.get_logger(__name__)
+
+# What a dead letter adds to the record it carries: flowkit.* headers with a bounded error
+# message and traceback. The producer's max_request_size defaults to the largest record the
+# consumer fetches plus this, so whatever the worker reads it can also dead-letter.
+DEAD_LETTER_ROOM = 64 * 1024
 
 _Check = tuple[Callable[[Any], bool], str]
 
@@ -117,4 +125,15 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         "sasl_plain_username" in s and "sasl_plain_password" in s
     ):
         raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    room = s["max_partition_fetch_bytes"] + DEAD_LETTER_ROOM
+    if "max_request_size" not in s:
+        s["max_request_size"] = room
+    elif s["max_request_size"] < room:
+        log.warning(
+            "Kafka setting max_request_size is below max_partition_fetch_bytes + 64 KiB: "
+            "a record the worker reads may be too large to dead-letter whole (it is then "
+            "truncated)",
+            max_request_size=s["max_request_size"],
+            max_partition_fetch_bytes=s["max_partition_fetch_bytes"],
+        )
     return s

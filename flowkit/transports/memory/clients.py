@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ...errors import CommitFailed, ConfigurationError, TransportError
-from ...records import Headers, Message, TopicPartition
+from ...errors import CommitFailed, ConfigurationError, RecordRejected, TransportError
+from ...records import Headers, Message, TopicPartition, record_size
 from ..base import Ack, OffsetReset, RebalanceListener, TopicSpec
 from .broker import MemoryBroker
 
@@ -288,9 +288,10 @@ class MemoryConsumer:
 class MemoryProducer:
     """A ``Producer`` on a ``MemoryBroker``: ``send`` appends at once and is acked at once."""
 
-    def __init__(self, broker: MemoryBroker) -> None:
+    def __init__(self, broker: MemoryBroker, max_record_bytes: int | None = None) -> None:
         self._append = broker._append
         self._closed = False
+        self.max_record_bytes = max_record_bytes
 
     async def start(self) -> None:
         """Nothing to connect."""
@@ -310,6 +311,13 @@ class MemoryProducer:
         """Append the record; the returned awaitable is already done."""
         if self._closed:
             raise TransportError(f"cannot send to {topic!r}: producer is closed")
+        if self.max_record_bytes is not None:
+            size = record_size(key, value, headers)
+            if size > self.max_record_bytes:
+                raise RecordRejected(
+                    f"a record of {size} bytes to {topic!r} is over max_record_bytes"
+                    f" ({self.max_record_bytes})"
+                )
         return self._append(topic, value, key, headers, partition, timestamp_ms)
 
     async def flush(self) -> None:
@@ -324,14 +332,18 @@ class MemoryTransport:
     """The ``Transport`` for ``memory://``: clients of one ``MemoryBroker``.
 
     With no ``broker`` it makes a fresh one. Pass the same broker to several transports
-    to run several workers against one cluster. ``aclose`` closes the consumers and
-    producers it made (consumers leave their groups).
+    to run several workers against one cluster. ``max_record_bytes`` makes its producers
+    refuse larger records, as a Kafka producer does over its ``max_request_size``.
+    ``aclose`` closes the consumers and producers it made (consumers leave their groups).
     """
 
     url = "memory://"
 
-    def __init__(self, broker: MemoryBroker | None = None) -> None:
+    def __init__(
+        self, broker: MemoryBroker | None = None, *, max_record_bytes: int | None = None
+    ) -> None:
         self.broker = MemoryBroker() if broker is None else broker
+        self.max_record_bytes = max_record_bytes
         self._clients: list[MemoryConsumer | MemoryProducer] = []
         self._closed = False
 
@@ -362,7 +374,7 @@ class MemoryTransport:
     def producer(self, *, client_id: str = "flowkit") -> MemoryProducer:
         """A new producer."""
         self._check_open()
-        producer = MemoryProducer(self.broker)
+        producer = MemoryProducer(self.broker, self.max_record_bytes)
         self._clients.append(producer)
         return producer
 

@@ -1,0 +1,219 @@
+"""Records the producer or the broker refuses for good: the worker goes on.
+
+A dead letter always fits (its value is cut, and headers say so); an output refused as too
+large fails only its own record (dead-lettered, stage ``output``); a dead letter refused
+even without its value is logged and counted, and the worker moves on. The same tests run
+on the Kafka test broker, where the producer's ``max_request_size`` is the limit; a broker
+that refuses a record only when it acks it is played by a memory transport below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+import flowkit
+from flowkit.deadletter import DeadLetter
+from flowkit.errors import RecordRejected
+from flowkit.records import Headers, record_size
+from flowkit.testing import TestDriver
+from flowkit.transports import Ack, MemoryBroker, MemoryTransport, Transport
+from flowkit.transports.memory.clients import MemoryProducer
+from tests.conftest import KAFKA_TEST_SETTINGS
+
+LIMIT = 100_000  # bytes of key, value and headers the producer sends (about, on Kafka)
+
+
+class Order(flowkit.Record):
+    n: int
+    blow_up: int = 0  # the agent's output carries this many bytes
+
+
+class Out(flowkit.Record):
+    n: int
+    pad: str = ""
+
+
+def _app() -> tuple[flowkit.App, flowkit.Topic[Order], flowkit.Topic[Out]]:
+    name = f"refusals-{uuid.uuid4().hex[:8]}"  # fresh topics and group on a shared broker
+    app = flowkit.App(name)
+    orders = app.topic(f"{name}-orders", value_type=Order, partitions=1)
+    out = app.topic(f"{name}-out", value_type=Out, partitions=1)
+
+    @app.agent(orders, sink=out)
+    async def relay(stream: flowkit.Stream[Order]) -> AsyncIterator[Out]:
+        async for order in stream:
+            yield Out(order.n, "x" * order.blow_up)
+
+    return app, orders, out
+
+
+Make = Callable[[flowkit.App], TestDriver]
+
+
+@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+async def make(request: pytest.FixtureRequest) -> AsyncIterator[Make]:
+    """A driver whose producers refuse records over about ``LIMIT`` bytes."""
+    transports: list[Transport] = []
+
+    def build(app: flowkit.App) -> TestDriver:
+        if request.param == "memory":
+            return TestDriver(app, transport=MemoryTransport(max_record_bytes=LIMIT))
+        from flowkit.transports.kafka import KafkaTransport
+        from flowkit.transports.kafka.clients import KAFKA_FRAMING
+
+        address = request.getfixturevalue("kafka_bootstrap")
+        transport = KafkaTransport(
+            [address], **KAFKA_TEST_SETTINGS, max_request_size=LIMIT + KAFKA_FRAMING
+        )
+        transports.append(transport)
+        return TestDriver(app, transport=transport, settle=0.3)
+
+    yield build
+    for transport in transports:
+        await transport.aclose()
+
+
+async def test_a_record_too_large_to_dead_letter_whole_is_cut_and_the_worker_goes_on(
+    make: Make,
+) -> None:
+    app, orders, out = _app()
+    just_under = b"{" + b"x" * (LIMIT - 200)  # fits alone; not with the dead-letter headers
+    small_bad = b"{" + b"y" * 5_000
+    async with make(app) as driver:
+        for n in range(5):
+            await driver.send(orders, Order(n), key=f"k{n}")
+        await driver.send_raw(orders, just_under, key=b"big")
+        await driver.send(orders, Order(5, blow_up=LIMIT + 2_000), key="k5")  # output too large
+        await driver.send_raw(orders, small_bad, key=b"small")
+        for n in range(6, 10):
+            await driver.send(orders, Order(n), key=f"k{n}")
+        await driver.run_until_idle()
+        outputs = await driver.values(out)
+        letters = [DeadLetter(m) for m in await driver.dead_letters()]
+        metrics = driver.worker.metrics
+    assert [o.n for o in outputs] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert all(o.pad == "" for o in outputs)
+    by_key = {letter.message.key: letter for letter in letters}
+    assert sorted(by_key) == [b"big", b"k5", b"small"]
+
+    cut = by_key[b"big"]
+    assert cut.truncated and cut.stage == "decode"
+    assert cut.original_size == len(just_under)
+    assert cut.value_sha256 == hashlib.sha256(just_under).hexdigest()
+    assert cut.message.value is not None and just_under.startswith(cut.message.value)
+    assert 0 < len(cut.message.value) < len(just_under)
+    assert record_size(cut.message.key, cut.message.value, cut.message.headers) <= LIMIT
+    assert (cut.source_topic, cut.source_partition, cut.source_offset) == (orders.name, 0, 5)
+
+    refused = by_key[b"k5"]
+    assert refused.stage == "output" and refused.error_type == "RecordRejected"
+    assert not refused.truncated and refused.source_offset == 6
+    assert orders.decode(refused.message.value or b"") == Order(5, blow_up=LIMIT + 2_000)
+
+    whole = by_key[b"small"]
+    assert not whole.truncated and whole.message.value == small_bad
+    assert metrics.dead_letters.labels("decode")._value.get() == 2
+    assert metrics.dead_letters.labels("output")._value.get() == 1
+    assert metrics.dead_letters_lost.labels("decode")._value.get() == 0
+
+
+async def test_a_dead_letter_refused_even_without_its_value_is_counted_and_skipped() -> None:
+    app, orders, out = _app()
+    transport = MemoryTransport(max_record_bytes=LIMIT)
+    async with TestDriver(app, transport=transport) as driver:
+        await driver.send(orders, Order(0), key="k0")
+        # A key so large that the dead letter's headers push it over even with no value.
+        await driver.send_raw(orders, b"{", key=b"k" * (LIMIT - 10))
+        await driver.send(orders, Order(1), key="k1")
+        await driver.run_until_idle()
+        assert [o.n for o in await driver.values(out)] == [0, 1]
+        assert await driver.dead_letters() == []
+        assert driver.worker.metrics.dead_letters_lost.labels("decode")._value.get() == 1
+        assert driver.worker.tracker.committable() != {}  # the record is done, not stuck
+    await transport.aclose()
+
+
+# -- a broker that refuses a record only when it answers --------------------------------
+
+
+class _LateRefusingProducer(MemoryProducer):
+    """Takes every record at once, like Kafka's producer under its own limit; the
+    "broker" then refuses those over ``refuse_over`` bytes in the ack."""
+
+    def __init__(self, broker: MemoryBroker, refuse_over: int, skip_topic: str) -> None:
+        super().__init__(broker)
+        self.refuse_over = refuse_over
+        self.skip_topic = skip_topic  # the test's own input: never refused
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Ack]:
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        if topic != self.skip_topic and record_size(key, value, headers) > self.refuse_over:
+            future.set_exception(RecordRejected("MessageSizeTooLargeError: over the limit"))
+        else:
+            ack = await super().send(
+                topic,
+                value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                timestamp_ms=timestamp_ms,
+            )
+            future.set_result(await ack)
+        return future
+
+
+class _LateRefusingTransport(MemoryTransport):
+    def __init__(self, refuse_over: int, skip_topic: str) -> None:
+        super().__init__()
+        self.refuse_over, self.skip_topic = refuse_over, skip_topic
+
+    def producer(self, *, client_id: str = "flowkit") -> MemoryProducer:
+        producer = _LateRefusingProducer(self.broker, self.refuse_over, self.skip_topic)
+        self._clients.append(producer)
+        return producer
+
+
+async def test_refusals_in_the_ack_fail_their_record_and_resend_the_dead_letter_bare() -> None:
+    app, orders, out = _app()
+    big_bad = b"{" + b"z" * 20_000
+    transport = _LateRefusingTransport(refuse_over=10_000, skip_topic=orders.name)
+    async with TestDriver(app, transport=transport) as driver:
+        await driver.send(orders, Order(0), key="k0")
+        await driver.send(orders, Order(1, blow_up=15_000), key="k1")  # output refused later
+        await driver.send_raw(orders, big_bad, key=b"bad")  # its dead letter refused later
+        await driver.send(orders, Order(2), key="k2")
+        # A refusal in an ack is found by the next checkpoint (the worker is not idle
+        # until then), so checkpoint until both dead letters are there.
+        for _ in range(1000):
+            await driver.worker.checkpoint()
+            if len(await driver.dead_letters()) == 2:
+                break
+            await asyncio.sleep(0.01)
+        await driver.run_until_idle()
+        outputs = [o.n for o in await driver.values(out)]
+        letters = {m.key: DeadLetter(m) for m in await driver.dead_letters()}
+        metrics = driver.worker.metrics
+    await transport.aclose()
+    assert outputs == [0, 2]
+    assert sorted(letters) == [b"bad", b"k1"]
+    assert letters[b"k1"].stage == "output" and letters[b"k1"].source_offset == 1
+    bare = letters[b"bad"]
+    assert bare.message.value is None and bare.truncated
+    assert bare.original_size == len(big_bad)
+    assert bare.value_sha256 == hashlib.sha256(big_bad).hexdigest()
+    assert metrics.errors.labels(app.agents[0].name, "output")._value.get() == 1
+    assert metrics.dead_letters_lost.labels("decode")._value.get() == 0
