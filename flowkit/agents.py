@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .policies import ErrorPolicy
 from .records import Headers
@@ -175,10 +176,12 @@ class Timer:
         fn: Callable[..., Any],
         *,
         name: str,
-        interval: float | None,
+        interval: Seconds | None,
         on_error: str = "stop",
     ) -> None:
-        what = "timer" if interval else "task"
+        what = "timer" if interval is not None else "task"
+        if interval is not None:
+            interval = seconds(interval, f"timer {name!r}: interval")
         if interval is not None and interval <= 0:
             raise DefinitionError(f"timer {name!r}: the interval must be > 0 seconds")
         if not inspect.iscoroutinefunction(fn):
@@ -189,7 +192,7 @@ class Timer:
             )
         self.fn = fn
         self.name = name
-        self.interval = interval
+        self.interval: float | None = interval
         self.on_error = on_error
 
     @property

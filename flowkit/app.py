@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
 from .codecs import Codec
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
@@ -53,12 +54,13 @@ class App:
         *,
         broker: str = "memory://",
         partitions: int = 1,
-        commit_interval: float = 1.0,
+        commit_interval: Seconds = 1.0,
     ) -> None:
         if not _NAME.match(name):
             raise DefinitionError(
                 f"app name {name!r} may use only letters, digits, '.', '_' and '-'"
             )
+        commit_interval = seconds(commit_interval, "commit_interval")
         if commit_interval <= 0:
             raise DefinitionError("commit_interval must be > 0 seconds")
         if partitions < 1:
@@ -261,9 +263,10 @@ class App:
         )
 
     def timer(
-        self, seconds: float, *, name: str | None = None, on_error: str = "stop"
+        self, interval: Seconds, *, name: str | None = None, on_error: str = "stop"
     ) -> Callable[[F], F]:
-        """Call the decorated ``async def`` every ``seconds`` while the worker runs.
+        """Call the decorated ``async def`` every ``interval`` seconds (a number or a
+        ``datetime.timedelta``) while the worker runs.
 
         ``on_error``: ``"stop"`` (default: the worker stops, exit 1), ``"restart"`` (log,
         fire again at the next tick) or ``"ignore"`` (log and go on).
@@ -271,7 +274,7 @@ class App:
         self._check_open()
 
         def decorate(fn: F) -> F:
-            timer = Timer(fn, name=name or fn.__name__, interval=seconds, on_error=on_error)
+            timer = Timer(fn, name=name or fn.__name__, interval=interval, on_error=on_error)
             self.timers.append(timer)
             return fn
 

@@ -24,6 +24,7 @@ from ..app import App
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
+from ..durations import Seconds, optional_seconds, seconds
 from ..errors import ConfigurationError, FlowkitError, GraphError
 from ..metrics import Metrics
 from ..records import TopicPartition
@@ -85,15 +86,15 @@ class Worker:
         transport: Transport | None = None,
         clock: Clock | None = None,
         group_id: str | None = None,
-        commit_interval: float | None = None,
+        commit_interval: Seconds | None = None,
         max_fetch_records: int = 10_000,
-        fetch_timeout: float = 0.2,
+        fetch_timeout: Seconds = 0.2,
         queue_batches: int = 4,
-        shutdown_timeout: float = 30.0,
+        shutdown_timeout: Seconds = 30.0,
         metrics: Metrics | None = None,
         fail_fast: bool = False,
         client_settings: dict[str, Any] | None = None,
-        stall_timeout: float | None = 300.0,
+        stall_timeout: Seconds | None = 300.0,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
     ) -> None:
@@ -106,12 +107,13 @@ class Worker:
             )
         self.app = app
         self.settings = WorkerSettings(
-            commit_interval=commit_interval or app.commit_interval,
+            commit_interval=optional_seconds(commit_interval, "commit_interval")
+            or app.commit_interval,
             max_fetch_records=max_fetch_records,
-            fetch_timeout=fetch_timeout,
+            fetch_timeout=seconds(fetch_timeout, "fetch_timeout"),
             queue_batches=queue_batches,
-            shutdown_timeout=shutdown_timeout,
-            stall_timeout=stall_timeout,
+            shutdown_timeout=seconds(shutdown_timeout, "shutdown_timeout"),
+            stall_timeout=optional_seconds(stall_timeout, "stall_timeout"),
             fail_fast=fail_fast,
         )
         self._own_transport = transport is None

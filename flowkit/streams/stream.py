@@ -19,6 +19,7 @@ import operator
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar, cast
 
+from ..durations import Seconds, seconds
 from ..records import Event
 from ._loop import EVENTS, FILTER, JOIN, MAP
 from .source import StreamSource
@@ -86,14 +87,16 @@ class Stream(Generic[T]):
             on = operator.attrgetter(on)
         return Stream(self._source, (*self._ops, (JOIN, (table, on, missing))))
 
-    def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:
-        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``.
+    def batches(self, max_size: int, within_seconds: Seconds) -> AsyncIterator[list[T]]:
+        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``
+        (seconds or a ``datetime.timedelta``).
 
         The records of a list are done (committable) when the next list is requested.
         """
-        if max_size < 1 or within_seconds < 0:
+        within = seconds(within_seconds, "batches(within_seconds=)")
+        if max_size < 1 or within < 0:
             raise ValueError("batches() needs max_size >= 1 and within_seconds >= 0")
-        return self._source.chunks(self._ops, max_size, within_seconds)
+        return self._source.chunks(self._ops, max_size, within)
 
     @property
     def current(self) -> Event[Any] | None:

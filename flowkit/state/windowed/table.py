@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from ...durations import Seconds, seconds
 from ...errors import DefinitionError, LateRecord, NotRunningError
 from ...scope import TaskScope, current_scope, require_scope
 from ...windows import Window, WindowResult, WindowSpec
@@ -79,7 +80,7 @@ class WindowedTable(TableBase[K, V]):
         to: Topic[Any] | None = None,
         time: Callable[[Any], int] | None = None,
         late: str | Callable[[K, Window, Any], Any] = "dlq",
-        idle_timeout: float = 30.0,
+        idle_timeout: Seconds = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -91,7 +92,7 @@ class WindowedTable(TableBase[K, V]):
         self.to = to
         self.time = time
         self.late = late
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = seconds(idle_timeout, f"table {name!r}: idle_timeout")
         self._size = spec.size_ms
         self._grace = spec.grace_ms
         # The common case, inlined in add(): tumbling windows summed with ``+``.
