@@ -6,7 +6,7 @@ from __future__ import annotations
 from .base import TableBase
 from .stores import GlobalStore, TableStore
 from .tables import GlobalTable, Table
-from .windowed import WindowedStore, WindowedTable
+from .windowed import WindowedStore, WindowedTable, WindowSet
 
 __all__ = [
     "GlobalStore",
@@ -14,6 +14,7 @@ __all__ = [
     "Table",
     "TableBase",
     "TableStore",
+    "WindowSet",
     "WindowedStore",
     "WindowedTable",
 ]
