@@ -18,6 +18,7 @@ workers can run one App, one after another or at the same time.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -72,6 +73,8 @@ class App:
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
+        self.startup_hooks: list[Callable[[], Any]] = []
+        self.shutdown_hooks: list[Callable[[], Any]] = []
         self._tables: dict[str, TableBase[Any, Any]] = {}
         self._topic_decls: list[Topic[Any]] = []
         self._frozen = False
@@ -300,6 +303,28 @@ class App:
 
         return decorate if fn is None else decorate(fn)
 
+    def on_startup(self, fn: F) -> F:
+        """Run the decorated ``async def`` when a worker starts, before any record.
+
+        Startup hooks run one after another, in declaration order, after the worker has
+        connected its producer (``topic.send()`` works) and before its agents, timers and
+        tasks start. One that raises stops the start (``TaskFailed``).
+        """
+        self._check_open()
+        self.startup_hooks.append(_hook(fn, "on_startup"))
+        return fn
+
+    def on_shutdown(self, fn: F) -> F:
+        """Run the decorated ``async def`` when a worker stops (``stop()``, SIGINT, SIGTERM).
+
+        Shutdown hooks run one after another, in declaration order, once the agents have
+        finished their queued records and before the final commit, so what they send is
+        acknowledged before it. One that raises is logged and the next one runs.
+        """
+        self._check_open()
+        self.shutdown_hooks.append(_hook(fn, "on_shutdown"))
+        return fn
+
     # -- the graph ------------------------------------------------------------------------
 
     def graph(self) -> Graph:
@@ -325,6 +350,12 @@ class App:
             raise RuntimeError(
                 f"app {self.name!r} is frozen (a worker started): declare everything before"
             )
+
+
+def _hook(fn: F, what: str) -> F:
+    if not inspect.iscoroutinefunction(fn):
+        raise DefinitionError(f"@app.{what} {getattr(fn, '__name__', fn)!r} must be async def")
+    return fn
 
 
 def _as_list(sink: Sequence[SinkTarget] | SinkTarget) -> list[SinkTarget]:

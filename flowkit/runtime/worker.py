@@ -34,6 +34,7 @@ from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
+from .hooks import run_shutdown_hooks, run_startup_hooks
 from .publisher import Publisher
 from .state import StateKeeper
 from .supervisor import Supervisor
@@ -130,6 +131,8 @@ class Worker:
         self.scope = TaskScope(stores=self.state.stores, sender=None, now_ms=self.state.now_ms)
         context = contextvars.copy_context()
         context.run(enter_scope, self.scope)
+        self._context = context
+        self._hooks_ran = False  # shutdown hooks run only after every startup hook did
         self.supervisor = Supervisor(self._fatal, context)
         self.dispatcher: Dispatcher | None = None
         self.fetcher: Fetcher | None = None
@@ -225,6 +228,8 @@ class Worker:
         )
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
+        await run_startup_hooks(app.startup_hooks, self._context)
+        self._hooks_ran = True
         for agent, source in dispatcher.sources:
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
@@ -316,6 +321,10 @@ class Worker:
                 # Wait for the queued batches, unless a forced stop comes first.
                 await self._wait_or_forced(agents)
             await tasks.cancel(agents)
+        if self._hooks_ran:  # after the agents, before the final commit
+            await run_shutdown_hooks(
+                self.app.shutdown_hooks, self._context, self.settings.shutdown_timeout
+            )
         await self.state.wait_outbox()  # never cancelled: it sends what it drained
         try:
             if self._error is None and self.fetcher is not None:
