@@ -412,8 +412,9 @@ class Worker:
             return False
         if self.dispatcher is not None and self.dispatcher.busy():
             return False
-        if self.tracker.in_flight():
-            return False
+        parked = self.dispatcher.parked() if self.dispatcher is not None else 0
+        if self.tracker.in_flight() > parked:
+            return False  # (records held by a take() list waiting for the clock: idle)
         publisher = self.publisher
         if publisher is not None and not publisher.all_acked():
             return False

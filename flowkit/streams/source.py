@@ -19,6 +19,7 @@ from ..scope import Sender, TaskScope
 from ._loop import SKIP, fused_loop, interpreted
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..topics import Topic
 
 __all__ = ["Batch", "StreamSource"]
@@ -61,9 +62,11 @@ class StreamSource(TaskScope):
         stores: dict[Any, Any] | None = None,
         sender: Sender | None = None,
         now_ms: Callable[[], int] = lambda: 0,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
         self.name = name
+        self.clock = clock  # the worker's: take(within=) waits on it
         self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
         self.batch: Batch | None = None
         self._pos = -1
@@ -78,6 +81,7 @@ class StreamSource(TaskScope):
         self.records = 0  # values handed to the agent
         # Called when the agent has taken every queued batch and is about to wait for more.
         self.on_drained: Callable[[], None] | None = None
+        self._waiting_on_clock = False
 
     @property
     def pos(self) -> int:
@@ -139,6 +143,12 @@ class StreamSource(TaskScope):
         if not self._queue.full():  # wake a reader waiting on an empty queue
             self._queue.put_nowait(None)
 
+    def parked(self) -> int:
+        """Batches held by a ``take()`` list that waits for the clock (or more records):
+        the worker has nothing to do for them until time passes."""
+        held = self._held
+        return len(held) if self._waiting_on_clock and held is not None else 0
+
     def pending(self) -> int:
         """Batches queued and not yet taken."""
         return self._queue.qsize()
@@ -161,8 +171,11 @@ class StreamSource(TaskScope):
         else:
             batch.on_done()
 
-    async def _next_batch(self, timeout: float | None = None) -> Batch | None:
-        """The next batch, or None at the end of the stream (or on ``timeout``)."""
+    async def _next_batch(
+        self, timeout: float | None = None, clock: Clock | None = None
+    ) -> Batch | None:
+        """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
+        ``clock``, else of the event loop)."""
         while True:
             if self.closed and self._queue.empty():
                 return None
@@ -171,6 +184,8 @@ class StreamSource(TaskScope):
             try:
                 if timeout is None:
                     batch = await self._queue.get()
+                elif clock is not None:
+                    batch = await self._get_before(clock, timeout)
                 else:
                     batch = await asyncio.wait_for(self._queue.get(), timeout)
             except TimeoutError:
@@ -186,30 +201,57 @@ class StreamSource(TaskScope):
             self._set_pos(-1)
             return batch
 
+    async def _get_before(self, clock: Clock, timeout: float) -> Batch | None:
+        """The next queued item, unless ``timeout`` seconds of ``clock`` pass first."""
+        get = asyncio.ensure_future(self._queue.get())
+        sleep = asyncio.ensure_future(clock.sleep(timeout))
+        self._waiting_on_clock = True
+        try:
+            await asyncio.wait((get, sleep), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiting_on_clock = False
+            sleep.cancel()
+            if not get.done():
+                get.cancel()
+        try:
+            return await get  # an item that arrived as the time ran out is kept
+        except asyncio.CancelledError:
+            if get.cancelled() and not sleep.cancelled():
+                raise TimeoutError from None
+            raise
+
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
         loop, args = fused_loop(ops, self.stores)
         return loop(self, SKIP, *args)
 
     async def chunks(
-        self, ops: tuple[tuple[str, Any], ...], max_size: int, within: float
+        self,
+        ops: tuple[tuple[str, Any], ...],
+        max_size: int,
+        within: float | None,
+        clock: Clock | None = None,
     ) -> AsyncIterator[list[Any]]:
         """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
-        for a list to fill. Records of a list are done when the next list is requested."""
+        (None: for ever) for a list to fill, on ``clock`` (else the event loop's clock).
+        Records of a list are done when the next list is requested."""
         fn = interpreted(ops) if ops else None
+        now = clock.monotonic if clock is not None else asyncio.get_running_loop().time
+        forever = within is None
         self._held = deque()
         while True:
             chunk: list[Any] = []
             origins: list[Message] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + within
+            deadline = 0.0  # set when the list's first value arrives
             while len(chunk) < max_size:
                 batch = self.batch
                 if batch is None:
-                    left = deadline - loop.time()
-                    if left <= 0 and chunk:
-                        break
-                    batch = await self._next_batch(max(left, 0.0) if chunk else None)
+                    wait = None
+                    if chunk and not forever:
+                        wait = deadline - now()
+                        if wait <= 0:
+                            break
+                    batch = await self._next_batch(wait, clock)
                     if batch is None:
                         break
                 messages = batch.messages
@@ -225,6 +267,8 @@ class StreamSource(TaskScope):
                     if fn is not None:
                         v = fn(v, batch.topic, messages[i])
                     if v is not SKIP:
+                        if not chunk:
+                            deadline = now() + (within or 0.0)
                         chunk.append(v)
                         origins.append(messages[i])
                     i += 1
