@@ -21,10 +21,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import tzinfo
 from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
 from .codecs import Codec
+from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
@@ -266,18 +268,64 @@ class App:
         )
 
     def timer(
-        self, interval: Seconds, *, name: str | None = None, on_error: str = "stop"
+        self,
+        interval: Seconds,
+        *,
+        name: str | None = None,
+        on_error: str = "stop",
+        on_leader: bool = False,
     ) -> Callable[[F], F]:
         """Call the decorated ``async def`` every ``interval`` seconds (a number or a
         ``datetime.timedelta``) while the worker runs.
 
         ``on_error``: ``"stop"`` (default: the worker stops, exit 1), ``"restart"`` (log,
-        fire again at the next tick) or ``"ignore"`` (log and go on).
+        fire again at the next tick) or ``"ignore"`` (log and go on). ``on_leader=True``:
+        only the group's leader calls it (see ``crontab``).
         """
         self._check_open()
 
         def decorate(fn: F) -> F:
-            timer = Timer(fn, name=name or fn.__name__, interval=interval, on_error=on_error)
+            timer = Timer(
+                fn,
+                name=name or fn.__name__,
+                interval=interval,
+                on_error=on_error,
+                on_leader=on_leader,
+            )
+            self.timers.append(timer)
+            return fn
+
+        return decorate
+
+    def crontab(
+        self,
+        cron_format: str,
+        *,
+        timezone: tzinfo | str | None = None,
+        name: str | None = None,
+        on_error: str = "stop",
+        on_leader: bool = False,
+    ) -> Callable[[F], F]:
+        """Call the decorated ``async def`` on a cron schedule: ``"0 * * * *"`` is every
+        hour on the hour, in ``timezone`` (a ``tzinfo`` or a name like ``"Europe/Paris"``;
+        UTC by default), on the worker's clock.
+
+        Every worker calls it, unless ``on_leader=True``: then only the worker that holds
+        partition 0 of the app's first input topic (by name) does, so one worker of the
+        group runs it. ``on_error`` as for ``timer``.
+        """
+        self._check_open()
+        cron = Cron(cron_format, timezone)
+
+        def decorate(fn: F) -> F:
+            timer = Timer(
+                fn,
+                name=name or fn.__name__,
+                interval=None,
+                on_error=on_error,
+                cron=cron,
+                on_leader=on_leader,
+            )
             self.timers.append(timer)
             return fn
 

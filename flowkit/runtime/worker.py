@@ -38,7 +38,7 @@ from .hooks import run_shutdown_hooks, run_startup_hooks
 from .publisher import Publisher
 from .state import StateKeeper
 from .supervisor import Supervisor
-from .timers import run_timer
+from .timers import leader_of, run_timer
 from .web import WebServer
 
 __all__ = ["Worker", "WorkerSettings", "required_topics"]
@@ -234,7 +234,8 @@ class Worker:
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
-        consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
+        topics = sorted({*dispatcher.routes, *self.state.repartition})
+        consumer = await self._subscribe(topics)
         self.checkpointer = Checkpointer(
             consumer=consumer,
             tracker=self.tracker,
@@ -263,9 +264,10 @@ class Worker:
             if settings.stall_timeout:
                 rebalancing = self._rebalancing
                 spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
+        leader = leader_of(list(dispatcher.routes), consumer.assignment if consumer else None)
         for timer in app.timers:
             spawn(
-                run_timer(timer, self.clock, fail_fast=settings.fail_fast),
+                run_timer(timer, self.clock, fail_fast=settings.fail_fast, leader=leader),
                 f"{timer.kind}:{timer.name}",
             )
         log.info(
