@@ -86,18 +86,20 @@ async def test_on_leader_runs_on_the_one_worker_holding_the_first_partition() ->
     clocks = [FakeClock(START), FakeClock(START)]
     app_a, jobs = on_leader_app(calls, "a")
     app_b, _ = on_leader_app(calls, "b")
-    async with TestDriver(app_a, broker=broker, clock=clocks[0]) as a:
-        async with TestDriver(app_b, broker=broker, clock=clocks[1]) as b:
-            for _ in range(3):
-                await a.send(jobs, 1, partition=0)
-                await a.send(jobs, 1, partition=1)
-                await a.run_until_idle()
-                await b.run_until_idle()
-            holders = [d.worker.fetcher.consumer.assignment() for d in (a, b)]  # type: ignore[union-attr]
-            assert [len(h) for h in holders] == [1, 1]  # the group split the partitions
-            leader = "a" if flowkit.TopicPartition("jobs", 0) in holders[0] else "b"
-            await a.advance(600)
-            await b.advance(600)
+    async with (
+        TestDriver(app_a, broker=broker, clock=clocks[0]) as a,
+        TestDriver(app_b, broker=broker, clock=clocks[1]) as b,
+    ):
+        for _ in range(3):
+            await a.send(jobs, 1, partition=0)
+            await a.send(jobs, 1, partition=1)
+            await a.run_until_idle()
+            await b.run_until_idle()
+        holders = [d.worker.fetcher.consumer.assignment() for d in (a, b)]  # type: ignore[union-attr]
+        assert [len(h) for h in holders] == [1, 1]  # the group split the partitions
+        leader = "a" if flowkit.TopicPartition("jobs", 0) in holders[0] else "b"
+        await a.advance(600)
+        await b.advance(600)
     assert sorted(calls) == sorted(["every a", "every b", f"leader {leader}"])
 
 
