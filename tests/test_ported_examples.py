@@ -51,3 +51,19 @@ async def test_a_ported_example_prints_exactly_its_output(
         "".join(line for line in out.splitlines(True) if not LOG_LINE.match(line))
         == (EXPECTED[name])
     )
+
+
+def test_the_porting_guide_shows_the_examples_as_they_are() -> None:
+    """Each flowkit block of the guide is a piece of the example file it names."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    guide = (root / "docs" / "porting-from-faust.md").read_text()
+    blocks = re.findall(r'```python title="(examples/\w+\.py)"\n(.*?)```', guide, re.S)
+    assert sorted(name for name, _ in blocks) == [
+        "examples/page_views.py",
+        "examples/withdrawals.py",
+        "examples/word_count.py",
+    ]
+    for name, code in blocks:
+        assert code in (root / name).read_text(), name
