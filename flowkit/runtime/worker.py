@@ -234,8 +234,7 @@ class Worker:
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
-        topics = sorted({*dispatcher.routes, *self.state.repartition})
-        consumer = await self._subscribe(topics)
+        consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
         self.checkpointer = Checkpointer(
             consumer=consumer,
             tracker=self.tracker,
