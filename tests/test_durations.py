@@ -31,6 +31,8 @@ def test_windows_take_timedeltas() -> None:
     hop = app.table("hop").hopping(timedelta(seconds=10), timedelta(seconds=5))
     assert (hop.spec.size_ms, hop.spec.step_ms) == (10_000, 5_000)
     assert flowkit.App("x", commit_interval=timedelta(milliseconds=500)).commit_interval == 0.5
+    retry = flowkit.Retry(backoff=timedelta(milliseconds=200), max_backoff=timedelta(seconds=2))
+    assert (retry.backoff, retry.max_backoff) == (0.2, 2.0)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +46,7 @@ def test_windows_take_timedeltas() -> None:
         (lambda app: flowkit.App("y", commit_interval="1"), "commit_interval must be seconds"),
         (lambda app: flowkit.Worker(app, shutdown_timeout="1"), "shutdown_timeout must be"),
         (lambda app: flowkit.Worker(app, stall_timeout="1"), "stall_timeout must be seconds"),
+        (lambda app: flowkit.Retry(max_backoff="1"), r"Retry\(max_backoff=\) must be seconds"),
     ],
 )
 def test_a_wrong_type_is_one_line_naming_the_parameter(declare: Any, message: str) -> None:
