@@ -149,3 +149,49 @@ def test_table_key_assignment_of_another_windowset_is_refused() -> None:
     with pytest.raises(flowkit.DefinitionError, match=r"table\[b\]\.current\(\)"):
         counts["a"] = counts["b"]
     assert repr(counts["a"]) == "<WindowSet counts['a']>"
+
+
+async def test_what_a_reader_on_each_of_two_workers_sees() -> None:
+    """Open windows: each worker sees its own partitions' part (plus what reached it as
+    owner). Closed windows: the owner has the final value; the other worker has nothing."""
+    from flowkit.transports import MemoryBroker
+
+    broker = MemoryBroker()
+    app, clicks, counts = reads_app([], partitions=2)  # one app, run by two workers
+    t0 = base_ms(FakeClock())
+    async with (
+        TestDriver(app, broker=broker, clock=FakeClock()) as a,
+        TestDriver(app, broker=broker, clock=FakeClock()) as b,
+    ):
+
+        async def settle() -> None:
+            for _ in range(3):
+                await a.run_until_idle()
+                await b.run_until_idle()
+
+        await settle()
+        holder = {
+            tp.partition: d
+            for d in (a, b)
+            for tp in d.worker.fetcher.consumer.assignment()  # type: ignore[union-attr]
+            if tp.topic == "clicks"
+        }
+        assert set(holder) == {0, 1} and holder[0] is not holder[1]
+
+        def read(p: int) -> int | None:  # what counts["/"].value(t0) returns on p's worker
+            found: int | None = (
+                holder[p].store(counts).windows("/").get(flowkit.Window(t0, t0 + 10_000))
+            )
+            return found
+
+        for p, n in ((0, 3), (1, 2)):  # 3 clicks on partition 0, 2 on partition 1
+            for i in range(n):
+                await a.send(clicks, Click("/", t0 + i * 1000), partition=p)
+        await settle()
+        assert (read(0), read(1)) == (3, 2)  # open: each worker its own part
+        for p in (0, 1):  # a later record on both partitions closes the first window
+            await a.send(clicks, Click("/", t0 + 45_000), partition=p)
+        await settle()
+        owner = counts.partition_of("/")
+        assert read(owner) == 5  # closed: the final value, on the owner only
+        assert read(1 - owner) is None
