@@ -41,7 +41,7 @@ from .records import Event, Message, Record, TopicPartition
 from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, Sink
-from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable
+from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable, WindowSet
 from .streams import Stream
 from .topics import Repartition, Topic
 from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
@@ -103,6 +103,7 @@ __all__ = [
     "TumblingWindow",
     "Window",
     "WindowResult",
+    "WindowSet",
     "WindowSpec",
     "WindowedTable",
     "Worker",

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .cron import Cron
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .policies import ErrorPolicy
 from .records import Headers
@@ -192,10 +194,14 @@ class Timer:
         fn: Callable[..., Any],
         *,
         name: str,
-        interval: float | None,
+        interval: Seconds | None,
         on_error: str = "stop",
+        cron: Cron | None = None,
+        on_leader: bool = False,
     ) -> None:
-        what = "timer" if interval else "task"
+        what = "timer" if interval is not None or cron is not None else "task"
+        if interval is not None:
+            interval = seconds(interval, f"timer {name!r}: interval")
         if interval is not None and interval <= 0:
             raise DefinitionError(f"timer {name!r}: the interval must be > 0 seconds")
         if not inspect.iscoroutinefunction(fn):
@@ -206,13 +212,26 @@ class Timer:
             )
         self.fn = fn
         self.name = name
-        self.interval = interval
+        self.interval: float | None = interval
         self.on_error = on_error
+        self.cron = cron
+        self.on_leader = on_leader
 
     @property
     def kind(self) -> str:
-        """``"timer"`` or ``"task"``."""
-        return "task" if self.interval is None else "timer"
+        """``"timer"`` (by interval or crontab) or ``"task"``."""
+        return "task" if self.interval is None and self.cron is None else "timer"
+
+    def describe(self) -> dict[str, object]:
+        """The schedule, as graph attributes."""
+        attrs: dict[str, object] = {}
+        if self.interval:
+            attrs["interval"] = self.interval
+        if self.cron is not None:
+            attrs["crontab"] = f"{self.cron.expression} {self.cron.zone_name}"
+        if self.on_leader:
+            attrs["on_leader"] = True
+        return attrs
 
     def __repr__(self) -> str:
         return f"<{self.kind.title()} {self.name!r}>"

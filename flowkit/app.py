@@ -18,12 +18,16 @@ workers can run one App, one after another or at the same time.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import tzinfo
 from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
 from .codecs import Codec
+from .cron import Cron
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
@@ -54,12 +58,13 @@ class App:
         *,
         broker: str = "memory://",
         partitions: int = 1,
-        commit_interval: float = 1.0,
+        commit_interval: Seconds = 1.0,
     ) -> None:
         if not _NAME.match(name):
             raise DefinitionError(
                 f"app name {name!r} may use only letters, digits, '.', '_' and '-'"
             )
+        commit_interval = seconds(commit_interval, "commit_interval")
         if commit_interval <= 0:
             raise DefinitionError("commit_interval must be > 0 seconds")
         if partitions < 1:
@@ -71,6 +76,8 @@ class App:
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
+        self.startup_hooks: list[Callable[[], Any]] = []
+        self.shutdown_hooks: list[Callable[[], Any]] = []
         self._tables: dict[str, TableBase[Any, Any]] = {}
         self._topic_decls: list[Topic[Any]] = []
         self._frozen = False
@@ -335,17 +342,64 @@ class App:
         )
 
     def timer(
-        self, seconds: float, *, name: str | None = None, on_error: str = "stop"
+        self,
+        interval: Seconds,
+        *,
+        name: str | None = None,
+        on_error: str = "stop",
+        on_leader: bool = False,
     ) -> Callable[[F], F]:
-        """Call the decorated ``async def`` every ``seconds`` while the worker runs.
+        """Call the decorated ``async def`` every ``interval`` seconds (a number or a
+        ``datetime.timedelta``) while the worker runs.
 
         ``on_error``: ``"stop"`` (default: the worker stops, exit 1), ``"restart"`` (log,
-        fire again at the next tick) or ``"ignore"`` (log and go on).
+        fire again at the next tick) or ``"ignore"`` (log and go on). ``on_leader=True``:
+        only the group's leader calls it (see ``crontab``).
         """
         self._check_open()
 
         def decorate(fn: F) -> F:
-            timer = Timer(fn, name=name or fn.__name__, interval=seconds, on_error=on_error)
+            timer = Timer(
+                fn,
+                name=name or fn.__name__,
+                interval=interval,
+                on_error=on_error,
+                on_leader=on_leader,
+            )
+            self.timers.append(timer)
+            return fn
+
+        return decorate
+
+    def crontab(
+        self,
+        cron_format: str,
+        *,
+        timezone: tzinfo | str | None = None,
+        name: str | None = None,
+        on_error: str = "stop",
+        on_leader: bool = False,
+    ) -> Callable[[F], F]:
+        """Call the decorated ``async def`` on a cron schedule: ``"0 * * * *"`` is every
+        hour on the hour, in ``timezone`` (a ``tzinfo`` or a name like ``"Europe/Paris"``;
+        UTC by default), on the worker's clock.
+
+        Every worker calls it, unless ``on_leader=True``: then only the worker that holds
+        partition 0 of the app's first input topic (by name) does, so one worker of the
+        group runs it. ``on_error`` as for ``timer``.
+        """
+        self._check_open()
+        cron = Cron(cron_format, timezone)
+
+        def decorate(fn: F) -> F:
+            timer = Timer(
+                fn,
+                name=name or fn.__name__,
+                interval=None,
+                on_error=on_error,
+                cron=cron,
+                on_leader=on_leader,
+            )
             self.timers.append(timer)
             return fn
 
@@ -370,6 +424,28 @@ class App:
             return f
 
         return decorate if fn is None else decorate(fn)
+
+    def on_startup(self, fn: F) -> F:
+        """Run the decorated ``async def`` when a worker starts, before any record.
+
+        Startup hooks run one after another, in declaration order, after the worker has
+        connected its producer (``topic.send()`` works) and before its agents, timers and
+        tasks start. One that raises stops the start (``TaskFailed``).
+        """
+        self._check_open()
+        self.startup_hooks.append(_hook(fn, "on_startup"))
+        return fn
+
+    def on_shutdown(self, fn: F) -> F:
+        """Run the decorated ``async def`` when a worker stops (``stop()``, SIGINT, SIGTERM).
+
+        Shutdown hooks run one after another, in declaration order, once the agents have
+        finished their queued records and before the final commit, so what they send is
+        acknowledged before it. One that raises is logged and the next one runs.
+        """
+        self._check_open()
+        self.shutdown_hooks.append(_hook(fn, "on_shutdown"))
+        return fn
 
     # -- the graph ------------------------------------------------------------------------
 
@@ -396,6 +472,12 @@ class App:
             raise RuntimeError(
                 f"app {self.name!r} is frozen (a worker started): declare everything before"
             )
+
+
+def _hook(fn: F, what: str) -> F:
+    if not inspect.iscoroutinefunction(fn):
+        raise DefinitionError(f"@app.{what} {getattr(fn, '__name__', fn)!r} must be async def")
+    return fn
 
 
 def _as_list(sink: Sequence[SinkTarget] | SinkTarget) -> list[SinkTarget]:

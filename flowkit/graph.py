@@ -136,7 +136,7 @@ class Graph:
                     f"{timer.kind}:{timer.name}",
                     timer.kind,
                     timer.name,
-                    {"interval": timer.interval} if timer.interval else {},
+                    timer.describe(),
                 )
             )
         return graph

@@ -23,8 +23,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal, Union, cast
 
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 
 __all__ = ["Action", "ErrorPolicy", "Retry"]
@@ -36,25 +37,37 @@ _TERMINAL = ("dead_letter", "skip", "stop")
 @dataclass(frozen=True)
 class Retry:
     """Process the record again, up to ``attempts`` times in all, waiting
-    ``backoff * 2**(attempt-1)`` seconds (at most ``max_backoff``, +/- ``jitter``)."""
+    ``backoff * 2**(attempt-1)`` seconds (at most ``max_backoff``, +/- ``jitter``).
+    ``backoff`` and ``max_backoff`` also take a ``datetime.timedelta``."""
 
     attempts: int = 3
-    backoff: float = 0.1
-    max_backoff: float = 10.0
+    backoff: Seconds = 0.1
+    max_backoff: Seconds = 10.0
     jitter: float = 0.2
     then: Terminal = "dead_letter"
 
     def __post_init__(self) -> None:
+        # Stored as float seconds whatever was given (frozen: set through object).
+        object.__setattr__(self, "backoff", seconds(self.backoff, "Retry(backoff=)"))
+        object.__setattr__(self, "max_backoff", seconds(self.max_backoff, "Retry(max_backoff=)"))
         if self.attempts < 1:
             raise DefinitionError("Retry(attempts=...) must be >= 1")
-        if self.backoff < 0 or self.max_backoff < 0 or not 0 <= self.jitter <= 1:
+        if self._backoff < 0 or self._max_backoff < 0 or not 0 <= self.jitter <= 1:
             raise DefinitionError("Retry backoffs must be >= 0 and jitter within [0, 1]")
         if self.then not in _TERMINAL:
             raise DefinitionError(f"Retry(then=...) must be one of {', '.join(_TERMINAL)}")
 
+    @property
+    def _backoff(self) -> float:
+        return cast(float, self.backoff)  # seconds since __post_init__
+
+    @property
+    def _max_backoff(self) -> float:
+        return cast(float, self.max_backoff)
+
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` >= 1 failed)."""
-        base = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+        base = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
         spread = base * self.jitter
         jittered: float = base + (rng or random).uniform(-spread, spread)
         return max(0.0, jittered)

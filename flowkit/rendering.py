@@ -272,7 +272,13 @@ def _agent_details(attrs: dict[str, Any]) -> list[str]:
 
 def _timer_details(attrs: dict[str, Any]) -> list[str]:
     interval = attrs.pop("interval", None)
-    return [f"every {interval:g} s"] if isinstance(interval, int | float) else []
+    cron = attrs.pop("crontab", None)
+    details = [f"every {interval:g} s"] if isinstance(interval, int | float) else []
+    if cron is not None:
+        details.append(f"cron {cron}")
+    if attrs.pop("on_leader", False):
+        details.append("on the leader")
+    return details
 
 
 _DETAILS: dict[str, Callable[[dict[str, Any]], list[str]]] = {

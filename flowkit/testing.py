@@ -28,6 +28,8 @@ from typing import Any
 
 from .app import App
 from .clock import Clock
+from .durations import Seconds
+from .durations import seconds as as_seconds
 from .errors import TransportError
 from .records import Headers, Message, TopicPartition
 from .runtime import Worker
@@ -67,8 +69,10 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), future))
         await future
 
-    async def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``, waking each sleeper at its deadline."""
+    async def advance(self, seconds: Seconds) -> None:
+        """Move time forward by ``seconds`` (or a ``timedelta``), waking each sleeper at
+        its deadline."""
+        seconds = as_seconds(seconds, "advance(seconds=)")
         if seconds < 0:
             raise ValueError("time only moves forward")
         for _ in range(5):  # let freshly started tasks reach their first sleep
@@ -220,12 +224,13 @@ class TestDriver:
 
     # -- running --------------------------------------------------------------------------
 
-    async def run_until_idle(self, timeout: float = 10.0) -> None:
+    async def run_until_idle(self, timeout: Seconds = 10.0) -> None:
         """Wait until every record sent so far is processed and its outputs are sent.
 
         Raises the worker's error if it stopped on one, or ``TimeoutError`` after
         ``timeout`` real seconds.
         """
+        timeout = as_seconds(timeout, "run_until_idle(timeout=)")
         await self._await_sends()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -257,8 +262,9 @@ class TestDriver:
         except TransportError:
             return False
 
-    async def advance(self, seconds: float) -> None:
-        """Move the fake clock forward (timers fire, commits happen), then run until idle."""
+    async def advance(self, seconds: Seconds) -> None:
+        """Move the fake clock forward by ``seconds`` (or a ``timedelta``: timers fire,
+        commits happen), then run until idle."""
         if not isinstance(self.clock, FakeClock):
             raise TypeError("advance() needs the driver's clock to be a FakeClock")
         await self.clock.advance(seconds)

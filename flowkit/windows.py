@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from .durations import Seconds, seconds
 from .errors import DefinitionError
 
 __all__ = ["HoppingWindow", "TumblingWindow", "Window", "WindowSpec", "WindowResult"]
@@ -82,22 +83,24 @@ class WindowSpec:
         }
 
 
-def _ms(seconds: float, what: str) -> int:
-    if seconds < 0:
+def _ms(value: Seconds, what: str) -> int:
+    s = seconds(value, f"window {what}")
+    if s < 0:
         raise DefinitionError(f"window {what} must be >= 0 seconds")
-    if seconds == float("inf"):
+    if s == float("inf"):
         return 2**62
-    return round(seconds * 1000)
+    return round(s * 1000)
 
 
 def TumblingWindow(
-    size: float,
+    size: Seconds,
     *,
-    grace: float | None = None,
-    expires: float | None = None,
-    max_future: float = 3600.0,
+    grace: Seconds | None = None,
+    expires: Seconds | None = None,
+    max_future: Seconds = 3600.0,
 ) -> WindowSpec:
-    """Back-to-back windows of ``size`` seconds.
+    """Back-to-back windows of ``size`` seconds. Every duration here is seconds or a
+    ``datetime.timedelta``.
 
     ``grace`` defaults to one window: a replay of several partitions interleaves event
     time, and a small default grace silently drops records there. ``expires`` defaults to
@@ -107,12 +110,12 @@ def TumblingWindow(
 
 
 def HoppingWindow(
-    size: float,
+    size: Seconds,
     *,
-    step: float,
-    grace: float | None = None,
-    expires: float | None = None,
-    max_future: float = 3600.0,
+    step: Seconds,
+    grace: Seconds | None = None,
+    expires: Seconds | None = None,
+    max_future: Seconds = 3600.0,
 ) -> WindowSpec:
     """Windows of ``size`` seconds starting every ``step`` seconds (``size % step == 0``)."""
     size_ms, step_ms = _ms(size, "size"), _ms(step, "step")
@@ -120,7 +123,8 @@ def HoppingWindow(
         raise DefinitionError("window size and step must be > 0 seconds")
     if step_ms > size_ms or size_ms % step_ms:
         raise DefinitionError(
-            f"a hopping window's size ({size} s) must be a multiple of its step ({step} s)"
+            f"a hopping window's size ({size_ms / 1000} s) must be a multiple of its step "
+            f"({step_ms / 1000} s)"
         )
     grace_ms = size_ms if grace is None else _ms(grace, "grace")
     expires_ms = size_ms + grace_ms if expires is None else _ms(expires, "expires")

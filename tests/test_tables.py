@@ -327,8 +327,9 @@ async def test_hopping_tables_refuse_item_assignment() -> None:
     @app.agent(clicks)
     async def count(stream: flowkit.Stream[Click]) -> None:
         async for click in stream:
-            assert counts[click.campaign] == 0  # reading is fine
-            counts[click.campaign] += 1
+            assert counts[click.campaign].current() == 0  # reading is fine
+            counts[click.campaign] += 1  # so is adding: every window of the record
+            counts[click.campaign] = 5
 
     with pytest.raises(flowkit.DefinitionError, match=r"use counts\.add\(key, amount\)"):
         async with TestDriver(app, clock=clock) as driver:
@@ -341,7 +342,7 @@ async def test_windowed_reads_and_writes_need_an_agent_or_explicit_time() -> Non
     closed: list[Any] = []
     _, _, counts = window_app(closed)
     with pytest.raises(flowkit.NotRunningError, match="inside an agent"):
-        counts["c"]
+        counts["c"].current()
     with pytest.raises(flowkit.NotRunningError, match="ts="):
         counts.add("c", 1)
 

@@ -127,6 +127,7 @@ class Dispatcher:
                     stores=scope.stores,
                     sender=scope.sender,
                     now_ms=scope.now_ms,
+                    clock=clock,
                 )
                 for i in range(agent.concurrency)
             ]
@@ -260,6 +261,10 @@ class Dispatcher:
     def busy(self) -> bool:
         """True while an agent has a batch or a sink has outputs to write."""
         return self.sinks_busy() or any(source.busy() for _, source in self.sources)
+
+    def parked(self) -> int:
+        """Batches held by ``take()`` lists that wait for the clock."""
+        return sum(source.parked() for _, source in self.sources)
 
     async def aclose_sinks(self) -> None:
         """Stop the writers and close the sinks."""

@@ -24,6 +24,7 @@ from ..app import App
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
+from ..durations import Seconds, optional_seconds, seconds
 from ..errors import ConfigurationError, FlowkitError, GraphError, TransportError
 from ..metrics import Metrics
 from ..records import TopicPartition
@@ -33,10 +34,11 @@ from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
+from .hooks import run_shutdown_hooks, run_startup_hooks
 from .publisher import Publisher
 from .state import StateKeeper
 from .supervisor import Supervisor
-from .timers import run_timer
+from .timers import leader_of, run_timer
 from .web import WebServer
 
 __all__ = ["Worker", "WorkerSettings", "required_topics"]
@@ -85,15 +87,15 @@ class Worker:
         transport: Transport | None = None,
         clock: Clock | None = None,
         group_id: str | None = None,
-        commit_interval: float | None = None,
+        commit_interval: Seconds | None = None,
         max_fetch_records: int = 10_000,
-        fetch_timeout: float = 0.2,
+        fetch_timeout: Seconds = 0.2,
         queue_batches: int = 4,
-        shutdown_timeout: float = 30.0,
+        shutdown_timeout: Seconds = 30.0,
         metrics: Metrics | None = None,
         fail_fast: bool = False,
         client_settings: dict[str, Any] | None = None,
-        stall_timeout: float | None = 300.0,
+        stall_timeout: Seconds | None = 300.0,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
     ) -> None:
@@ -106,12 +108,13 @@ class Worker:
             )
         self.app = app
         self.settings = WorkerSettings(
-            commit_interval=commit_interval or app.commit_interval,
+            commit_interval=optional_seconds(commit_interval, "commit_interval")
+            or app.commit_interval,
             max_fetch_records=max_fetch_records,
-            fetch_timeout=fetch_timeout,
+            fetch_timeout=seconds(fetch_timeout, "fetch_timeout"),
             queue_batches=queue_batches,
-            shutdown_timeout=shutdown_timeout,
-            stall_timeout=stall_timeout,
+            shutdown_timeout=seconds(shutdown_timeout, "shutdown_timeout"),
+            stall_timeout=optional_seconds(stall_timeout, "stall_timeout"),
             fail_fast=fail_fast,
         )
         self._own_transport = transport is None
@@ -128,6 +131,8 @@ class Worker:
         self.scope = TaskScope(stores=self.state.stores, sender=None, now_ms=self.state.now_ms)
         context = contextvars.copy_context()
         context.run(enter_scope, self.scope)
+        self._context = context
+        self._hooks_ran = False  # shutdown hooks run only after every startup hook did
         self.supervisor = Supervisor(self._fatal, context)
         self.dispatcher: Dispatcher | None = None
         self.fetcher: Fetcher | None = None
@@ -226,6 +231,8 @@ class Worker:
         publisher.on_rejected = dispatcher.rejected
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
+        await run_startup_hooks(app.startup_hooks, self._context)
+        self._hooks_ran = True
         for agent, source in dispatcher.sources:
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
@@ -261,9 +268,10 @@ class Worker:
             if settings.stall_timeout:
                 rebalancing = self._rebalancing
                 spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
+        leader = leader_of(list(dispatcher.routes), consumer.assignment if consumer else None)
         for timer in app.timers:
             spawn(
-                run_timer(timer, self.clock, fail_fast=settings.fail_fast),
+                run_timer(timer, self.clock, fail_fast=settings.fail_fast, leader=leader),
                 f"{timer.kind}:{timer.name}",
             )
         log.info(
@@ -321,6 +329,10 @@ class Worker:
                 # Wait for the queued batches, unless a forced stop comes first.
                 await self._wait_or_forced(agents)
             await tasks.cancel(agents)
+        if self._hooks_ran:  # after the agents, before the final commit
+            await run_shutdown_hooks(
+                self.app.shutdown_hooks, self._context, self.settings.shutdown_timeout
+            )
         await self.state.wait_outbox()  # never cancelled: it sends what it drained
         try:
             if self._error is None and self.fetcher is not None:
@@ -411,8 +423,9 @@ class Worker:
             return False
         if self.dispatcher is not None and self.dispatcher.busy():
             return False
-        if self.tracker.in_flight():
-            return False
+        parked = self.dispatcher.parked() if self.dispatcher is not None else 0
+        if self.tracker.in_flight() > parked:
+            return False  # (records held by a take() list waiting for the clock: idle)
         publisher = self.publisher
         if publisher is not None and not publisher.all_acked():
             return False

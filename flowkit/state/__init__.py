@@ -7,7 +7,7 @@ from .base import TableBase
 from .joins import Joined, JoinStore, StreamJoin
 from .stores import GlobalStore, TableStore
 from .tables import GlobalTable, Table
-from .windowed import WindowedStore, WindowedTable
+from .windowed import WindowedStore, WindowedTable, WindowSet
 
 __all__ = [
     "GlobalStore",
@@ -18,6 +18,7 @@ __all__ = [
     "Table",
     "TableBase",
     "TableStore",
+    "WindowSet",
     "WindowedStore",
     "WindowedTable",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..durations import Seconds
 from ..errors import DefinitionError
 from ..scope import require_scope
 from ..windows import HoppingWindow, TumblingWindow, WindowSpec
@@ -65,11 +66,11 @@ class Table(TableBase[K, V]):
 
     def tumbling(
         self,
-        size: float,
+        size: Seconds,
         *,
-        grace: float | None = None,
-        expires: float | None = None,
-        max_future: float = 3600.0,
+        grace: Seconds | None = None,
+        expires: Seconds | None = None,
+        max_future: Seconds = 3600.0,
         **options: Any,
     ) -> WindowedTable[K, V]:
         """This table as tumbling windows of ``size`` seconds (see ``WindowedTable``)."""
@@ -78,12 +79,12 @@ class Table(TableBase[K, V]):
 
     def hopping(
         self,
-        size: float,
-        step: float,
+        size: Seconds,
+        step: Seconds,
         *,
-        grace: float | None = None,
-        expires: float | None = None,
-        max_future: float = 3600.0,
+        grace: Seconds | None = None,
+        expires: Seconds | None = None,
+        max_future: Seconds = 3600.0,
         **options: Any,
     ) -> WindowedTable[K, V]:
         """This table as windows of ``size`` seconds starting every ``step`` seconds."""

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from ..records import Message
     from ..topics import Topic
 
-__all__ = ["EVENTS", "FILTER", "JOIN", "MAP", "SKIP", "fused_loop", "interpreted"]
+__all__ = ["ECHO", "EVENTS", "FILTER", "JOIN", "MAP", "SKIP", "fused_loop", "interpreted"]
 
+ECHO = "echo"
 FILTER = "filter"
 MAP = "map"
 EVENTS = "events"
@@ -49,7 +50,7 @@ def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]
             store = stores.get(table)
             get = getattr(store, "fast_get", None) or table.get
             args += [get, on, table.name]
-        elif kind in (FILTER, MAP):
+        elif kind in (FILTER, MAP, ECHO):
             args.append(fn)
     return args
 
@@ -77,6 +78,9 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append(f"v = f{n}(v)")
         elif kind == EVENTS:
             body.append("v = event(m, v)")
+        elif kind == ECHO:
+            params.append(f"f{n}")
+            body.append(f"await f{n}(source, v, m)")
         elif kind == JOIN:
             params += [f"get{n}", f"on{n}", f"name{n}"]
             body.append(f"match = get{n}(on{n}(v), SKIP)")
@@ -156,6 +160,8 @@ def interpreted(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Topic[Any], 
                         raise KeyError(f"no {key!r} in table {table.name!r} (join)")
                     match = None
                 v = (v, match)
+            elif kind == ECHO:  # pragma: no cover - Stream refuses echo before lists
+                raise ValueError("echo() cannot come before take() or batches()")
             else:  # events: wrap the value in its envelope
                 v = topic.event(message, v)
         return v

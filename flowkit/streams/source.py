@@ -22,6 +22,7 @@ from .joining import joined
 from .regroup import GROUP_BY, regroup
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..topics import Topic
 
 __all__ = ["Batch", "StreamSource"]
@@ -65,9 +66,11 @@ class StreamSource(TaskScope):
         stores: dict[Any, Any] | None = None,
         sender: Sender | None = None,
         now_ms: Callable[[], int] = lambda: 0,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
         self.name = name
+        self.clock = clock  # the worker's: take(within=) waits on it
         self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
         self.batch: Batch | None = None
         self._pos = -1
@@ -94,6 +97,7 @@ class StreamSource(TaskScope):
         self.join_held: dict[int, tuple[deque[Batch], deque[Batch]]] = {}
         # Whether a partition has records not fetched yet (the worker sets the fetcher's).
         self.behind: Callable[[TopicPartition], bool] = lambda tp: False
+        self._waiting_on_clock = False
 
     @property
     def pos(self) -> int:
@@ -158,6 +162,12 @@ class StreamSource(TaskScope):
         if not self._queue.full():  # wake a reader waiting on an empty queue
             self._queue.put_nowait(None)
 
+    def parked(self) -> int:
+        """Batches held by a ``take()`` list that waits for the clock (or more records):
+        the worker has nothing to do for them until time passes."""
+        held = self._held
+        return len(held) if self._waiting_on_clock and held is not None else 0
+
     def pending(self) -> int:
         """Batches queued and not yet taken."""
         return self._queue.qsize()
@@ -189,8 +199,11 @@ class StreamSource(TaskScope):
         else:
             batch.on_done()
 
-    async def _next_batch(self, timeout: float | None = None) -> Batch | None:
-        """The next batch, or None at the end of the stream (or on ``timeout``)."""
+    async def _next_batch(
+        self, timeout: float | None = None, clock: Clock | None = None
+    ) -> Batch | None:
+        """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
+        ``clock``, else of the event loop)."""
         while True:
             if self.closed and self._queue.empty():
                 return None
@@ -199,6 +212,8 @@ class StreamSource(TaskScope):
             try:
                 if timeout is None:
                     batch = await self._queue.get()
+                elif clock is not None:
+                    batch = await self._get_before(clock, timeout)
                 else:
                     batch = await asyncio.wait_for(self._queue.get(), timeout)
             except TimeoutError:
@@ -227,6 +242,24 @@ class StreamSource(TaskScope):
                 continue
             out.append(batch)
         return out
+    async def _get_before(self, clock: Clock, timeout: float) -> Batch | None:
+        """The next queued item, unless ``timeout`` seconds of ``clock`` pass first."""
+        get = asyncio.ensure_future(self._queue.get())
+        sleep = asyncio.ensure_future(clock.sleep(timeout))
+        self._waiting_on_clock = True
+        try:
+            await asyncio.wait((get, sleep), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiting_on_clock = False
+            sleep.cancel()
+            if not get.done():
+                get.cancel()
+        try:
+            return await get  # an item that arrived as the time ran out is kept
+        except asyncio.CancelledError:
+            if get.cancelled() and not sleep.cancelled():
+                raise TimeoutError from None
+            raise
 
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""
@@ -238,26 +271,34 @@ class StreamSource(TaskScope):
         return loop(self, SKIP, *args)
 
     async def chunks(
-        self, ops: tuple[tuple[str, Any], ...], max_size: int, within: float
+        self,
+        ops: tuple[tuple[str, Any], ...],
+        max_size: int,
+        within: float | None,
+        clock: Clock | None = None,
     ) -> AsyncIterator[list[Any]]:
         """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
-        for a list to fill. Records of a list are done when the next list is requested."""
+        (None: for ever) for a list to fill, on ``clock`` (else the event loop's clock).
+        Records of a list are done when the next list is requested."""
         if any(kind == GROUP_BY for kind, _ in ops):
             raise DefinitionError("batches() after group_by() is not supported")
         fn = interpreted(ops) if ops else None
+        now = clock.monotonic if clock is not None else asyncio.get_running_loop().time
+        forever = within is None
         self._held = deque()
         while True:
             chunk: list[Any] = []
             origins: list[Message] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + within
+            deadline = 0.0  # set when the list's first value arrives
             while len(chunk) < max_size:
                 batch = self.batch
                 if batch is None:
-                    left = deadline - loop.time()
-                    if left <= 0 and chunk:
-                        break
-                    batch = await self._next_batch(max(left, 0.0) if chunk else None)
+                    wait = None
+                    if chunk and not forever:
+                        wait = deadline - now()
+                        if wait <= 0:
+                            break
+                    batch = await self._next_batch(wait, clock)
                     if batch is None:
                         break
                 messages = batch.messages
@@ -273,6 +314,8 @@ class StreamSource(TaskScope):
                     if fn is not None:
                         v = fn(v, batch.topic, messages[i])
                     if v is not SKIP:
+                        if not chunk:
+                            deadline = now() + (within or 0.0)
                         chunk.append(v)
                         origins.append(messages[i])
                     i += 1

@@ -15,14 +15,19 @@ agent's task: a predicate sees the table state the previous record left behind.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from ..durations import Seconds, seconds
 from ..records import Event
-from ._loop import EVENTS, FILTER, JOIN, MAP
+from ._loop import ECHO, EVENTS, FILTER, JOIN, MAP
 from .regroup import GROUP_BY
 from .source import StreamSource
+
+if TYPE_CHECKING:
+    from ..topics import Topic
 
 __all__ = ["Stream"]
 
@@ -102,14 +107,60 @@ class Stream(Generic[T]):
             raise ValueError("group_by needs name=, the repartition topic's name")
         return Stream(self._source, (*self._ops, (GROUP_BY, (key, name))))
 
-    def batches(self, max_size: int, within_seconds: float) -> AsyncIterator[list[T]]:
-        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``.
+    def enumerate(self, start: int = 0) -> Stream[tuple[int, T]]:
+        """Each value with its number: ``(start, v0), (start + 1, v1), ...``.
+
+        Numbers count the values that reach this operator since the agent started (or
+        started again after an error), as Python's ``enumerate`` and Faust's do; they are
+        not offsets (``events()`` has those).
+        """
+        counter = itertools.count(start)
+        return self.map(lambda v: (next(counter), v))
+
+    def echo(self, *topics: Topic[Any]) -> Stream[T]:
+        """The same values, each also sent to every one of ``topics`` first (Faust's
+        ``echo``): with the record's key, encoded with each topic's codec.
+
+        Delivery: each copy is queued before the agent gets the value, and acknowledged by
+        the broker before the offset of its record is committed; after a crash, the
+        records since the last commit are echoed again (at-least-once).
+        """
+        if not topics or not all(hasattr(t, "encode") for t in topics):
+            raise ValueError("echo() takes one or more topics declared with app.topic()")
+        return Stream(self._source, (*self._ops, (ECHO, _echo_to(topics))))
+
+    def take(self, max_: int, within: Seconds | None = None) -> AsyncIterator[list[T]]:
+        """Lists of up to ``max_`` values (Faust's ``take``): a list is yielded when it is
+        full, or ``within`` seconds (or a ``timedelta``) after its first value arrived,
+        on the worker's clock (a ``FakeClock`` in tests). Without ``within``, every list
+        waits until it is full.
+
+        Delivery: the records of a list are done (committable) when the agent asks for
+        the next list; if the loop body raises, every record of the list is dead-lettered.
+        """
+        limit = None if within is None else seconds(within, "take(within=)")
+        if max_ < 1 or (limit is not None and limit < 0):
+            raise ValueError("take() needs max_ >= 1 and within >= 0")
+        self._no_echo("take()")
+        return self._source.chunks(self._ops, max_, limit, self._source.clock)
+
+    def _no_echo(self, what: str) -> None:
+        if any(kind == ECHO for kind, _ in self._ops):
+            raise ValueError(
+                f"echo() cannot come before {what}: echo each list's values in the loop"
+            )
+
+    def batches(self, max_size: int, within_seconds: Seconds) -> AsyncIterator[list[T]]:
+        """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``
+        (seconds or a ``datetime.timedelta``).
 
         The records of a list are done (committable) when the next list is requested.
         """
-        if max_size < 1 or within_seconds < 0:
+        within = seconds(within_seconds, "batches(within_seconds=)")
+        if max_size < 1 or within < 0:
             raise ValueError("batches() needs max_size >= 1 and within_seconds >= 0")
-        return self._source.chunks(self._ops, max_size, within_seconds)
+        self._no_echo("batches()")
+        return self._source.chunks(self._ops, max_size, within)
 
     @property
     def current(self) -> Event[Any] | None:
@@ -119,3 +170,12 @@ class Stream(Generic[T]):
         if message is None or source.batch is None:
             return None
         return source.batch.topic.event(message, source.value)
+
+
+def _echo_to(topics: tuple[Topic[Any], ...]) -> Callable[..., Any]:
+    async def echo(source: StreamSource, value: Any, message: Any) -> None:
+        send = source.sender.send_bytes  # type: ignore[union-attr]
+        for topic in topics:
+            await send(topic.name, topic.encode(value), key=message.key)
+
+    return echo

@@ -7,5 +7,6 @@ from __future__ import annotations
 from .owner import Emission
 from .store import WindowedStore
 from .table import WindowedTable
+from .windowset import WindowSet
 
-__all__ = ["Emission", "WindowedStore", "WindowedTable"]
+__all__ = ["Emission", "WindowSet", "WindowedStore", "WindowedTable"]

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from ...durations import Seconds, optional_seconds
 from ...errors import DefinitionError, LateRecord, NotRunningError
 from ...scope import TaskScope, current_scope, require_scope
 from ...topics import Topic
@@ -47,6 +48,7 @@ from ..base import TableBase
 from .owner import Emission
 from .results import ON_ERROR, deliver_closed, deliver_late
 from .store import WindowedStore
+from .windowset import WindowSet
 
 __all__ = ["WindowedTable"]
 
@@ -79,7 +81,7 @@ class WindowedTable(TableBase[K, V]):
         to: Topic[Any] | None = None,
         time: Callable[[Any], int] | None = None,
         late: str | Callable[[K, Window, Any], Any] | Topic[Any] = "dlq",
-        idle_timeout: float | None = 30.0,
+        idle_timeout: Seconds | None = 30.0,
         emit: Callable[[K, Window, V], Any] | None = None,
         on_error: str = "dead_letter",
         **kwargs: Any,
@@ -106,7 +108,7 @@ class WindowedTable(TableBase[K, V]):
         self._late_deferred = isinstance(late, Topic) or inspect.iscoroutinefunction(late)
         self.time = time
         self.late = late
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = optional_seconds(idle_timeout, f"table {name!r}: idle_timeout")
         self._size = spec.size_ms
         self._grace = spec.grace_ms
         # The common case, inlined in add(): tumbling windows summed with ``+``.
@@ -268,26 +270,37 @@ class WindowedTable(TableBase[K, V]):
         scope.follow(self, st)
         return scope, st, part
 
-    def __getitem__(self, key: K) -> V:
-        """Inside an agent: this partition's running part of ``key`` in the current
-        window (so ``counts[key] += 1`` adds 1). Use ``value()`` for the combined value."""
-        scope, _, part = self._record_scope("table[key]")
-        ts = self._time_of(scope)
-        window = part.partials.get(ts - ts % self.spec.step_ms, {})
-        if key in window:
-            return window[key]  # type: ignore[no-any-return]
-        if self.default is None:
-            raise KeyError(key)
-        return self.default()
+    def __getitem__(self, key: K) -> WindowSet[K, V]:
+        """``key`` across its windows, as in Faust: ``table[key].current()``, ``.now()``,
+        ``.delta(seconds)``, ``.value(ts)``; and ``table[key] += n`` adds ``n``."""
+        return WindowSet(self, key)
 
-    def __setitem__(self, key: K, value: V) -> None:
+    def record_time(self, what: str) -> int:
+        """The event time of the record the calling agent is processing."""
+        scope = current_scope()
+        if scope is None or scope.batch is None:
+            raise NotRunningError(
+                f"windowed table {self.name!r}: table[key].{what} reads the window of the "
+                "record being processed, inside an agent; elsewhere use table[key].now() "
+                "or table[key].value(ts)"
+            )
+        return self._time_of(scope)
+
+    def __setitem__(self, key: K, value: V | WindowSet[K, V]) -> None:
+        if type(value) is WindowSet and value.table is self:
+            if value.key == key:
+                return  # the end of ``table[key] += n``: add() has already done it
+            raise DefinitionError(
+                f"table {self.name!r}: table[a] = table[b] copies no value; read one "
+                "with table[b].current() or .value(ts)"
+            )
         if self.spec.step_ms != self._size:
             # A record is in several hopping windows holding different values: one value
             # written back (``counts[k] += 1``) would be right for one window only.
             raise DefinitionError(
-                f"hopping table {self.name!r}: use {self.name}.add(key, amount), which "
-                "updates every window that contains the record; table[key] = value and "
-                "table[key] += amount would update one of them"
+                f"hopping table {self.name!r}: table[key] = value would set one of the "
+                f"record's windows; use {self.name}.add(key, amount) (or +=), which "
+                "updates every window that contains the record"
             )
         scope, st, part = self._record_scope("table[key] = value")
         ts = self._time_of(scope)
