@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
+from .appmetrics import AppMetrics
 from .codecs import Codec
 from .errors import DefinitionError
 from .graph import Graph
@@ -73,6 +74,8 @@ class App:
         self._tables: dict[str, TableBase[Any, Any]] = {}
         self._topic_decls: list[Topic[Any]] = []
         self._frozen = False
+        self.metrics = AppMetrics(self._check_open)
+        """The app's own Prometheus metrics (see ``flowkit.appmetrics``)."""
 
     def __repr__(self) -> str:
         return f"<App {self.name!r} broker={self.broker!r}>"

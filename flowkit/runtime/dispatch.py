@@ -19,7 +19,15 @@ from ..agents import KEEP_KEY, Agent, Output
 from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_headers, dead_letter_topic
-from ..errors import DecodeError, DefinitionError, NotRunningError, ProcessingError, SinkError
+from ..errors import (
+    DecodeError,
+    DefinitionError,
+    FutureRecord,
+    LateRecord,
+    NotRunningError,
+    ProcessingError,
+    SinkError,
+)
 from ..metrics import Metrics
 from ..policies import Retry
 from ..records import Headers, Message
@@ -368,6 +376,9 @@ class Dispatcher:
             action = action.then
         self._retrying.pop(source.name, None)
         self.metrics.errors.labels(agent.name, stage).inc()
+        if isinstance(exc, LateRecord | FutureRecord):
+            reason = "late" if isinstance(exc, LateRecord) else "future"
+            self.metrics.window_rejected.labels(agent.name, reason).inc()
         log.error(
             "record failed",
             agent=agent.name,

@@ -33,6 +33,8 @@ from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
+from .latency import LatencyTracker
+from .observe import WorkerCollector
 from .publisher import Publisher
 from .state import StateKeeper
 from .supervisor import Supervisor
@@ -124,6 +126,8 @@ class Worker:
         self.tracker = OffsetTracker()
         self.publisher: Publisher | None = None
         self.state = StateKeeper(app, self.transport, self.clock, self._send)
+        for declared in app.metrics.declared.values():  # the app's own, on this registry
+            self.state.stores[declared] = declared.create(self.metrics.registry)
         # What every task of this worker reaches through its context: the tables' stores.
         self.scope = TaskScope(stores=self.state.stores, sender=None, now_ms=self.state.now_ms)
         context = contextvars.copy_context()
@@ -139,6 +143,7 @@ class Worker:
         self._phase = "new"  # -> starting -> running -> closed
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        self.metrics.registry.register(WorkerCollector(self))  # read at scrape time
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -228,6 +233,10 @@ class Worker:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
         consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
+        latency = LatencyTracker(
+            self.metrics,
+            {t: [a.name for a, _ in route.readers] for t, route in dispatcher.routes.items()},
+        )
         self.checkpointer = Checkpointer(
             consumer=consumer,
             tracker=self.tracker,
@@ -237,6 +246,7 @@ class Worker:
             report=dispatcher.report,
             metrics=self.metrics,
             clock=self.clock,
+            latency=latency,
         )
         spawn(self.checkpointer.run(settings.commit_interval), "commit")
         if consumer is not None:
@@ -246,6 +256,7 @@ class Worker:
                 tracker=self.tracker,
                 state=self.state,
                 metrics=self.metrics,
+                latency=latency,
             )
             spawn(
                 fetcher.run(self._stop, settings.fetch_timeout, settings.max_fetch_records),
@@ -283,9 +294,17 @@ class Worker:
             failed=lambda: self._error is not None,
             metrics=self.metrics,
             drain_timeout=self.settings.shutdown_timeout,
+            forget=self._forget_partitions,
         )
         consumer.subscribe(topics, self.assignment)
         return consumer
+
+    def _forget_partitions(self, tps: set[TopicPartition]) -> None:
+        if self.checkpointer is not None and self.checkpointer.latency is not None:
+            self.checkpointer.latency.forget(tps)
+        if self.fetcher is not None:
+            for tp in tps:
+                self.fetcher.newest_ts.pop(tp, None)
 
     def _rebalancing(self) -> bool:
         return self.assignment is not None and self.assignment.rebalancing > 0
