@@ -209,7 +209,7 @@ class Worker:
         if self.web is not None:
             await self.web.start()  # first, so /ready answers 503 while recovering
             log.info(
-                "serving /metrics, /ready and /graph", url=f"http://{self.web.host}:{self.web.port}"
+                "serving the page, /metrics, /health, /ready, /graph and /tables", url=self.web.url
             )
         await self.transport.create_topics(required_topics(app))
         producer = self.transport.producer(client_id=f"{app.name}-producer")
@@ -334,6 +334,8 @@ class Worker:
                 await self._wait_or_forced(agents)
             await tasks.cancel(agents)
         await self.state.wait_outbox()  # never cancelled: it sends what it drained
+        if self.web is not None and self._error is None:
+            await self.web.leaving()  # tell the group its tables are no longer here
         try:
             if self._error is None and self.fetcher is not None:
                 await self.checkpoint()
