@@ -31,6 +31,7 @@ from ..scope import TaskScope, enter_scope
 from ..transports import Consumer, TopicSpec, Transport, transport_from_url
 from .assignment import Assignment
 from .checkpoints import Checkpointer
+from .console import Console
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
 from .latency import LatencyTracker
@@ -67,7 +68,9 @@ class Worker:
     topic (changelogs, repartition topics, the dead-letter topic). ``max_fetch_records``
     is the most records one fetch returns; ``queue_batches`` how many fetched batches
     wait per agent instance before the fetch waits; ``stall_timeout`` how long partitions
-    may have lag with nothing processed before the worker gives up (``WorkerStalled``).
+    may have lag with nothing processed before the worker gives up (``WorkerStalled``);
+    ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
+    logged, None for never; ``web_port`` serves the web endpoint (``flowkit.runtime.web``).
 
     >>> import asyncio, flowkit
     >>> app = flowkit.App("demo")
@@ -98,6 +101,7 @@ class Worker:
         stall_timeout: float | None = 300.0,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
+        status_interval: float | None = 30.0,
     ) -> None:
         if group_id is not None and group_id != app.name:
             raise ConfigurationError(
@@ -144,6 +148,8 @@ class Worker:
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self.metrics.registry.register(WorkerCollector(self))  # read at scrape time
+        self.console = Console(self)  # recovery progress on stderr
+        self.status_interval = status_interval
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -267,6 +273,8 @@ class Worker:
             if settings.stall_timeout:
                 rebalancing = self._rebalancing
                 spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
+        if self.status_interval:
+            spawn(self.console.run_status(self.status_interval), "status")
         for timer in app.timers:
             spawn(
                 run_timer(timer, self.clock, fail_fast=settings.fail_fast),
@@ -322,7 +330,9 @@ class Worker:
         self._phase = "closed"
         self._stop.set()
         tasks = self.supervisor
-        await tasks.cancel(tasks.named("fetch", "commit", "window-ticks", "watchdog", "timer:"))
+        await tasks.cancel(
+            tasks.named("fetch", "commit", "window-ticks", "watchdog", "status", "timer:")
+        )
         await tasks.cancel(tasks.named("task:"))
         dispatcher = self.dispatcher
         if dispatcher is not None:
