@@ -76,8 +76,8 @@ async def test_the_page_draws_the_graph_and_its_figures_move() -> None:
                 chrome.get(web.url)  # type: ignore[attr-defined]
                 wait_for(chrome, "return document.querySelector('svg[data-rendered]')")
                 names = chrome.execute_script(  # type: ignore[attr-defined]
-                    "return [...document.querySelectorAll('.node .name')]"
-                    ".map(n => n.textContent).sort().join(',')"
+                    "return [...document.querySelectorAll('.node')]"
+                    ".map(n => n.dataset.name).sort().join(',')"
                 )
                 first = int(wait_for(chrome, RECORDS))  # type: ignore[call-overload]
                 later = first

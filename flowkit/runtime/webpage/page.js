@@ -2,7 +2,7 @@
 // Plain JavaScript served from the package: no build step, no CDN.
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
-const W = 190, H = 54, GAP_X = 70, GAP_Y = 22;
+const W = 250, H = 62, GAP_X = 60, GAP_Y = 18, NAME_CHARS = 30;
 let previous = null;  // the last /status, to turn totals into rates
 const figures = {};   // node id -> its <text class="figure">
 
@@ -55,13 +55,15 @@ function draw(graph) {
   graph.nodes.forEach(n => {
     const p = pos[n.id];
     const kind = n.dead_letter ? "dlq" : n.kind;
-    const g = el("g", { class: "node " + kind, "data-id": n.id,
+    const g = el("g", { class: "node " + kind, "data-id": n.id, "data-name": n.name,
       transform: `translate(${p.x},${p.y})` }, svg);
+    el("title", {}, g).textContent = n.name;
     el("rect", { width: W, height: H }, g);
-    el("text", { x: 8, y: 18, class: "name" }, g).textContent = n.name;
-    el("text", { x: W - 8, y: 18, "text-anchor": "end", class: "figure" }, g).textContent =
+    const name = n.name.length > NAME_CHARS ? n.name.slice(0, NAME_CHARS - 1) + "\u2026" : n.name;
+    el("text", { x: 8, y: 18, class: "name" }, g).textContent = name;
+    el("text", { x: 8, y: 34, class: "kind" }, g).textContent =
       n.dead_letter ? "dead letters" : n.kind.replace("_", " ");
-    figures[n.id] = el("text", { x: 8, y: 40, class: "figure" }, g);
+    figures[n.id] = el("text", { x: 8, y: 52, class: "figure" }, g);
     maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
   });
   svg.setAttribute("viewBox", `0 0 ${maxX + 20} ${maxY + 20}`);
