@@ -25,6 +25,7 @@ from datetime import tzinfo
 from typing import Any, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
+from .appmetrics import AppMetrics
 from .codecs import Codec
 from .cron import Cron
 from .durations import Seconds, seconds
@@ -81,6 +82,8 @@ class App:
         self._tables: dict[str, TableBase[Any, Any]] = {}
         self._topic_decls: list[Topic[Any]] = []
         self._frozen = False
+        self.metrics = AppMetrics(self._check_open)
+        """The app's own Prometheus metrics (see ``flowkit.appmetrics``)."""
 
     def __repr__(self) -> str:
         return f"<App {self.name!r} broker={self.broker!r}>"

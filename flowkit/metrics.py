@@ -61,3 +61,37 @@ class Metrics:
         self.assigned_partitions = Gauge(
             "flowkit_assigned_partitions", "Partitions this worker owns", registry=r
         )
+        self.rebalances = Counter(
+            "flowkit_rebalances",
+            "Partition assignments and revocations this worker went through",
+            ["kind"],
+            registry=r,
+        )
+        self.rebalance_seconds = Histogram(
+            "flowkit_rebalance_seconds",
+            "Time to handle an assignment (recovery included) or a revocation (drain and commit)",
+            ["kind"],
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.e2e_latency = Histogram(
+            "flowkit_e2e_latency_seconds",
+            "Record timestamp to its outputs acknowledged by the broker (one observation per "
+            "batch: the oldest record of the batch)",
+            ["agent"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.batch_seconds = Histogram(
+            "flowkit_batch_seconds",
+            "From a batch's fetch to its agent being done with it (queue wait included)",
+            ["agent"],
+            registry=r,
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+        )
+        self.window_rejected = Counter(
+            "flowkit_window_rejected_records",
+            "Records a windowed table refused: late (window closed) or future (too far ahead)",
+            ["agent", "reason"],
+            registry=r,
+        )

@@ -109,6 +109,8 @@ class SinkRunner:
         self._idle.set()
         self.written = 0
         self.given_up = 0
+        self.batches = 0  # write_batch calls, retries included
+        self.retries = 0
         self.peak_pending = 0
         self.error: BaseException | None = None
 
@@ -166,6 +168,7 @@ class SinkRunner:
         while batch:
             attempt += 1
             items = [item for item, _ in batch]
+            self.batches += 1
             try:
                 await self.sink.write_batch(items)
                 self.written += len(items)
@@ -192,6 +195,7 @@ class SinkRunner:
                 attempt = 0
                 continue
             delay = self.retry.delay(attempt)
+            self.retries += 1
             log.warning(
                 "sink write failed; retrying",
                 sink=self.name,

@@ -140,7 +140,7 @@ def worker(
             "--web-port",
             min=0,
             max=65535,
-            help="Serve /metrics (Prometheus), /ready and /graph on this port.",
+            help="Serve the live page, /metrics, /health, /ready, /graph and /tables on this port.",
             show_default=False,
         ),
     ] = None,
@@ -422,3 +422,13 @@ def _describe(exc: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+# The operator's commands live in modules of their own; they use the helpers above.
+from .offsets import offsets  # noqa: E402
+from .send import send  # noqa: E402
+from .tables import tables  # noqa: E402
+
+cli.add_typer(tables)
+cli.command()(send)
+cli.add_typer(offsets)

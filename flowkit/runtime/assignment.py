@@ -10,6 +10,7 @@ exactly where this one stopped; then their table state is dropped.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -36,7 +37,9 @@ class Assignment:
         failed: Callable[[], bool],
         metrics: Metrics,
         drain_timeout: float,
+        forget: Callable[[set[TopicPartition]], None] = lambda tps: None,
     ) -> None:
+        self._forget = forget  # per-partition metric state of revoked partitions
         self.state = state
         self.tracker = tracker
         self._checkpoint = checkpoint
@@ -56,17 +59,25 @@ class Assignment:
         log.info("partitions assigned", partitions=_show(assigned))
         # Tables first: no record of a partition is processed before its state is back.
         self.rebalancing += 1
+        started = time.monotonic()
         try:
             await self.state.recover({tp.partition for tp in assigned})
         finally:
             self.rebalancing -= 1
+            self._observe("assign", started)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self.rebalancing += 1
+        started = time.monotonic()
         try:
             await self._revoke(revoked)
         finally:
             self.rebalancing -= 1
+            self._observe("revoke", started)
+
+    def _observe(self, kind: str, started: float) -> None:
+        self.metrics.rebalances.labels(kind).inc()
+        self.metrics.rebalance_seconds.labels(kind).observe(time.monotonic() - started)
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         log.info("partitions revoked", partitions=_show(revoked))
@@ -79,6 +90,7 @@ class Assignment:
         if not self._failed():
             await self._checkpoint(revoked)
         self.tracker.forget(revoked)
+        self._forget(revoked)
         self.assigned -= revoked
         kept = {tp.partition for tp in self.assigned}
         self.state.revoke({tp.partition for tp in revoked} - kept)

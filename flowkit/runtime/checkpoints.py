@@ -19,6 +19,7 @@ from ..errors import CommitFailed
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..transports import Consumer
+from .latency import LatencyTracker
 from .publisher import Publisher
 from .state import StateKeeper
 
@@ -41,7 +42,9 @@ class Checkpointer:
         report: Callable[[], None],
         metrics: Metrics,
         clock: Clock,
+        latency: LatencyTracker | None = None,
     ) -> None:
+        self.latency = latency
         self.consumer = consumer
         self.tracker = tracker
         self.publisher = publisher
@@ -73,6 +76,8 @@ class Checkpointer:
             started = self.clock.monotonic()
             await consumer.commit(offsets)
             self.tracker.committed(offsets)
+            if self.latency is not None:
+                self.latency.committed(offsets)
             self.metrics.commits.inc()
             self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
 

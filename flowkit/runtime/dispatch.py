@@ -22,6 +22,8 @@ from ..deadletter import dead_letter_headers, dead_letter_topic, fit_dead_letter
 from ..errors import (
     DecodeError,
     DefinitionError,
+    FutureRecord,
+    LateRecord,
     NotRunningError,
     ProcessingError,
     RecordRejected,
@@ -434,6 +436,9 @@ class Dispatcher:
             action = action.then
         self._retrying.pop(source.name, None)
         self.metrics.errors.labels(agent.name, stage).inc()
+        if isinstance(exc, LateRecord | FutureRecord):
+            reason = "late" if isinstance(exc, LateRecord) else "future"
+            self.metrics.window_rejected.labels(agent.name, reason).inc()
         log.error(
             "record failed",
             agent=agent.name,

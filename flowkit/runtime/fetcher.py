@@ -12,15 +12,17 @@ the watchdog's "is anything moving?".
 from __future__ import annotations
 
 import functools
+import time
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import OffsetTracker
+from ..checkpoint import OffsetTracker, PendingBatch
 from ..clock import Clock
 from ..errors import TransportError, WorkerStalled
 from ..metrics import Metrics
 from ..records import Message, TopicPartition
 from ..streams import Batch
 from ..transports import Consumer
+from .latency import LatencyTracker
 from .state import StateKeeper
 
 if TYPE_CHECKING:
@@ -42,8 +44,10 @@ class Fetcher:
         tracker: OffsetTracker,
         state: StateKeeper,
         metrics: Metrics,
+        latency: LatencyTracker | None = None,
     ) -> None:
         self.consumer = consumer
+        self.latency = latency
         self.routes = routes
         self.tracker = tracker
         self.state = state
@@ -51,6 +55,9 @@ class Fetcher:
         self.records_in = 0
         self.dispatching = False
         self._records_in_by_topic: dict[str, Any] = {}
+        self._batch_seconds: dict[str, Any] = {}  # agent -> histogram child, resolved once
+        # The timestamp of the newest record fetched per partition: lag in seconds.
+        self.newest_ts: dict[TopicPartition, int] = {}
 
     async def run(self, stop: asyncio.Event, timeout: float, max_records: int) -> None:
         """Fetch and dispatch until ``stop`` is set."""
@@ -76,20 +83,37 @@ class Fetcher:
         if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
             counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(tp.topic)
         counter.inc(len(messages))
+        end = messages[-1].offset + 1
+        self.newest_ts[tp] = messages[-1].timestamp
+        if self.latency is not None:
+            self.latency.fetched(tp, end, messages[0].timestamp)
         route = self.routes.get(tp.topic)
         if route is None:  # partials for a windowed table owned here: apply them inline
-            entry = self.tracker.add(tp, messages[-1].offset + 1, 1)
+            entry = self.tracker.add(tp, end, 1)
             await self.state.receive_partials(tp, messages)
             entry.release()
             return
         readers = route.readers
-        entry = self.tracker.add(tp, messages[-1].offset + 1, len(readers))
-        for _agent, sources in readers:
+        entry = self.tracker.add(tp, end, len(readers))
+        fetched = time.monotonic()
+        for agent, sources in readers:
             source = sources[tp.partition % len(sources)]
-            batch = Batch(route.topic, tp, messages, entry.release)
+            done = functools.partial(self._done, entry, fetched, self._histogram(agent.name))
+            batch = Batch(route.topic, tp, messages, done)
             if len(readers) == 1:
                 entry.progress = functools.partial(source.progress_of, batch)
             await source.put(batch)
+
+    def _histogram(self, agent: str) -> Any:
+        child = self._batch_seconds.get(agent)
+        if child is None:
+            child = self._batch_seconds[agent] = self.metrics.batch_seconds.labels(agent)
+        return child
+
+    @staticmethod
+    def _done(entry: PendingBatch, fetched: float, histogram: Any) -> None:
+        histogram.observe(time.monotonic() - fetched)
+        entry.release()
 
     # -- progress -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
 from ..transports import TopicSpec, Transport, read_to_end
+from .recovery import RecoveryProgress
 
 __all__ = ["StateKeeper"]
 
@@ -60,6 +61,8 @@ class StateKeeper:
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
         self._outbox_task: asyncio.Task[None] | None = None
+        self.recovery = RecoveryProgress()  # for metrics and the console
+        self.changelog_written: dict[str, int] = {}  # records per table, for metrics
 
     def now_ms(self) -> int:
         """The worker's wall clock, in milliseconds."""
@@ -122,9 +125,13 @@ class StateKeeper:
         the records read and the seconds it took."""
         consumer.assign(tps)
         started = self.clock.monotonic()
-        total = await read_to_end(
-            consumer, set(tps), lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
+        apply = self.recovery.watch(
+            consumer, tps, lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
         )
+        try:
+            total = await read_to_end(consumer, set(tps), apply)
+        finally:
+            self.recovery.finish()
         return total, round(self.clock.monotonic() - started, 3)
 
     async def _has_records(self, table: GlobalTable[Any, Any]) -> bool:
@@ -226,8 +233,12 @@ class StateKeeper:
         """Send the latest value of every changed key to the changelogs."""
         for table in self.partitioned:
             topic = table.changelog_topic
-            for p, key, value in self.stores[table].drain_changes():
+            changes = self.stores[table].drain_changes()
+            for p, key, value in changes:
                 await self._send(topic, value, key=key, partition=p)
+            if changes:
+                written = self.changelog_written
+                written[table.name] = written.get(table.name, 0) + len(changes)
 
     async def receive_partials(self, tp: TopicPartition, messages: list[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close."""

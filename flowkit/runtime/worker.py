@@ -32,9 +32,12 @@ from ..scope import TaskScope, enter_scope
 from ..transports import Consumer, TopicSpec, Transport, transport_from_url
 from .assignment import Assignment
 from .checkpoints import Checkpointer
+from .console import Console
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
 from .hooks import run_shutdown_hooks, run_startup_hooks
+from .latency import LatencyTracker
+from .observe import WorkerCollector
 from .publisher import Publisher
 from .state import StateKeeper
 from .supervisor import Supervisor
@@ -67,7 +70,9 @@ class Worker:
     topic (changelogs, repartition topics, the dead-letter topic). ``max_fetch_records``
     is the most records one fetch returns; ``queue_batches`` how many fetched batches
     wait per agent instance before the fetch waits; ``stall_timeout`` how long partitions
-    may have lag with nothing processed before the worker gives up (``WorkerStalled``).
+    may have lag with nothing processed before the worker gives up (``WorkerStalled``);
+    ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
+    logged, None for never; ``web_port`` serves the web endpoint (``flowkit.runtime.web``).
 
     >>> import asyncio, flowkit
     >>> app = flowkit.App("demo")
@@ -98,6 +103,7 @@ class Worker:
         stall_timeout: Seconds | None = 300.0,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
+        status_interval: float | None = 30.0,
     ) -> None:
         if group_id is not None and group_id != app.name:
             raise ConfigurationError(
@@ -127,6 +133,8 @@ class Worker:
         self.tracker = OffsetTracker()
         self.publisher: Publisher | None = None
         self.state = StateKeeper(app, self.transport, self.clock, self._send)
+        for declared in app.metrics.declared.values():  # the app's own, on this registry
+            self.state.stores[declared] = declared.create(self.metrics.registry)
         # What every task of this worker reaches through its context: the tables' stores.
         self.scope = TaskScope(stores=self.state.stores, sender=None, now_ms=self.state.now_ms)
         context = contextvars.copy_context()
@@ -144,6 +152,9 @@ class Worker:
         self._phase = "new"  # -> starting -> running -> closed
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        self.metrics.registry.register(WorkerCollector(self))  # read at scrape time
+        self.console = Console(self)  # recovery progress on stderr
+        self.status_interval = status_interval
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -209,7 +220,7 @@ class Worker:
         if self.web is not None:
             await self.web.start()  # first, so /ready answers 503 while recovering
             log.info(
-                "serving /metrics, /ready and /graph", url=f"http://{self.web.host}:{self.web.port}"
+                "serving the page, /metrics, /health, /ready, /graph and /tables", url=self.web.url
             )
         await self.transport.create_topics(required_topics(app))
         spawn(self.transport.watch(), "broker-watch")
@@ -238,6 +249,10 @@ class Worker:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
         consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
+        latency = LatencyTracker(
+            self.metrics,
+            {t: [a.name for a, _ in route.readers] for t, route in dispatcher.routes.items()},
+        )
         self.checkpointer = Checkpointer(
             consumer=consumer,
             tracker=self.tracker,
@@ -247,6 +262,7 @@ class Worker:
             report=dispatcher.report,
             metrics=self.metrics,
             clock=self.clock,
+            latency=latency,
         )
         spawn(self.checkpointer.run(settings.commit_interval), "commit")
         if consumer is not None:
@@ -256,6 +272,7 @@ class Worker:
                 tracker=self.tracker,
                 state=self.state,
                 metrics=self.metrics,
+                latency=latency,
             )
             for _, source in dispatcher.sources:  # a join waits for a side that has lag
                 source.behind = fetcher.behind
@@ -269,6 +286,8 @@ class Worker:
                 rebalancing = self._rebalancing
                 spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
         leader = leader_of(list(dispatcher.routes), consumer.assignment if consumer else None)
+        if self.status_interval:
+            spawn(self.console.run_status(self.status_interval), "status")
         for timer in app.timers:
             spawn(
                 run_timer(timer, self.clock, fail_fast=settings.fail_fast, leader=leader),
@@ -296,9 +315,17 @@ class Worker:
             failed=lambda: self._error is not None,
             metrics=self.metrics,
             drain_timeout=self.settings.shutdown_timeout,
+            forget=self._forget_partitions,
         )
         consumer.subscribe(topics, self.assignment)
         return consumer
+
+    def _forget_partitions(self, tps: set[TopicPartition]) -> None:
+        if self.checkpointer is not None and self.checkpointer.latency is not None:
+            self.checkpointer.latency.forget(tps)
+        if self.fetcher is not None:
+            for tp in tps:
+                self.fetcher.newest_ts.pop(tp, None)
 
     def _rebalancing(self) -> bool:
         return self.assignment is not None and self.assignment.rebalancing > 0
@@ -317,7 +344,9 @@ class Worker:
         self._stop.set()
         tasks = self.supervisor
         await tasks.cancel(
-            tasks.named("fetch", "commit", "window-ticks", "watchdog", "timer:", "broker-watch")
+            tasks.named(
+                "fetch", "commit", "window-ticks", "watchdog", "status", "timer:", "broker-watch"
+            )
         )
         await tasks.cancel(tasks.named("task:"))
         dispatcher = self.dispatcher
@@ -334,6 +363,8 @@ class Worker:
                 self.app.shutdown_hooks, self._context, self.settings.shutdown_timeout
             )
         await self.state.wait_outbox()  # never cancelled: it sends what it drained
+        if self.web is not None and self._error is None:
+            await self.web.leaving()  # tell the group its tables are no longer here
         try:
             if self._error is None and self.fetcher is not None:
                 await self.checkpoint()

@@ -107,6 +107,10 @@ class TableStore(Generic[K, V]):
         """Partitions this worker holds."""
         return set(self._data)
 
+    def sizes(self) -> dict[int, int]:
+        """Keys per held partition."""
+        return {p: len(d) for p, d in list(self._data.items())}
+
     def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
         """Rebuild state from changelog records (None value = deleted)."""
         data = self._data.setdefault(partition, {})

@@ -1,0 +1,51 @@
+"""What the operator's commands share: the app and broker they act on, parsed values.
+
+Each command loads the app, takes the broker URL (``--broker``, ``$FLOWKIT_BROKER``, else
+the app's own) and refuses ``memory://``: an embedded broker lives inside one worker
+process, so nothing outside it can read or write it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..app import App
+from ..errors import ConfigurationError
+from ..transports import parse_broker_url
+from .loader import load_app
+
+__all__ = ["kafka_app", "parse_typed"]
+
+
+def kafka_app(app: str, broker: str | None, what: str) -> tuple[App, str]:
+    """The loaded app and its broker URL; a ``memory://`` broker is a clear error."""
+    the_app = load_app(app)
+    url = broker or the_app.broker
+    parse_broker_url(url)
+    if url.startswith("memory://"):
+        raise ConfigurationError(
+            f"a memory:// broker lives inside one worker process; {what} needs Kafka "
+            "(--broker kafka://... or $FLOWKIT_BROKER)"
+        )
+    return the_app, url
+
+
+def parse_typed(text: str, type_: Any, what: str) -> Any:
+    """``text`` as a value of ``type_``: as-is for ``str`` and ``bytes``, else JSON
+    decoded and validated against the type (a one-line ``ConfigurationError`` if not)."""
+    if type_ is str:
+        return text
+    if type_ is bytes:
+        return text.encode()
+    try:
+        return msgspec.json.decode(text, type=type_)
+    except msgspec.ValidationError as exc:
+        raise ConfigurationError(f"{what} {text!r} is not a valid {_name(type_)}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigurationError(f"{what} {text!r} is not JSON: {exc}") from None
+
+
+def _name(type_: Any) -> str:
+    return getattr(type_, "__name__", None) or repr(type_)

@@ -1,0 +1,108 @@
+"""What a worker says on its console: table recovery progress and a periodic status line.
+
+While tables recover, a progress bar (records done / total, rate) is drawn on stderr when
+stderr is a terminal, and a ``recovering tables`` log line is written every few seconds
+otherwise (a file or a log collector has no use for a bar). While the worker runs, a
+``status`` line at info level every ``status_interval`` seconds gives records/s since the
+last line, the lag in records and the partitions held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+import structlog
+
+from .observe import partition_lag
+from .recovery import RecoveryProgress
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["Console"]
+
+log = structlog.get_logger(__name__)
+
+_BAR_EVERY = 0.1  # seconds between redraws of the bar
+_LOG_EVERY = 2.0  # seconds between progress log lines when not on a terminal
+_WIDTH = 30
+
+
+class Console:
+    """Recovery progress and status lines for one worker."""
+
+    def __init__(self, worker: Worker, stream: TextIO | None = None) -> None:
+        self.worker = worker
+        self.stream = stream or sys.stderr
+        self.log = log  # where the lines go (a test can hand its own)
+        self._last_draw = 0.0
+        self._drawn = False
+        self._last_records = 0
+        self._last_time = time.monotonic()
+        worker.state.recovery.listeners.append(self.progress)
+
+    @property
+    def terminal(self) -> bool:
+        """True when the stream is a terminal: a bar, not log lines."""
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def progress(self, recovery: RecoveryProgress) -> None:
+        """Called once per changelog batch read, and when the recovery ends."""
+        now = time.monotonic()
+        if recovery.active and now - self._last_draw < (
+            _BAR_EVERY if self.terminal else _LOG_EVERY
+        ):
+            return
+        self._last_draw = now
+        total = recovery.read + recovery.left
+        if self.terminal:
+            self._bar(recovery, total)
+        elif recovery.active:
+            self.log.info(
+                "recovering tables",
+                records=recovery.read,
+                total=total,
+                rate=round(recovery.rate()),
+            )
+
+    def _bar(self, recovery: RecoveryProgress, total: int) -> None:
+        if not recovery.active:
+            if self._drawn:
+                self.stream.write("\r" + " " * (_WIDTH + 60) + "\r")
+                self.stream.flush()
+                self._drawn = False
+            return
+        done = recovery.read
+        filled = _WIDTH if total == 0 else int(_WIDTH * done / total)
+        bar = "#" * filled + "." * (_WIDTH - filled)
+        self.stream.write(
+            f"\rrecovering tables [{bar}] {done:,}/{total:,} records {recovery.rate():,.0f}/s"
+        )
+        self.stream.flush()
+        self._drawn = True
+
+    def status_line(self) -> dict[str, object]:
+        """The figures of one status line (and reset the rate's start)."""
+        worker = self.worker
+        now = time.monotonic()
+        records = worker.records_in
+        seconds = now - self._last_time
+        rate = (records - self._last_records) / seconds if seconds > 0 else 0.0
+        self._last_records, self._last_time = records, now
+        lag = partition_lag(worker)
+        return {
+            "records_per_s": round(rate, 1),
+            "lag": sum(records for _, _, records, _ in lag),
+            "lag_seconds": round(max((s for *_, s in lag), default=0.0), 1),
+            "partitions": len(lag),
+        }
+
+    async def run_status(self, interval: float) -> None:
+        """Log a ``status`` line every ``interval`` seconds (real time)."""
+        while True:
+            await asyncio.sleep(interval)
+            self.log.info("status", **self.status_line())

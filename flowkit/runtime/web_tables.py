@@ -1,0 +1,202 @@
+"""Live table reads over HTTP, and which worker of the group holds a key.
+
+``GET /tables`` lists the app's tables; ``GET /tables/<name>/<key>`` answers the value of
+``key`` as JSON (a windowed table: the windows this worker knows for the key, open and
+closed until they expire; ``?at=<ms>`` the window holding that time). A key is held by the
+worker that owns its partition. Each worker with a web endpoint advertises, on the
+compacted topic ``<app>-web-endpoints``, its URL and the partitions it holds (again after
+each rebalance); a worker asked for a key it does not hold reads those advertisements and
+answers ``307`` to the owner's URL, or ``404`` naming the partition when nobody holds it.
+That is the interactive-query scheme of Kafka Streams, with the group's own broker as
+the directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import structlog
+from aiohttp import web
+
+from ..records import Message, TopicPartition
+from ..state import GlobalTable, Table, WindowedStore, WindowedTable
+from ..transports import Ack, TopicSpec, read_topic
+
+if TYPE_CHECKING:
+    from .web import WebServer
+    from .worker import Worker
+
+__all__ = ["TableQueries", "endpoints_topic"]
+
+log = structlog.get_logger(__name__)
+
+_ADVERTISE_EVERY = 0.5  # seconds between looks at the assignment
+
+
+def endpoints_topic(app_name: str) -> str:
+    """The compacted topic where an app's workers advertise their web endpoints."""
+    return f"{app_name}-web-endpoints"
+
+
+class TableQueries:
+    """The ``/tables`` routes of one worker, and its advertisement."""
+
+    def __init__(self, worker: Worker, server: WebServer) -> None:
+        self.worker = worker
+        self.server = server
+        self.topic = endpoints_topic(worker.app.name)
+        self._task: asyncio.Task[None] | None = None
+        self.advertised: list[int] | None = None
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register the routes on the aiohttp application."""
+        app.router.add_get("/tables", self._list)
+        app.router.add_get("/tables/{name}/{key}", self._get)
+
+    @property
+    def _partitioned(self) -> bool:
+        return bool(self.worker.state.partitioned)
+
+    async def start(self) -> None:
+        """Advertise this worker's endpoint while it runs (apps with partitioned tables)."""
+        if self._partitioned:
+            await self.worker.transport.create_topics([TopicSpec(self.topic, 1, compacted=True)])
+            self._task = asyncio.create_task(self._advertise_loop(), name="web-advertise")
+
+    async def aclose(self) -> None:
+        """Stop advertising; say that this worker holds nothing any more."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def advertise_gone(self) -> None:
+        """Tell the group this endpoint holds nothing (the worker is stopping)."""
+        if self.advertised:
+            await self._advertise([])
+
+    # -- advertisement --------------------------------------------------------------------
+
+    def held(self) -> list[int]:
+        """Partition numbers this worker holds (of the topics its tables follow)."""
+        assignment = self.worker.assignment
+        if assignment is None or assignment.rebalancing:
+            return self.advertised or []
+        return sorted({tp.partition for tp in assignment.assigned})
+
+    async def _advertise_loop(self) -> None:
+        while True:
+            held = self.held()
+            if held != self.advertised and self.worker.publisher is not None:
+                try:
+                    await self._advertise(held)
+                except Exception as exc:  # the broker may be away: try again later
+                    log.warning("advertising the web endpoint failed", error=repr(exc))
+            await asyncio.sleep(_ADVERTISE_EVERY)
+
+    async def _advertise(self, held: list[int]) -> None:
+        publisher = self.worker.publisher
+        if publisher is None:
+            return
+        url = self.server.url
+        body = json.dumps({"url": url, "partitions": held, "at": time.time()}).encode()
+        ack = await publisher.send_bytes(self.topic, body, key=url.encode())
+        if not isinstance(ack, Ack):  # the memory broker stored it already
+            await ack
+        self.advertised = held
+
+    async def owners(self) -> dict[int, str]:
+        """partition -> URL of the worker that advertised it last (other than this one)."""
+        latest: dict[str, dict[str, Any]] = {}
+
+        def apply(tp: TopicPartition, messages: list[Message]) -> None:
+            for m in messages:
+                if m.key is not None and m.value is not None:
+                    latest[m.key.decode()] = json.loads(m.value)
+
+        await read_topic(self.worker.transport, self.topic, apply, client_id="flowkit-web")
+        claims: dict[int, tuple[float, str]] = {}
+        for url, advert in latest.items():
+            if url == self.server.url:
+                continue
+            for p in advert.get("partitions", []):
+                if p not in claims or advert["at"] > claims[p][0]:
+                    claims[p] = (advert["at"], url)
+        return {p: url for p, (_, url) in claims.items()}
+
+    # -- routes ---------------------------------------------------------------------------
+
+    async def _list(self, request: web.Request) -> web.Response:
+        tables = []
+        for table in self.worker.app.tables.values():
+            kind = (
+                "windowed"
+                if isinstance(table, WindowedTable)
+                else "global"
+                if isinstance(table, GlobalTable)
+                else "table"
+            )
+            tables.append(
+                {
+                    "name": table.name,
+                    "kind": kind,
+                    "partitions": table.partitions,
+                    "url": f"/tables/{table.name}/{{key}}",
+                }
+            )
+        return web.json_response({"app": self.worker.app.name, "tables": tables})
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        name, raw = request.match_info["name"], request.match_info["key"]
+        table = self.worker.app.tables.get(name)
+        if table is None:
+            return _error(404, f"no table {name!r}; GET /tables lists them")
+        try:
+            key = raw if table.key_type is str else msgspec.json.decode(raw, type=table.key_type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return _error(400, f"key {raw!r} is not a {table.key_type.__name__}: {exc}")
+        store = self.worker.state.stores[table]
+        if isinstance(table, GlobalTable):
+            return self._value(name, key, None, store)
+        partition = table.partition_of(key)
+        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore):
+            if partition in store.owners.owners:
+                return self._windows(name, key, partition, store, request.query.get("at"))
+        elif isinstance(table, Table) and partition in store.held():
+            return self._value(name, key, partition, store)
+        owner = (await self.owners()).get(partition)
+        if owner is None:
+            return _error(
+                404, f"key {raw!r} is in partition {partition}, which no worker of the group holds"
+            )
+        raise web.HTTPTemporaryRedirect(f"{owner}{request.rel_url}")
+
+    def _value(self, name: str, key: Any, partition: int | None, store: Any) -> web.Response:
+        missing = object()
+        value = store.get(key, missing)
+        if value is missing:
+            return _error(404, f"table {name!r} has no key {key!r}")
+        body = {"table": name, "key": key, "partition": partition, "value": value}
+        return web.Response(body=msgspec.json.encode(body), content_type="application/json")
+
+    def _windows(
+        self, name: str, key: Any, partition: int, store: WindowedStore, at: str | None
+    ) -> web.Response:
+        windows = store.windows(key)
+        if at is not None:
+            try:
+                ms = int(at)
+            except ValueError:
+                return _error(400, f"at={at!r} is not a time in milliseconds")
+            windows = {w: v for w, v in windows.items() if w.start <= ms < w.end}
+        listed = [{"start": w.start, "end": w.end, "value": v} for w, v in windows.items()]
+        body = {"table": name, "key": key, "partition": partition, "windows": listed}
+        return web.Response(body=msgspec.json.encode(body), content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)

@@ -1,0 +1,99 @@
+"""The live page in a real headless Chromium: the graph renders and its figures move.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (CI installs them); without them the
+test is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+
+import pytest
+
+from flowkit.testing import TestDriver
+from tests.ops.webapp import Click, build
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)",
+)
+
+
+# The records the page shows the agent "count" has processed (0 until it shows any).
+RECORDS = (
+    "const f = document.querySelector('[data-id=\"agent:count\"] [data-records]');"
+    "return f ? +f.getAttribute('data-records') : 0"
+)
+
+
+def browser() -> object:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM or ""
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,700"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def wait_for(driver: object, script: str, deadline: float = 15.0) -> object:
+    """Run ``script`` in the page until it returns something truthy."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        value = driver.execute_script(script)  # type: ignore[attr-defined]
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"the page never satisfied: {script}")
+
+
+async def test_the_page_draws_the_graph_and_its_figures_move() -> None:
+    app = build("pagedemo")
+    clicks = app.topics["clicks"]
+    async with TestDriver(app, web_port=0) as driver:
+        web = driver.worker.web
+        assert web is not None
+        stop = asyncio.Event()
+
+        async def traffic() -> None:
+            n = 0
+            while not stop.is_set():
+                await driver.send(clicks, Click(f"user{n % 5}"), key=f"user{n % 5}")
+                n += 1
+                await asyncio.sleep(0.02)
+
+        sender = asyncio.create_task(traffic())
+        chrome = await asyncio.to_thread(browser)
+        try:
+
+            def check() -> tuple[str, int, int]:
+                chrome.get(web.url)  # type: ignore[attr-defined]
+                wait_for(chrome, "return document.querySelector('svg[data-rendered]')")
+                names = chrome.execute_script(  # type: ignore[attr-defined]
+                    "return [...document.querySelectorAll('.node')]"
+                    ".map(n => n.dataset.name).sort().join(',')"
+                )
+                first = int(wait_for(chrome, RECORDS))  # type: ignore[call-overload]
+                later = first
+                end = time.monotonic() + 15
+                while later <= first and time.monotonic() < end:
+                    time.sleep(0.1)
+                    later = int(chrome.execute_script(RECORDS))  # type: ignore[attr-defined]
+                return names, first, later
+
+            names, first, later = await asyncio.to_thread(check)
+        finally:
+            await asyncio.to_thread(chrome.quit)  # type: ignore[attr-defined]
+            stop.set()
+            await sender
+        assert names == (
+            "clicks,count,counts,pagedemo-counts-changelog,pagedemo-dlq,"
+            "pagedemo-per_window-changelog,pagedemo-per_window-repartition,per_window,users"
+        )
+        assert later > first > 0
