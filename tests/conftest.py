@@ -12,7 +12,8 @@ from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, Transport
 from tests.kafka_broker import TansuBroker, fresh_kafka, kafka_bootstrap  # noqa: F401
 
-# Client settings for tests on Tansu: quick rebalances and fetches (tansu.md).
+# Client settings for tests on Tansu: quick rebalances and fetches (docs/kafka.md: the broker
+# holds each group join for half the session timeout).
 KAFKA_TEST_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 2000,
     "heartbeat_interval_ms": 400,

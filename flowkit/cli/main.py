@@ -27,6 +27,7 @@ from ..rendering import render
 from ..runtime import Worker, required_topics
 from ..runtime.deadletters import read_dead_letters, replay_dead_letters
 from ..transports import Transport, parse_broker_url, redact, transport_from_url
+from .devbroker import dev_broker
 from .loader import load_app
 
 __all__ = ["cli"]
@@ -244,6 +245,7 @@ dlq = typer.Typer(
     no_args_is_help=True,
 )
 cli.add_typer(dlq)
+cli.command("dev-broker")(dev_broker)
 
 TopicOpt = Annotated[
     str | None,

@@ -17,6 +17,8 @@ HTML comment on the line just above the fence (MkDocs passes it through; readers
   broker, which replaces the ``kafka://HOST:PORT`` shown.
 - ``<!-- docs-test: needs index.md:clicks.py -->``: the block uses a file another page shows;
   it is written into this page's working directory first.
+- ``<!-- docs-test: run with --port 0 -->``: the commands run with these arguments added (a
+  fixed port could be taken on the machine that runs the tests).
 - ``<!-- docs-test: skip REASON -->``: not run, for a reason the comment states.
 
 Several markers go in one comment, separated by ``;``.

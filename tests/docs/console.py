@@ -31,6 +31,7 @@ _NORMALISERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\([\d,]+ records?/s\)"), "(<N> records/s)"),
     (re.compile(r"\bprocessed [\d,]+ records?\b"), "processed <N> records"),
     (re.compile(r"\brecords=\d+"), "records=<N>"),
+    (re.compile(r"flowkit-dev-broker-\w+"), "flowkit-dev-broker-<ID>"),
     (re.compile(r"\b(127\.0\.0\.1|localhost):\d+"), r"\1:<PORT>"),
     (re.compile(r"\b(\d+ (passed|failed|skipped))( in [\d.]+s)?"), r"\1"),
     (re.compile(r"[ \t]+$", re.MULTILINE), ""),

@@ -76,11 +76,13 @@ def _import_file(block: Block, workdir: Path) -> None:
         sys.modules.pop(name, None)
 
 
-def _run_console(block: Block, workdir: Path, kafka: str | None) -> None:
+def _run_console(block: Block, workdir: Path, kafka: str | None, extra: str) -> None:
     for command in parse_console(block.body):
         if not command.expected:
             continue
         line = _KAFKA_URL.sub(f"kafka://{kafka}", command.line) if kafka else None
+        if extra:
+            line = f"{line or command.line} {extra}"
         actual = run_command(command, workdir, line)
         if not matches(command.expected, actual, workdir):
             shown = "\n".join(command.expected)
@@ -130,7 +132,10 @@ def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None
                 kafka = None
                 if "kafka" in markers:
                     kafka = request.getfixturevalue("kafka_bootstrap")
-                _run_console(block, tmp_path, kafka)
+                extra = " ".join(
+                    m.removeprefix("run with ") for m in markers if m.startswith("run with ")
+                )
+                _run_console(block, tmp_path, kafka, extra)
     finally:
         sys.path.remove(str(tmp_path))
         del sys.modules[module.__name__]

@@ -313,7 +313,7 @@ async def test_worker_waits_for_a_broker_that_starts_late(
 async def test_worker_rejoins_after_a_broker_restart_while_idle(
     fresh_kafka: TansuBroker, client: Client, workers: Spawn
 ) -> None:
-    """With memory storage a restart loses every topic, record and offset (tansu.md), so
+    """With memory storage a restart loses every topic, record and offset (docs/kafka.md), so
     what can be checked is that the worker rides through the outage: it rejoins the
     group on the new broker and processes what is produced there, each record once."""
     url = broker_url(fresh_kafka.bootstrap)
