@@ -288,8 +288,16 @@ def dlq_show(
     with _errors():
         _, url, name, filters = _dlq_args(app, broker, topic, where)
         letters = asyncio.run(_read_letters(url, name))
-    chosen = [letter for letter in letters if letter.matches(filters)][-limit:]
-    typer.echo(f"{len(chosen)} of {len(letters)} dead letters in {name}")
+    matching = [letter for letter in letters if letter.matches(filters)]
+    chosen = matching[-limit:]
+    if where:  # say how many matched, not only how many there are
+        matched = count(len(matching), "dead letter")
+        typer.echo(
+            f"{len(chosen)} of {matched} matching {' '.join(where)} in {name}"
+            f" ({len(letters)} in all)"
+        )
+    else:
+        typer.echo(f"{len(chosen)} of {count(len(letters), 'dead letter')} in {name}")
     for letter in chosen:
         typer.echo(letter.describe())
 
@@ -319,7 +327,11 @@ def dlq_replay(
                 await transport.aclose()
 
         sent, total = asyncio.run(run())
-    typer.echo(f"replayed {sent} of {total} dead letters from {name}")
+    if where:
+        sent_text = count(sent, "dead letter")
+        typer.echo(f"replayed {sent_text} matching {' '.join(where)} from {name} ({total} in all)")
+    else:
+        typer.echo(f"replayed {sent} of {count(total, 'dead letter')} from {name}")
 
 
 def _dlq_args(
