@@ -98,7 +98,7 @@ def generate_events(
 
 def show(campaign: str, window: Window, count: int) -> None:
     """Print one closed window."""
-    print(f"window {window.start}-{window.end}  campaign {campaign[:8]}  views {count}", flush=True)
+    print(f"window {window}  campaign {campaign[:8]}  views {count}", flush=True)
 
 
 def make_app(

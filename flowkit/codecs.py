@@ -26,6 +26,17 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 
+def decode_error_message(exc: BaseException) -> str:
+    """What a ``DecodeError`` says about ``exc``, a decoder's error, naming its type once.
+
+    msgspec's own ``DecodeError`` (malformed bytes) would read "DecodeError: DecodeError: ..."
+    once wrapped, so only its message is kept; other types (``ValidationError``) are named.
+    """
+    if type(exc) is msgspec.DecodeError:
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 @runtime_checkable
 class Codec(Protocol[T]):
     """Encodes a value to bytes and decodes bytes to a value.
@@ -59,7 +70,7 @@ class JsonCodec(Generic[T]):
         try:
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:  # ValidationError is a subclass
-            raise DecodeError(f"{type(exc).__name__}: {exc}") from None
+            raise DecodeError(decode_error_message(exc)) from None
 
 
 class MsgpackCodec(Generic[T]):
@@ -79,7 +90,7 @@ class MsgpackCodec(Generic[T]):
         try:
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:
-            raise DecodeError(f"{type(exc).__name__}: {exc}") from None
+            raise DecodeError(decode_error_message(exc)) from None
 
 
 class RawCodec:

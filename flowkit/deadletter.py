@@ -191,7 +191,8 @@ class DeadLetter:
 
         when = datetime.datetime.fromtimestamp(self.failed_at_ms / 1000, datetime.UTC)
         value = self.message.value
-        preview = "<none>" if value is None else value[:width].decode(errors="replace")
+        # Bytes that are not UTF-8 show escaped (\xff), never raw on the terminal.
+        preview = "<none>" if value is None else value[:width].decode(errors="backslashreplace")
         if value is not None and len(value) > width:
             preview += "…"
         return (

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from .codecs import Codec, codec_for
+from .codecs import Codec, codec_for, decode_error_message
 from .errors import DecodeError, DefinitionError, NotRunningError
 from .records import Event, Headers, Message
 from .scope import require_scope
@@ -124,7 +124,7 @@ class Topic(Generic[T]):
             return exc
         if isinstance(exc, TypeError):
             return DecodeError("tombstone: the record has no value")
-        return DecodeError(f"{type(exc).__name__}: {exc}")
+        return DecodeError(decode_error_message(exc))
 
     def event(self, message: Message, value: T) -> Event[T]:
         """The envelope of ``message`` with its decoded ``value``."""

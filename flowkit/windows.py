@@ -13,6 +13,7 @@ partition when that partition's watermark (the largest event time seen there, mi
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import msgspec
@@ -20,14 +21,37 @@ import msgspec
 from .durations import Seconds, seconds
 from .errors import DefinitionError
 
-__all__ = ["HoppingWindow", "TumblingWindow", "Window", "WindowSpec", "WindowResult"]
+__all__ = ["HoppingWindow", "TumblingWindow", "Window", "WindowSpec", "WindowResult", "utc"]
+
+
+def utc(ms: int) -> str:
+    """``ms`` since the epoch as a UTC time, for people (milliseconds only when not 0).
+
+    >>> utc(1_700_000_000_000), utc(1_700_000_000_250)
+    ('2023-11-14 22:13:20', '2023-11-14 22:13:20.250')
+    """
+    when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    text = f"{when:%Y-%m-%d %H:%M:%S}"
+    return text if ms % 1000 == 0 else f"{text}.{ms % 1000:03d}"
 
 
 class Window(msgspec.Struct, frozen=True, order=True):
-    """One window: ``[start, end)`` in milliseconds since the epoch."""
+    """One window: ``[start, end)`` in milliseconds since the epoch.
+
+    ``str()`` shows it in UTC for people; ``start`` and ``end`` stay milliseconds for programs.
+
+    >>> str(Window(1_700_000_000_000, 1_700_000_010_000))
+    '2023-11-14 22:13:20 to 22:13:30 UTC'
+    """
 
     start: int
     end: int
+
+    def __str__(self) -> str:
+        start, end = utc(self.start), utc(self.end)
+        if start[:10] == end[:10]:
+            end = end[11:]  # the same day: the time alone
+        return f"{start} to {end} UTC"
 
 
 class WindowResult(msgspec.Struct, frozen=True):

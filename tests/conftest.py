@@ -18,7 +18,8 @@ from tests.kafka_broker import (  # noqa: F401
     moto_s3,
 )
 
-# Client settings for tests on Tansu: quick rebalances and fetches (tansu.md).
+# Client settings for tests on Tansu: quick rebalances and fetches (docs/kafka.md: the broker
+# holds each group join for half the session timeout).
 KAFKA_TEST_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 2000,
     "heartbeat_interval_ms": 400,

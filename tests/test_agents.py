@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog.testing
 
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
@@ -236,6 +237,41 @@ async def test_undecodable_records_go_to_dlq_untouched(make_driver: DriverFactor
         assert first["flowkit.error.stage"] == b"decode"
         assert first["flowkit.error.type"] == b"DecodeError"
         assert first["flowkit.source.offset"] == b"1"
+
+
+async def test_a_record_that_does_not_decode_is_one_dead_letter_for_all_readers() -> None:
+    app, views, _ = make_app()
+    seen: list[str] = []
+
+    @app.agent(views, dead_letter="views-bad")
+    async def first(stream: flowkit.Stream[View]) -> None:
+        async for view in stream:
+            seen.append(f"first {view.user}")
+
+    @app.agent(views)
+    async def second(stream: flowkit.Stream[View]) -> None:
+        async for view in stream:
+            seen.append(f"second {view.user}")
+
+    with structlog.testing.capture_logs() as logs:
+        async with TestDriver(app) as driver:
+            await driver.send_raw(views, b"{not json", partition=0)
+            await driver.send_raw(views, b'{"user": "a", "page": "/", "kind": "view"}', partition=0)
+            await driver.run_until_idle()
+            dead = await driver.messages("views-bad")
+            assert await driver.dead_letters() == []  # not also in the app's dead-letter topic
+            errors = driver.worker.metrics.errors
+            assert errors.labels("first", "decode")._value.get() == 1
+            assert errors.labels("second", "decode")._value.get() == 0
+    assert sorted(seen) == ["first a", "second a"]  # both readers went on with the next one
+    assert [d.value for d in dead] == [b"{not json"]
+    headers = dict(dead[0].headers)
+    assert headers["flowkit.agent"] == b"first"  # the first declared reader sends it
+    message = headers["flowkit.error.message"].decode()
+    assert message.startswith("JSON is malformed")  # the type is named once, by the header
+    lines = [line for line in logs if line["log_level"] != "debug"]
+    assert [(line["event"], line["agent"]) for line in lines] == [("record failed", "first")]
+    assert lines[0]["error"] == f"DecodeError({message!r})"
 
 
 async def test_fail_fast_raises_the_processing_error(make_driver: DriverFactory) -> None:

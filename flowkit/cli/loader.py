@@ -30,7 +30,12 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         path = os.path.abspath(app_dir)
         if path not in sys.path:
             sys.path.insert(0, path)
-    module = _import(module_name)
+    try:
+        module = _import(module_name)
+    except AppNotFound as exc:
+        if module_name.endswith(".py") and str(exc).startswith("could not import"):
+            raise AppNotFound(f"{exc}; {_module_not_file(spec)}") from None
+        raise
     obj: object = module
     for part in attr_path.split("."):
         try:
@@ -52,8 +57,17 @@ def _split(spec: str) -> tuple[str, str]:
         and all(part.isidentifier() for part in attr_path.split("."))
     )
     if not valid:
+        if sep and module_name.endswith(".py"):
+            raise AppNotFound(f"invalid app {spec!r}: {_module_not_file(spec)}")
         raise AppNotFound(f"invalid app {spec!r}: expected {_EXAMPLE}")
     return module_name, attr_path
+
+
+def _module_not_file(spec: str) -> str:
+    """``name the module, not its file: a.b:app`` for the file path ``a/b.py:app``."""
+    path, _, attr_path = spec.partition(":")
+    module = path.removesuffix(".py").replace("\\", "/").removeprefix("./").strip("/")
+    return f"name the module, not its file: {module.replace('/', '.')}:{attr_path}"
 
 
 def _import(module_name: str) -> object:

@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
+from .._text import count
 from ..app import App
 from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
@@ -27,7 +28,10 @@ from ..rendering import render
 from ..runtime import Worker, required_topics
 from ..runtime.deadletters import read_dead_letters, replay_dead_letters
 from ..transports import Transport, parse_broker_url, redact, transport_from_url
+from .addresses import check_web_address
+from .devbroker import dev_broker
 from .loader import load_app
+from .placeholders import plain_arguments
 
 __all__ = ["cli"]
 
@@ -49,6 +53,7 @@ class _Group(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        plain_arguments(self)
         if not standalone_mode:
             return super().main(
                 args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
@@ -140,12 +145,14 @@ def worker(
             "--web-port",
             min=0,
             max=65535,
+            metavar="PORT",
             help="Serve the live page, /metrics, /health, /ready, /graph and /tables on this port.",
             show_default=False,
         ),
     ] = None,
     web_host: Annotated[
-        str, typer.Option("--web-host", help="The address --web-port listens on.")
+        str,
+        typer.Option("--web-host", metavar="HOST", help="The address --web-port listens on."),
     ] = "127.0.0.1",
 ) -> None:
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
@@ -153,6 +160,8 @@ def worker(
         the_app = load_app(app)
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
+        if web_port:  # (0 picks a free port: nothing to check)
+            check_web_address(web_host, web_port)
         configure_logging(log_level, log_format)
         running = Worker(the_app, broker=url, web_port=web_port, web_host=web_host)
         try:
@@ -225,13 +234,13 @@ def topics(
         if have is None:
             status = "missing (created when a worker starts)"
         elif have != spec.partitions:
-            status = f"MISMATCH: {have} partitions; a worker refuses to start"
+            status = f"MISMATCH: {count(have, 'partition')}; a worker refuses to start"
             problems += 1
         else:
             status = "ok"
-        notes = "compacted" if spec.compacted else ""
+        notes = f"compacted; {status}" if spec.compacted else status
         shown = "-" if have is None else str(have)
-        typer.echo(f"{spec.name:<{width}}  {spec.partitions:>5}  {shown:>9}  {status} {notes}")
+        typer.echo(f"{spec.name:<{width}}  {spec.partitions:>5}  {shown:>9}  {notes}")
     if problems:
         raise typer.Exit(FAILED)
 
@@ -244,10 +253,16 @@ dlq = typer.Typer(
     no_args_is_help=True,
 )
 cli.add_typer(dlq)
+cli.command("dev-broker")(dev_broker)
 
 TopicOpt = Annotated[
     str | None,
-    typer.Option("--topic", help="The dead-letter topic (default: <app>-dlq).", show_default=False),
+    typer.Option(
+        "--topic",
+        metavar="TOPIC",
+        help="The dead-letter topic (default: <app>-dlq).",
+        show_default=False,
+    ),
 ]
 WhereOpt = Annotated[
     list[str] | None,
@@ -267,14 +282,22 @@ def dlq_show(
     broker: BrokerOpt = None,
     topic: TopicOpt = None,
     where: WhereOpt = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Newest N.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="Newest N.")] = 20,
 ) -> None:
     """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
     with _errors():
         _, url, name, filters = _dlq_args(app, broker, topic, where)
         letters = asyncio.run(_read_letters(url, name))
-    chosen = [letter for letter in letters if letter.matches(filters)][-limit:]
-    typer.echo(f"{len(chosen)} of {len(letters)} dead letters in {name}")
+    matching = [letter for letter in letters if letter.matches(filters)]
+    chosen = matching[-limit:]
+    if where:  # say how many matched, not only how many there are
+        matched = count(len(matching), "dead letter")
+        typer.echo(
+            f"{len(chosen)} of {matched} matching {' '.join(where)} in {name}"
+            f" ({len(letters)} in all)"
+        )
+    else:
+        typer.echo(f"{len(chosen)} of {count(len(letters), 'dead letter')} in {name}")
     for letter in chosen:
         typer.echo(letter.describe())
 
@@ -304,7 +327,11 @@ def dlq_replay(
                 await transport.aclose()
 
         sent, total = asyncio.run(run())
-    typer.echo(f"replayed {sent} of {total} dead letters from {name}")
+    if where:
+        sent_text = count(sent, "dead letter")
+        typer.echo(f"replayed {sent_text} matching {' '.join(where)} from {name} ({total} in all)")
+    else:
+        typer.echo(f"replayed {sent} of {count(total, 'dead letter')} from {name}")
 
 
 def _dlq_args(

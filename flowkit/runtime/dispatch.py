@@ -113,6 +113,9 @@ class Dispatcher:
         self._targets: dict[str, list[_Target]] = {}
         self._dlq: dict[str, str] = {}
         self._agents = {agent.name: agent for agent in app.agents}
+        # topic -> the agent that dead-letters its records that do not decode: the first
+        # declared reader, so that a bad record makes one dead letter, not one per reader.
+        self._decode_owner: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
         self._reported: dict[str, int] = {}
@@ -140,6 +143,7 @@ class Dispatcher:
             for topic in topics:
                 assert topic is not None
                 self.routes.setdefault(topic.name, Route(topic)).readers.append((agent, sources))
+                self._decode_owner.setdefault(topic.name, agent.name)
             self.sources.extend((agent, s) for s in sources)
             self._targets[agent.name] = [self._target(agent, s) for s in agent.sinks]
             self._dlq[agent.name] = agent.dead_letter or default_dlq
@@ -405,6 +409,8 @@ class Dispatcher:
         stage = exc.stage if isinstance(exc, ProcessingError) else "process"
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
+            if self._decode_owner.get(message.topic, agent.name) != agent.name:
+                return  # the topic's first reader dead-letters it; the others pass it by
             action = "dead_letter"  # bytes that do not decode never will: no retry, no skip
         if isinstance(exc, RecordRejected):
             stage, retry = "output", False  # refused for good: a retry meets the same refusal
@@ -475,16 +481,6 @@ class Dispatcher:
         topic: str | None = None,
     ) -> None:
         """Send ``message`` unchanged to the dead-letter topic, with headers saying why."""
-        if stage == "decode":
-            log.warning(
-                "record does not decode",
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                error=str(error),
-            )
-            if self.fail_fast:
-                raise error
         self.metrics.dead_letters.labels(stage).inc()
         headers = dead_letter_headers(
             message,

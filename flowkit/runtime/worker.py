@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from .._text import count
 from ..app import App
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
@@ -150,6 +151,7 @@ class Worker:
         self._forced = asyncio.Event()
         self._error: BaseException | None = None
         self._phase = "new"  # -> starting -> running -> closed
+        self._announced = False  # "worker started" was logged
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self.metrics.registry.register(WorkerCollector(self))  # read at scrape time
@@ -300,6 +302,7 @@ class Worker:
             agents=[a.name for a in app.agents],
             topics=sorted(dispatcher.routes),
         )
+        self._announced = True
 
     async def _subscribe(self, topics: list[str]) -> Consumer | None:
         if not topics:
@@ -406,7 +409,7 @@ class Worker:
         if self._own_transport:
             await self.transport.aclose()
         self.stopped_at = self.clock.monotonic()
-        if self.started_at is not None:
+        if self._announced:  # a start that failed said neither "worker started" nor this
             log.info("worker stopped", app=self.app.name, records=self.records_in)
 
     # -- sends and checkpoints ------------------------------------------------------------
@@ -479,7 +482,8 @@ class Worker:
         """One line: records processed and the rate."""
         seconds = self.elapsed
         rate = self.records_in / seconds if seconds > 0 else 0.0
-        return f"processed {self.records_in} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+        records = count(self.records_in, "record")
+        return f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
 
 
 def required_topics(app: App) -> list[TopicSpec]:

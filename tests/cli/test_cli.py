@@ -31,7 +31,7 @@ from flowkit.rendering import FORMATS, render, render_dot, render_mermaid, rende
 REPO = Path(__file__).resolve().parents[2]
 APPS = Path(__file__).resolve().parent / "apps"
 CLICKSTREAM = "examples.clickstream:app"
-SUMMARY = re.compile(r"^processed (\d+) records in [\d.]+ s \(.* records/s\)$")
+SUMMARY = re.compile(r"^processed (\d+) records? in [\d.]+ s \(.* records?/s\)$")
 
 runner = CliRunner()
 

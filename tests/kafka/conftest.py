@@ -32,7 +32,7 @@ collect_ignore_glob = ["apps/*.py"]
 REPO = Path(__file__).resolve().parents[2]
 
 # Short group timeouts: Tansu rebalances in 1-3 s with these, and a kill -9'd member is
-# taken over after about session timeout + join wait (tansu.md).
+# taken over after about session timeout + join wait (docs/kafka.md).
 CLIENT_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 2000,
     "heartbeat_interval_ms": 400,

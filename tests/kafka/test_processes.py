@@ -313,7 +313,7 @@ async def test_worker_waits_for_a_broker_that_starts_late(
 async def test_worker_rejoins_after_a_broker_restart_while_idle(
     fresh_kafka: TansuBroker, client: Client, workers: Spawn
 ) -> None:
-    """With memory storage a restart loses every topic, record and offset (tansu.md), so
+    """With memory storage a restart loses every topic, record and offset (docs/kafka.md), so
     what can be checked is that the worker rides through the outage: it rejoins the
     group on the new broker and processes what is produced there, each record once."""
     url = broker_url(fresh_kafka.bootstrap)
@@ -363,7 +363,7 @@ async def test_topics_before_and_after_a_worker_ran(
     assert topic_rows(before.out) == {
         ITEMS: (4, "-", missing),
         "counts-dlq": (1, "-", missing),
-        CHANGELOG: (4, "-", f"{missing} compacted"),
+        CHANGELOG: (4, "-", f"compacted; {missing}"),
     }
     assert await client.partition_count(ITEMS) is None  # looking created nothing
 
@@ -376,7 +376,7 @@ async def test_topics_before_and_after_a_worker_ran(
     assert topic_rows(after.out) == {
         ITEMS: (4, "4", "ok"),
         "counts-dlq": (1, "1", "ok"),
-        CHANGELOG: (4, "4", "ok compacted"),
+        CHANGELOG: (4, "4", "compacted; ok"),
     }
     assert_clean(before.err, worker.err, after.err)
 

@@ -68,7 +68,7 @@ async def test_create_topics_stores_compacted_and_is_all_or_nothing() -> None:
     await transport.create_topics([TopicSpec("log", 2, compacted=True), TopicSpec("plain", 1)])
     assert transport.broker.is_compacted("log")
     assert not transport.broker.is_compacted("plain")
-    with pytest.raises(ConfigurationError, match="'plain' exists with 1 partitions, not 4"):
+    with pytest.raises(ConfigurationError, match="'plain' exists with 1 partition, not 4"):
         await transport.create_topics([TopicSpec("fresh", 1), TopicSpec("plain", 4)])
     assert await transport.partition_count("fresh") is None
     with pytest.raises(ConfigurationError):

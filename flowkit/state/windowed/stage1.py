@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...errors import FutureRecord, NotRunningError
-from ...windows import WindowSpec
+from ...windows import WindowSpec, utc
 from . import wire
 
 __all__ = ["NONE", "Part", "Stage1"]
@@ -142,8 +142,9 @@ class Stage1:
         self.future_limit = self.now_ms() + self.spec.max_future_ms
         if ts > self.future_limit:
             raise FutureRecord(
-                f"event time {ts} is more than {self.spec.max_future_ms} ms ahead of the "
-                f"wall clock; table {self.name!r} does not let it move the watermark"
+                f"event time {utc(ts)} UTC ({ts} ms) is more than max_future="
+                f"{self.spec.max_future_ms / 1000:g} s ahead of the wall clock; table "
+                f"{self.name!r} does not let it move the watermark"
             )
 
     def advance(self, part: Part, ts: int) -> None:

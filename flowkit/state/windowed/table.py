@@ -252,8 +252,8 @@ class WindowedTable(TableBase[K, V]):
             self.late(key, window, amount)
             return
         raise LateRecord(
-            f"record for window [{window.start}, {window.end}) of table {self.name!r} "
-            "arrived after the window closed on its partition"
+            f"record for window {window} ([{window.start}, {window.end}) ms) of table "
+            f"{self.name!r} arrived after the window closed on its partition"
         )
 
     def _record_scope(self, what: str) -> tuple[TaskScope, WindowedStore, Any]:

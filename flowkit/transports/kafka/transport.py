@@ -5,6 +5,7 @@ retries, and topic administration.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
+from ..._text import count
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from ..base import OffsetReset, TopicSpec
 from .clients import KafkaConsumer, KafkaProducer
@@ -42,6 +44,7 @@ async def _connect(
     deadline, backoff, last = loop.time() + limit, 0.05, "timed out"
     try:
         while (remaining := deadline - loop.time()) > 0:
+            unknown: list[str] = []
             try:
                 async with asyncio.timeout(remaining):
                     for server in servers:
@@ -50,6 +53,8 @@ async def _connect(
                             _, writer = await asyncio.open_connection(host, int(port))
                         except OSError as exc:
                             last = exc.strerror or str(exc)
+                            if isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_NONAME:
+                                unknown.append(host)
                             continue
                         writer.close()
                         with map_kafka_errors():
@@ -59,6 +64,13 @@ async def _connect(
                 last = "timed out"
             except BrokerUnavailable as exc:
                 last = str(exc)
+            if len(unknown) == len(servers):
+                # No name resolves, and waiting will not change that (a DNS hiccup is
+                # EAI_AGAIN, which is retried): fail now, not after connect_timeout.
+                names = ", ".join(repr(host) for host in unknown)
+                raise BrokerUnavailable(
+                    f"the Kafka broker host {names} does not resolve ({last}); check the broker URL"
+                )
             if backoff == 0.05:
                 log.warning("waiting for a Kafka broker", servers=servers, error=last)
             await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0)))
@@ -224,7 +236,7 @@ class KafkaTransport:
 
 def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
     problems = [
-        f"topic {s.name!r} exists with {existing[s.name]} partitions,"
+        f"topic {s.name!r} exists with {count(existing[s.name], 'partition')},"
         f" the app declares {s.partitions}"
         for s in specs
         if existing.get(s.name, s.partitions) != s.partitions

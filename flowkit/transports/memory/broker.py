@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
+from ..._text import count as plural
 from ...errors import ConfigurationError, TransportError
 from ...partitioning import partition_for_key
 from ...records import Headers, Message, TopicPartition
@@ -195,7 +196,8 @@ class MemoryBroker:
         if existing is not None:
             if len(existing.logs) != partitions:
                 raise ConfigurationError(
-                    f"topic {name!r} exists with {len(existing.logs)} partitions, not {partitions}"
+                    f"topic {name!r} exists with {plural(len(existing.logs), 'partition')},"
+                    f" not {partitions}"
                 )
             return
         if partitions < 1:

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..._text import count as plural
 from ...errors import CommitFailed, ConfigurationError, RecordRejected, TransportError
 from ...records import Headers, Message, TopicPartition, record_size
 from ..base import Ack, OffsetReset, RebalanceListener, TopicSpec
@@ -384,7 +385,8 @@ class MemoryTransport:
             count = self.broker.partition_count(spec.name)
             if count is not None and count != spec.partitions:
                 raise ConfigurationError(
-                    f"topic {spec.name!r} exists with {count} partitions, not {spec.partitions}"
+                    f"topic {spec.name!r} exists with {plural(count, 'partition')},"
+                    f" not {spec.partitions}"
                 )
         for spec in specs:
             self.broker.create_topic(spec.name, spec.partitions, compacted=spec.compacted)
