@@ -242,6 +242,7 @@ class StreamSource(TaskScope):
                 continue
             out.append(batch)
         return out
+
     async def _get_before(self, clock: Clock, timeout: float) -> Batch | None:
         """The next queued item, unless ``timeout`` seconds of ``clock`` pass first."""
         get = asyncio.ensure_future(self._queue.get())
