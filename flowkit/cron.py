@@ -15,8 +15,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from .errors import DefinitionError
 
 __all__ = ["Cron"]
@@ -29,6 +27,10 @@ class Cron:
     """
 
     def __init__(self, expression: str, timezone: tzinfo | str | None = None) -> None:
+        # croniter (with dateutil) loads only when an app declares a crontab: it would
+        # add about 5% to every `import flowkit`.
+        from croniter import CroniterError, croniter
+
         if not isinstance(expression, str):
             raise DefinitionError(f"crontab must be a string like '0 * * * *', not {expression!r}")
         try:
@@ -50,6 +52,8 @@ class Cron:
 
     def next_after(self, ts: float) -> float:
         """The first time the schedule fires after ``ts`` (seconds since the epoch)."""
+        from croniter import croniter
+
         start = datetime.fromtimestamp(ts, self.tz)
         nxt: datetime = croniter(self.expression, start).get_next(datetime)
         return nxt.timestamp()

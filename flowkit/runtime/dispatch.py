@@ -269,7 +269,7 @@ class Dispatcher:
         return self.sinks_busy() or any(source.busy() for _, source in self.sources)
 
     def parked(self) -> int:
-        """Batches held by ``take()`` lists that wait for the clock."""
+        """Batches held by ``take()`` lists that wait for the clock or for records."""
         return sum(source.parked() for _, source in self.sources)
 
     async def aclose_sinks(self) -> None:

@@ -459,7 +459,7 @@ class Worker:
             return False
         parked = self.dispatcher.parked() if self.dispatcher is not None else 0
         if self.tracker.in_flight() > parked:
-            return False  # (records held by a take() list waiting for the clock: idle)
+            return False  # (records held by a take() list waiting for time or records: idle)
         publisher = self.publisher
         if publisher is not None and not publisher.all_acked():
             return False

@@ -97,7 +97,7 @@ class StreamSource(TaskScope):
         self.join_held: dict[int, tuple[deque[Batch], deque[Batch]]] = {}
         # Whether a partition has records not fetched yet (the worker sets the fetcher's).
         self.behind: Callable[[TopicPartition], bool] = lambda tp: False
-        self._waiting_on_clock = False
+        self._parked = False  # waiting for records or the worker's clock, not real time
 
     @property
     def pos(self) -> int:
@@ -163,10 +163,10 @@ class StreamSource(TaskScope):
             self._queue.put_nowait(None)
 
     def parked(self) -> int:
-        """Batches held by a ``take()`` list that waits for the clock (or more records):
-        the worker has nothing to do for them until time passes."""
+        """Batches held by a ``take()`` list that waits for the worker's clock or for more
+        records: the worker has nothing to do for them until either comes."""
         held = self._held
-        return len(held) if self._waiting_on_clock and held is not None else 0
+        return len(held) if self._parked and held is not None else 0
 
     def pending(self) -> int:
         """Batches queued and not yet taken."""
@@ -211,7 +211,11 @@ class StreamSource(TaskScope):
                 self.on_drained()
             try:
                 if timeout is None:
-                    batch = await self._queue.get()
+                    self._parked = True  # a held list waits for records: nothing to do
+                    try:
+                        batch = await self._queue.get()
+                    finally:
+                        self._parked = False
                 elif clock is not None:
                     batch = await self._get_before(clock, timeout)
                 else:
@@ -247,11 +251,11 @@ class StreamSource(TaskScope):
         """The next queued item, unless ``timeout`` seconds of ``clock`` pass first."""
         get = asyncio.ensure_future(self._queue.get())
         sleep = asyncio.ensure_future(clock.sleep(timeout))
-        self._waiting_on_clock = True
+        self._parked = True
         try:
             await asyncio.wait((get, sleep), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._waiting_on_clock = False
+            self._parked = False
             sleep.cancel()
             if not get.done():
                 get.cancel()

@@ -55,11 +55,12 @@ async def test_take_without_within_waits_for_full_lists() -> None:
             lists.append(chunk)
 
     async with TestDriver(app, clock=FakeClock()) as driver:
-        for i in range(7):
+        for i in range(9):
             await driver.send(nums, i)
         await driver.run_until_idle()
-        await driver.advance(3600)
+        await driver.advance(120)  # no within: [8] waits for a second value, however long
         assert lists == [[0, 2], [4, 6]]
+    assert lists == [[0, 2], [4, 6], [8]]  # the stream ended: the last list as it is
 
 
 async def test_enumerate_numbers_the_values_that_reach_it() -> None:
