@@ -9,6 +9,7 @@ from flowkit.metrics import Metrics
 from flowkit.records import TopicPartition
 from flowkit.runtime.assignment import Assignment
 from flowkit.runtime.state import StateKeeper
+from flowkit.runtime.worker import required_topics
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryTransport
 
@@ -20,7 +21,9 @@ async def test_a_revocation_whose_commit_fails_drops_the_partitions_and_goes_on(
     async def send(*_: object, **__: object) -> None:
         return None
 
-    state = StateKeeper(app, MemoryTransport(), FakeClock(), send)
+    transport = MemoryTransport()
+    await transport.create_topics(required_topics(app))
+    state = StateKeeper(app, transport, FakeClock(), send)
     tracker = OffsetTracker()
     commits: list[set[TopicPartition]] = []
 
