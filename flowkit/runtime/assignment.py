@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from ..checkpoint import OffsetTracker
+from ..errors import CommitFailed
 from ..metrics import Metrics
 from ..records import TopicPartition
 from .state import StateKeeper
@@ -88,7 +89,19 @@ class Assignment:
                 break
             await asyncio.sleep(0.005)
         if not self._failed():
-            await self._checkpoint(revoked)
+            try:
+                await self._checkpoint(revoked)
+            except CommitFailed as exc:
+                # The group moved on without us (a member that stalled past its session):
+                # the partitions are another member's now, and it starts at our last
+                # commit, so their records since then are processed again (at-least-once).
+                # Not a reason to stop: this worker rejoins and gets partitions back.
+                log.warning(
+                    "could not commit revoked partitions; their newest records will be "
+                    "processed again by the next owner",
+                    partitions=_show(revoked),
+                    error=str(exc),
+                )
         self.tracker.forget(revoked)
         self._forget(revoked)
         self.assigned -= revoked
