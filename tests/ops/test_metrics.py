@@ -114,3 +114,39 @@ def test_app_metrics_are_declarations() -> None:
         app.metrics.counter("bad name", "no")
     with pytest.raises(NotRunningError, match="metric 'hits'"):
         hits.set(1)
+
+
+async def test_future_records_and_sink_writes_are_counted() -> None:
+    app = flowkit.App("sinkdemo")
+    clicks = app.topic("clicks", value_type=Click, key_type=str)
+    per_window = app.table("per_window", default=int).tumbling(10.0)
+    written: list[str] = []
+
+    def keep(user: str) -> None:
+        written.append(user)
+
+    @app.agent(clicks, sink=[keep])
+    async def count(stream: flowkit.Stream[Click]) -> AsyncIterator[str]:
+        async for click in stream:
+            per_window[click.user] += 1
+            yield click.user
+
+    async with TestDriver(app) as driver:
+        now_ms = int(driver.clock.time() * 1000)
+        await driver.send(clicks, Click("a"), key="a", timestamp_ms=now_ms)
+        await driver.send(clicks, Click("b"), key="b", timestamp_ms=now_ms + 10 * 3600_000)
+        await driver.run_until_idle()
+        await driver.worker.checkpoint()
+        rejected = "flowkit_window_rejected_records_total"
+        assert sample(driver, rejected, agent="count", reason="future") == 1
+        assert sample(driver, "flowkit_dead_letters_total", stage="window") == 1
+        assert written == ["a"]
+        assert driver.worker.dispatcher is not None
+        (runner,) = driver.worker.dispatcher.runners.values()
+        assert runner.name.endswith("keep")  # the function's qualified name
+        assert sample(driver, "flowkit_sink_written_total", sink=runner.name) == 1
+        assert sample(driver, "flowkit_sink_pending", sink=runner.name) == 0
+        assert sample(driver, "flowkit_sink_batches_total", sink=runner.name) == 1
+        assert sample(driver, "flowkit_sink_retries_total", sink=runner.name) == 0
+        watermark = "flowkit_window_watermark_seconds"
+        assert sample(driver, watermark, table="per_window", partition="0") is not None

@@ -121,3 +121,29 @@ async def test_a_bad_host_is_one_line_naming_the_option() -> None:
     with pytest.raises(ConfigurationError, match=r"^--web-host '10\.255\.255\.1': not an address"):
         async with TestDriver(build(), web_port=0, web_host="10.255.255.1"):
             pass
+
+
+async def test_health_and_readiness_fail_after_a_fatal_error() -> None:
+    app = build("fataldemo")
+    go = asyncio.Event()
+
+    @app.task
+    async def breaks() -> None:
+        await go.wait()
+        raise RuntimeError("the disk is full")
+
+    driver = TestDriver(app, web_port=0)
+    async with driver:
+        web = driver.worker.web
+        assert web is not None
+        await driver.run_until_idle()
+        assert (await get(f"{web.url}/health"))[0] == 200
+        go.set()
+        for _ in range(200):
+            if driver.worker.error is not None:
+                break
+            await asyncio.sleep(0.01)
+        status, body, _ = await get(f"{web.url}/health")
+        assert status == 503 and body["alive"] is False  # type: ignore[index]
+        assert "the disk is full" in body["error"]  # type: ignore[index]
+        assert (await get(f"{web.url}/ready"))[0] == 503
