@@ -122,8 +122,11 @@ class RdkafkaConsumer:
             return
         self._closed = True
         self._transport._opened.discard(self)
-        if self._inflight is not None:
-            await asyncio.wait([self._inflight])  # ends within _SLICE: it sees _closed
+        inflight = self._inflight
+        if inflight is not None:
+            await asyncio.wait([inflight])  # ends within _SLICE: it sees _closed
+            if not inflight.cancelled():
+                inflight.exception()  # a batch nobody will read; its error is moot too
         kafka, self._kafka = self._kafka, None
         if kafka is not None:
             loop = asyncio.get_running_loop()
