@@ -59,15 +59,19 @@ FETCH = {"fetch_max_wait_ms": 50, "max_partition_fetch_bytes": 4 * 1024 * 1024}
 Counts = Counter[tuple[str, int]]
 
 
+SKIP_PROCESSES = False
+CLIENT = "aiokafka"  # --client: which Kafka client flowkit and the hand-written loops use
+
+
 def broker_url(bootstrap: str) -> str:
-    query = "&".join(f"{k}={v}" for k, v in GROUP_SETTINGS.items())
+    query = "&".join(f"{k}={v}" for k, v in {**GROUP_SETTINGS, "client": CLIENT}.items())
     return f"kafka://{bootstrap}?{query}"
 
 
-def make_app() -> flowkit.App:
+def make_app(name: str = "ysb") -> flowkit.App:
     # The data ends in the past: once caught up and quiet for a second, every partition
-    # closes its windows, so the emitted counts can be checked.
-    return ysb.make_app(generate=False, on_close=None, idle_timeout=1.0)
+    # closes its windows, so the emitted counts can be checked. The name is the group id.
+    return ysb.make_app(name=name, generate=False, on_close=None, idle_timeout=1.0)
 
 
 # -- data -----------------------------------------------------------------------------------
@@ -180,6 +184,53 @@ async def hand_written(bootstrap: str, n: int, max_records: int) -> tuple[float,
         await consumer.stop()
 
 
+# -- the confluent-kafka (librdkafka) loops, for --client rdkafka ------------------------------
+# Plain blocking loops, as a user of confluent-kafka would write them: nothing else runs
+# in the process meanwhile. Same fetch settings as flowkit's rdkafka defaults.
+
+
+def _rd_consumer(bootstrap: str) -> Any:
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ysb-hand-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": FETCH["fetch_max_wait_ms"],
+            "max.partition.fetch.bytes": FETCH["max_partition_fetch_bytes"],
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign(
+        [ck.TopicPartition(EVENTS, p, ck.OFFSET_BEGINNING) for p in range(ysb.PARTITIONS)]
+    )
+    return consumer
+
+
+def _rd_loop(bootstrap: str, n: int, max_records: int, query: bool) -> tuple[float, Counts]:
+    decode = msgspec.json.Decoder(ysb.AdView).decode
+    ads = ysb.campaign_map()
+    counts: Counts = Counter()
+    consumer = _rd_consumer(bootstrap)
+    try:
+        seen, started = 0, 0.0
+        while seen < n:
+            records = consumer.consume(max_records, 0) or consumer.consume(1, 1.0)
+            if not seen and records:
+                started = time.perf_counter()
+            seen += len(records)
+            if query:
+                for record in records:
+                    view = decode(record.value())
+                    if view.event_type == "view":
+                        t = view.event_time
+                        counts[ads[view.ad_id], t - t % WINDOW_MS] += 1
+        return time.perf_counter() - started, counts
+    finally:
+        consumer.close()
+
+
 async def window_counts(bootstrap: str, expected: int, deadline: float = 60.0) -> Counts:
     """Read the output topic until ``expected`` results arrived (or the deadline)."""
     consumer = aiokafka.AIOKafkaConsumer(
@@ -282,7 +333,7 @@ async def flowkit_processes(
     await reset_internal_topics(bootstrap)
     group = f"ysb-bench-{uuid.uuid4().hex[:8]}"
     cmd = [sys.executable, "-m", "benchmarks.ysb_kafka", "--child", "--bootstrap", bootstrap]
-    cmd += ["--group", group, "--max-records", str(max_records)]
+    cmd += ["--group", group, "--max-records", str(max_records), "--client", CLIENT]
     procs = [
         await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
         for _ in range(processes)
@@ -334,19 +385,26 @@ async def run(bootstrap: str, events: int, repeat: int, max_records: int) -> Non
     raw = hand = flow = float("inf")
     expected: Counts | None = None
     for _ in range(repeat):
-        raw = min(raw, await raw_consume(bootstrap, events, max_records))
-        t_hand, expected = await hand_written(bootstrap, events, max_records)
+        if CLIENT == "rdkafka":
+            raw = min(raw, _rd_loop(bootstrap, events, max_records, query=False)[0])
+            t_hand, expected = _rd_loop(bootstrap, events, max_records, query=True)
+        else:
+            raw = min(raw, await raw_consume(bootstrap, events, max_records))
+            t_hand, expected = await hand_written(bootstrap, events, max_records)
         hand = min(hand, t_hand)
         t_flow, got = await flowkit_in_process(bootstrap, events, max_records, len(expected))
         if got != expected:
             raise SystemExit("flowkit's window counts differ from the hand-written loop's")
         flow = min(flow, t_flow)
     assert expected is not None
-    print(f"raw consume (getmany only) : {events / raw:>10,.0f} events/s")
-    print(f"hand-written aiokafka loop : {events / hand:>10,.0f} events/s")
+    print(f"client: {CLIENT}")
+    print(f"raw consume (fetch only)   : {events / raw:>10,.0f} events/s")
+    print(f"hand-written {CLIENT} loop : {events / hand:>10,.0f} events/s")
     print(f"flowkit Worker, in-process : {events / flow:>10,.0f} events/s")
     print(f"ratio flowkit / hand-written: {hand / flow:.2f}   (counts identical)")
 
+    if SKIP_PROCESSES:
+        return
     best: dict[int, float] = {}
     for processes in (1, 2):
         measured: list[tuple[float, float]] = []
@@ -380,9 +438,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="runs of each; the best counts")
     parser.add_argument("--max-records", type=int, default=2000, help="records per getmany")
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
+    parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
+    parser.add_argument("--skip-processes", action="store_true", help="no scale-out runs")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--group", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global CLIENT, SKIP_PROCESSES
+    CLIENT, SKIP_PROCESSES = args.client, args.skip_processes
     configure_logging("warning")
     if args.child:
         asyncio.run(child(args.bootstrap, args.group, args.max_records))

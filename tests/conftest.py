@@ -41,12 +41,20 @@ def clock() -> FakeClock:
 DriverFactory = Callable[..., TestDriver]
 
 
-@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+BROKERS = ["memory", pytest.param("kafka", marks=pytest.mark.kafka)]
+# The librdkafka client too: for a representative subset of the Kafka tests (the YSB
+# query, an agent, a table), with ``@pytest.mark.parametrize("make_driver", ALL_CLIENTS,
+# indirect=True)``; running every Kafka test on both clients would double their time.
+ALL_CLIENTS = [*BROKERS, pytest.param("rdkafka", marks=pytest.mark.kafka)]
+
+
+@pytest.fixture(params=BROKERS)
 async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFactory]:
     """``make_driver(app, **options)`` -> a TestDriver on this test's broker.
 
     Every driver made in one test shares the broker, so a second one is a restart. On
     Kafka each test gets its own Tansu process, so fixed topic names never collide.
+    The param is ``memory``, ``kafka`` (aiokafka) or ``rdkafka`` (confluent-kafka).
     """
     transports: list[Transport] = []
     if request.param == "memory":
@@ -58,12 +66,13 @@ async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFac
         yield make
         return
 
-    from flowkit.transports.kafka import KafkaTransport
+    from flowkit.transports import transport_from_url
 
     tansu: TansuBroker = request.getfixturevalue("fresh_kafka")
+    client = "rdkafka" if request.param == "rdkafka" else "aiokafka"
 
     def make_kafka(app: flowkit.App, **options: Any) -> TestDriver:
-        transport = KafkaTransport([tansu.bootstrap], **KAFKA_TEST_SETTINGS)
+        transport = transport_from_url(tansu.url, client=client, **KAFKA_TEST_SETTINGS)
         transports.append(transport)
         options.setdefault("settle", 0.3)
         return TestDriver(app, transport=transport, **options)

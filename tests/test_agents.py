@@ -11,7 +11,7 @@ import structlog.testing
 
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
-from tests.conftest import DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory
 
 
 class View(flowkit.Record):
@@ -184,6 +184,7 @@ async def test_concurrency_keeps_partition_order(make_driver: DriverFactory) -> 
         assert values == sorted(values)
 
 
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_agent_error_goes_to_dlq_and_the_agent_goes_on(make_driver: DriverFactory) -> None:
     app = flowkit.App("e")
     nums = app.topic("nums", value_type=int)
@@ -290,6 +291,7 @@ async def test_fail_fast_raises_the_processing_error(make_driver: DriverFactory)
             await driver.run_until_idle()
 
 
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_restart_resumes_from_committed_offsets(make_driver: DriverFactory) -> None:
     seen: list[int] = []
 

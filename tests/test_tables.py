@@ -12,7 +12,7 @@ import flowkit
 from flowkit.streams import StreamSource
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
-from tests.conftest import DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory
 
 
 class Order(flowkit.Record):
@@ -39,6 +39,7 @@ def orders_app(name: str = "shop") -> tuple[flowkit.App, Any, Any]:
     return app, orders, totals
 
 
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_table_counts_and_survives_a_restart(make_driver: DriverFactory) -> None:
     app, orders, totals = orders_app()
     async with make_driver(app) as driver:

@@ -10,7 +10,7 @@ import pytest
 from examples import ysb
 from flowkit.testing import FakeClock
 from flowkit.windows import WindowResult
-from tests.conftest import DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory
 
 GRACE_MS = 5_000
 WINDOW_MS = 10_000
@@ -65,6 +65,7 @@ async def results(make_driver: DriverFactory, clock: FakeClock) -> tuple[Counter
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["one-run", "restart-midway"])
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverFactory) -> None:
     clock = FakeClock()
     events, late_events, truth = data_set(clock)

@@ -1,7 +1,8 @@
 """Transports: how flowkit talks to a broker.
 
 ``transport_from_url("memory://")`` gives the embedded broker; ``"kafka://host:port"``
-gives the aiokafka transport, imported only then, so memory-only users never load aiokafka.
+gives the aiokafka transport, imported only then, so memory-only users never load aiokafka;
+``"kafka://host:port?client=rdkafka"`` gives the librdkafka one (``flowkit[rdkafka]``).
 ``read_to_end`` and ``read_topic`` read partitions up to the high watermark their fetches
 report, for any transport.
 """
@@ -35,7 +36,8 @@ __all__ = [
 ]
 
 SCHEMES = ("memory", "kafka")
-_TEXT_SETTINGS = {"client_id", "group_instance_id", "security_protocol"}
+CLIENTS = ("aiokafka", "rdkafka")
+_TEXT_SETTINGS = {"client", "client_id", "group_instance_id", "security_protocol"}
 
 
 def redact(url: str) -> str:
@@ -106,10 +108,14 @@ def url_settings(url: str) -> dict[str, Any]:
 
 def transport_from_url(url: str, **settings: Any) -> Transport:
     """The transport for ``url``; ``settings`` (and the URL's query string, which they
-    override) pass through to the client (Kafka only).
+    override) pass through to the client (Kafka only). The ``client`` setting chooses
+    the Kafka client: ``aiokafka`` (the default) or ``rdkafka`` (confluent-kafka).
 
     >>> transport_from_url("memory://").url
     'memory://'
+    >>> transport_from_url("kafka://h:9092?client=kafka-python")
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: unknown Kafka client 'kafka-python' (known: ...)
     """
     scheme, servers = parse_broker_url(url)
     settings = {**url_settings(url), **settings}
@@ -119,6 +125,17 @@ def transport_from_url(url: str, **settings: Any) -> Transport:
                 f"memory:// takes no client settings (got {', '.join(sorted(settings))})"
             )
         return MemoryTransport()
+    client = settings.pop("client", "aiokafka")
+    if client not in CLIENTS:
+        raise ConfigurationError(f"unknown Kafka client {client!r} (known: {', '.join(CLIENTS)})")
+    if client == "rdkafka":
+        try:
+            from .rdkafka import RdkafkaTransport  # imported here: confluent-kafka is optional
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"client=rdkafka needs confluent-kafka: pip install 'flowkit[rdkafka]' ({exc})"
+            ) from exc
+        return RdkafkaTransport(servers, **settings)
     from .kafka import KafkaTransport  # imported here so aiokafka loads only for kafka://
 
     return KafkaTransport(servers, **settings)

@@ -148,10 +148,13 @@ async def test_two_worker_processes_split_ysb_and_count_exactly(
 # -- 2. kill -9 mid-run, restart: nothing lost, bounded duplicates, state recovered ----------
 
 
+# On both Kafka clients: the worker processes use aiokafka or librdkafka (the test's own
+# client is aiokafka either way).
+@pytest.mark.parametrize("kafka_client", ["aiokafka", "rdkafka"])
 async def test_sigkill_mid_run_loses_nothing_and_recovers_table_state(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    fresh_kafka: TansuBroker, client: Client, workers: Spawn, kafka_client: str
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(fresh_kafka.bootstrap, client=kafka_client)
     first = start_worker(workers, "counts-1", COUNTS_APP, url)
     await first.wait_for_log("tables recovered")
     total = 4_000

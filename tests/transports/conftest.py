@@ -44,13 +44,30 @@ def _kafka_builder(request: pytest.FixtureRequest) -> TransportFactory:
     )
 
 
+def _rdkafka_builder(request: pytest.FixtureRequest) -> TransportFactory:
+    pytest.importorskip("confluent_kafka")
+    from flowkit.transports.rdkafka import RdkafkaTransport
+
+    address = request.getfixturevalue("kafka_bootstrap")
+    return lambda: RdkafkaTransport(
+        [address], session_timeout_ms=3000, heartbeat_interval_ms=500, fetch_max_wait_ms=20
+    )
+
+
 _BUILDERS: dict[str, Callable[[pytest.FixtureRequest], TransportFactory]] = {
     "memory": _memory_builder,
     "kafka": _kafka_builder,
+    "rdkafka": _rdkafka_builder,
 }
 
 
-@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("rdkafka", marks=pytest.mark.kafka),
+    ]
+)
 async def transport_factory(request: pytest.FixtureRequest) -> AsyncIterator[TransportFactory]:
     """Make transports on one broker; every transport made is closed after the test."""
     build = _BUILDERS[request.param](request)

@@ -1,0 +1,398 @@
+"""``RdkafkaConsumer``: a librdkafka consumer behind the ``Consumer`` protocol.
+
+librdkafka fetches in its own threads; ``consume`` only takes what it has queued, but it
+blocks while it waits, and rebalance callbacks run inside it. So each consumer has one
+thread of its own that runs ``consume`` (one call per ``getmany``, a whole batch back to
+the event loop) and the callbacks; the callbacks hand the listener over to the loop and
+wait for it, so the listener still runs "inside ``getmany``" as the protocol says.
+
+Positions are flowkit's own: every partition starts at an offset resolved when it is
+assigned (the committed one, else the reset policy's end, looked up once), so ``position``
+is known as soon as ``highwater`` is, and moves with the records ``getmany`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import confluent_kafka as ck
+import structlog
+
+from ...errors import CommitFailed, ConfigurationError, TransportError
+from ...records import Message, TopicPartition
+from ..base import OffsetReset, RebalanceListener
+from .errors import RDKAFKA_ERRORS, map_rdkafka_errors, translate
+
+if TYPE_CHECKING:
+    from .transport import RdkafkaTransport
+
+__all__ = ["RdkafkaConsumer"]
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+_SLICE = 0.1  # seconds a waiting consume blocks before it looks for aclose()
+# What the consume thread hands over: start offsets it resolved, records, high watermarks.
+_Batch = tuple[dict[TopicPartition, int], list[Any], dict[TopicPartition, int]]
+
+
+class RdkafkaConsumer:
+    """A ``confluent_kafka.Consumer`` behind the ``Consumer`` protocol (auto-commit off).
+
+    The client is made in ``start`` or by the first ``getmany``/``commit``; ``subscribe``
+    and ``assign`` called before that take effect then. Closing leaves the group without
+    a revocation callback: commit before ``aclose``.
+    """
+
+    def __init__(
+        self,
+        transport: RdkafkaTransport,
+        config: dict[str, Any],
+        group_id: str | None,
+        auto_offset_reset: OffsetReset,
+    ) -> None:
+        self._transport = transport
+        self._config = config
+        self._group_id = group_id
+        self._reset = auto_offset_reset
+        self._kafka: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="flowkit-rdkafka-consumer"
+        )
+        self._topics: list[str] | None = None
+        self._listener: RebalanceListener | None = None
+        self._owned: set[TopicPartition] = set()
+        self._positions: dict[TopicPartition, int] = {}
+        # High watermarks as of the last batch, read by the consume thread: the loop
+        # never calls into librdkafka for them (a call there can wait on a lock that a
+        # rebalance callback in the consume thread holds).
+        self._highs: dict[TopicPartition, int] = {}
+        # assign() not yet applied by the consume thread: partition -> kept position.
+        self._wanted: dict[TopicPartition, int | None] | None = None
+        self._wanted_lock = threading.Lock()
+        self._ktps: dict[TopicPartition, Any] = {}
+        self._inflight: asyncio.Future[_Batch] | None = None
+        self._fatal: TransportError | None = None
+        self._closed = False
+        # While a rebalance callback waits for the listener, calls the listener makes
+        # (commit) run in the consume thread: librdkafka does not answer a commit made
+        # from another thread during the callback.
+        self._in_callback = False
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._calls = queue.SimpleQueue()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (``BrokerUnavailable`` after ``connect_timeout``); a group member joins
+        in ``getmany``."""
+        if self._kafka is not None:
+            return
+        if self._closed:
+            raise TransportError("this Kafka consumer is closed")
+        self._loop = asyncio.get_running_loop()
+        kafka = ck.Consumer({**self._config, "error_cb": self._on_error})
+        try:
+            await self._transport._connect(kafka)
+        except BaseException:
+            await self._loop.run_in_executor(self._thread, kafka.close)
+            raise
+        self._kafka = kafka
+        if self._topics is not None:
+            self._subscribe(kafka)
+
+    def _on_error(self, error: Any) -> None:
+        # librdkafka reports connection trouble here and retries by itself; only a fatal
+        # error ends the consumer.
+        if error.fatal():
+            self._fatal = translate(ck.KafkaException(error))
+        elif not self._closed:
+            log.debug("Kafka client error", error=error.str())
+
+    async def aclose(self) -> None:
+        """Leave the group and disconnect; a ``getmany`` waiting in another task returns {}."""
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._opened.discard(self)
+        inflight = self._inflight
+        if inflight is not None:
+            await asyncio.wait([inflight])  # ends within _SLICE: it sees _closed
+            if not inflight.cancelled():
+                inflight.exception()  # a batch nobody will read; its error is moot too
+        kafka, self._kafka = self._kafka, None
+        if kafka is not None:
+            loop = asyncio.get_running_loop()
+            with map_rdkafka_errors():
+                await loop.run_in_executor(self._thread, kafka.close)
+        self._thread.shutdown(wait=False)
+
+    # -- assignment ---------------------------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
+        """Join the consumer group for ``topics``; ``listener`` hears of every change."""
+        if self._group_id is None:
+            raise ConfigurationError("subscribe() needs a consumer with a group_id")
+        self._topics, self._listener = list(topics), listener
+        if self._kafka is not None:
+            self._subscribe(self._kafka)
+
+    def _subscribe(self, kafka: Any) -> None:
+        with map_rdkafka_errors():
+            kafka.subscribe(
+                self._topics,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_revoke,
+            )
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions; those kept from the last call keep their position."""
+        if self._listener is not None:
+            raise ConfigurationError("assign() on a consumer that subscribed to a group")
+        wanted = {TopicPartition(tp[0], tp[1]) for tp in partitions}
+        self._owned = set(wanted)
+        self._positions = {tp: p for tp, p in self._positions.items() if tp in wanted}
+        with self._wanted_lock:
+            self._wanted = {tp: self._positions.get(tp) for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (as last told to the listener)."""
+        return set(self._owned)
+
+    def _ktp(self, tp: TopicPartition) -> Any:
+        ktp = self._ktps.get(tp)
+        if ktp is None:
+            ktp = self._ktps[tp] = ck.TopicPartition(tp.topic, tp.partition)
+        return ktp
+
+    def _starts(self, kafka: Any, tps: list[TopicPartition], committed: bool) -> dict[Any, int]:
+        # In the consume thread: where each partition starts, the committed offset or
+        # else the end the reset policy names (a listed offset, not a lazy "beginning",
+        # so the position is a number from the start).
+        timeout = self._transport._timeout
+        starts: dict[TopicPartition, int] = {}
+        if committed and tps:
+            for k in kafka.committed([self._ktp(tp) for tp in tps], timeout=timeout):
+                if k.offset >= 0:
+                    starts[TopicPartition(k.topic, k.partition)] = k.offset
+        end = 0 if self._reset == "earliest" else 1
+        for tp in tps:
+            if tp not in starts:
+                marks = kafka.get_watermark_offsets(self._ktp(tp), timeout=timeout, cached=False)
+                starts[tp] = int(marks[end])
+        return starts
+
+    def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
+        if self._closed:
+            return
+        tps = [TopicPartition(k.topic, k.partition) for k in partitions]
+        starts = self._starts(kafka, tps, committed=True)
+        kafka.assign([ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in starts.items()])
+        self._in_loop(self._assigned(starts))
+
+    def _on_revoke(self, kafka: Any, partitions: list[Any]) -> None:
+        if not self._closed and partitions:
+            self._in_loop(self._revoked({TopicPartition(k.topic, k.partition) for k in partitions}))
+
+    async def _assigned(self, starts: dict[TopicPartition, int]) -> None:
+        self._positions.update(starts)
+        self._owned = set(starts)
+        if self._listener is not None:
+            await self._listener.on_partitions_assigned(set(starts))
+
+    async def _revoked(self, revoked: set[TopicPartition]) -> None:
+        self._owned = self._owned - revoked  # a new set: the consume thread reads the old one
+        try:
+            if self._listener is not None:
+                await self._listener.on_partitions_revoked(revoked)
+        finally:
+            for tp in revoked:
+                self._positions.pop(tp, None)
+
+    def _in_loop(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        # From the consume thread: run ``coro`` on the event loop and wait for it, running
+        # the calls it hands to this thread meanwhile.
+        loop = self._loop
+        assert loop is not None
+        self._in_callback = True
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            while not future.done():
+                try:
+                    call, result = self._calls.get(timeout=0.02)
+                except queue.Empty:
+                    if loop.is_closed():
+                        future.cancel()
+                        return None
+                    continue
+                try:
+                    result.set_result(call())
+                except BaseException as exc:
+                    result.set_exception(exc)
+            return future.result()
+        finally:
+            self._in_callback = False
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        # A blocking librdkafka call, off the event loop: in the consume thread while a
+        # rebalance callback waits there, else in the loop's executor.
+        if self._in_callback:
+            result: concurrent.futures.Future[T] = concurrent.futures.Future()
+            self._calls.put((call, result))
+            return await asyncio.wrap_future(result)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    # -- fetching -----------------------------------------------------------------------
+
+    def _consume(self, kafka: Any, timeout: float, max_records: int) -> _Batch:
+        # In the consume thread. consume(n, t) waits for all n records or t seconds, so
+        # wait for the first record only and take what else is queued without waiting.
+        starts: dict[TopicPartition, int] = {}
+        with self._wanted_lock:
+            wanted, self._wanted = self._wanted, None
+        if wanted is not None:
+            fresh = [tp for tp, p in wanted.items() if p is None]
+            starts = self._starts(kafka, fresh, committed=False)
+            offsets = {**{tp: p for tp, p in wanted.items() if p is not None}, **starts}
+            kafka.assign(
+                [ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in offsets.items()]
+            )
+        records = kafka.consume(max_records, 0)
+        end = time.monotonic() + timeout
+        while not records and not self._closed and self._wanted is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            records = kafka.consume(1, min(left, _SLICE))
+            if records and max_records > 1:
+                records.extend(kafka.consume(max_records - 1, 0))
+        highs = {}
+        for tp in self._owned:
+            high = kafka.get_watermark_offsets(self._ktp(tp), cached=True)[1]
+            if high >= 0:
+                highs[tp] = int(high)
+        return starts, records, highs
+
+    async def getmany(
+        self, timeout: float, max_records: int
+    ) -> dict[TopicPartition, list[Message]]:
+        """Up to ``max_records`` records; rebalance callbacks due run first."""
+        kafka = self._kafka
+        if kafka is None:
+            await self.start()
+            kafka = self._kafka
+        if self._closed:
+            return {}
+        future = self._inflight
+        if future is None:
+            loop = asyncio.get_running_loop()
+            future = self._inflight = asyncio.wrap_future(
+                self._thread.submit(self._consume, kafka, timeout, max_records), loop=loop
+            )
+        try:
+            # A cancelled getmany leaves the batch to the next call: nothing is dropped.
+            starts, records, highs = await asyncio.shield(future)
+        except RDKAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        finally:
+            if future.done():
+                self._inflight = None
+        if self._fatal is not None:
+            raise self._fatal
+        if starts:
+            self._positions.update({tp: o for tp, o in starts.items() if tp in self._owned})
+        self._highs = highs
+        if self._closed or not records:
+            return {}
+        return self._convert(records)
+
+    def _convert(self, records: list[Any]) -> dict[TopicPartition, list[Message]]:
+        # The hot path: one Message per record, runs of one partition appended together.
+        out: dict[TopicPartition, list[Message]] = {}
+        positions = self._positions
+        topic: Any = None
+        partition, batch = -1, None
+        for r in records:
+            if r.error() is not None:
+                error = r.error()
+                if error.code() == ck.KafkaError._PARTITION_EOF:
+                    continue
+                raise translate(ck.KafkaException(error))
+            if r.partition() != partition or r.topic() != topic:
+                topic, partition = r.topic(), r.partition()
+                tp = TopicPartition(topic, partition)
+                batch = None if tp not in positions else out.setdefault(tp, [])
+            if batch is not None:
+                batch.append(
+                    Message(
+                        topic,
+                        partition,
+                        r.offset(),
+                        r.timestamp()[1],
+                        r.key(),
+                        r.value(),
+                        r.headers() or (),
+                    )
+                )
+        for tp, messages in out.items():
+            positions[tp] = messages[-1].offset + 1
+        return {tp: messages for tp, messages in out.items() if messages}
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``getmany`` returns for ``tp``.
+
+        Unknown (``TransportError``) between an assignment and the ``getmany`` that
+        resolves where the partition starts.
+        """
+        try:
+            return self._positions[tp]
+        except KeyError:
+            why = "is not known yet" if tp in self._owned else "is not assigned to this consumer"
+            raise TransportError(f"the position of {tp.topic}[{tp.partition}] {why}") from None
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The log end offset of ``tp`` from the last fetch response, or None."""
+        return self._highs.get(tp) if tp in self._positions else None
+
+    # -- offsets ------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit, for each partition, the offset of the next record to read."""
+        if self._group_id is None or self._closed:
+            why = "is closed" if self._closed else "has no group_id"
+            raise CommitFailed(f"cannot commit: this consumer {why}")
+        if self._kafka is None:
+            await self.start()
+        if not offsets:
+            return
+        kafka = self._kafka
+        wanted = [ck.TopicPartition(tp[0], tp[1], off) for tp, off in offsets.items()]
+        with map_rdkafka_errors(commit=True):
+            done = await self._blocking(lambda: kafka.commit(offsets=wanted, asynchronous=False))
+        failed = [k for k in done or () if k.error is not None]
+        if failed:
+            raise translate(ck.KafkaException(failed[0].error), commit=True)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp``, or None.
+
+        Not in the ``Consumer`` protocol (the runtime never asks): tests use it.
+        """
+        if self._group_id is None:
+            raise ConfigurationError("committed() needs a consumer with a group_id")
+        if self._kafka is None:
+            await self.start()
+        kafka, timeout = self._kafka, self._transport._timeout
+        with map_rdkafka_errors():
+            (got,) = await self._blocking(
+                lambda: kafka.committed([ck.TopicPartition(tp[0], tp[1])], timeout=timeout)
+            )
+        return None if got.offset < 0 else int(got.offset)

@@ -1,0 +1,139 @@
+"""librdkafka client settings: flowkit's names (the same as the aiokafka transport's, so a
+URL works on both clients), the librdkafka property each one sets, flowkit's defaults, and
+the checks that refuse an unknown name or a bad value with one ``ConfigurationError`` line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ConfigurationError
+
+__all__ = ["DEFAULTS", "SETTINGS", "check_settings", "client_config"]
+
+_Check = tuple[Callable[[Any], bool], str]
+
+
+def _int(low: int) -> _Check:
+    return (lambda v: type(v) is int and v >= low), f"an int >= {low}"
+
+
+def _one_of(*choices: object) -> _Check:
+    names = ", ".join(map(repr, choices))
+    return (lambda v: any(v == c and type(v) is type(c) for c in choices)), f"one of {names}"
+
+
+_STR: _Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+_SECONDS: _Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
+_POS, _NONNEG = _int(1), _int(0)
+
+# name -> (check, librdkafka property or None for flowkit's own, which clients take it).
+# Roles: "all" clients, "producer", "consumer", "group" (consumers with a group_id).
+SETTINGS: dict[str, tuple[_Check, str | None, str]] = {
+    "client_id": (_STR, None, "all"),
+    "connect_timeout": (_SECONDS, None, "all"),
+    "request_timeout_ms": (_POS, "socket.timeout.ms", "all"),
+    "retry_backoff_ms": (_NONNEG, "retry.backoff.ms", "all"),
+    "metadata_max_age_ms": (_POS, "metadata.max.age.ms", "all"),
+    "security_protocol": (
+        _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        "security.protocol",
+        "all",
+    ),
+    "sasl_mechanism": (
+        _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "sasl.mechanism",
+        "all",
+    ),
+    "sasl_plain_username": (_STR, "sasl.username", "all"),
+    "sasl_plain_password": (_STR, "sasl.password", "all"),
+    "ssl_cafile": (_STR, "ssl.ca.location", "all"),
+    "ssl_certfile": (_STR, "ssl.certificate.location", "all"),
+    "ssl_keyfile": (_STR, "ssl.key.location", "all"),
+    "acks": (_one_of(0, 1, -1, "all"), "acks", "producer"),
+    "compression_type": (
+        _one_of(None, "gzip", "snappy", "lz4", "zstd"),
+        "compression.type",
+        "producer",
+    ),
+    "linger_ms": (_NONNEG, "linger.ms", "producer"),
+    "max_batch_size": (_POS, "batch.size", "producer"),
+    "max_request_size": (_POS, "message.max.bytes", "producer"),
+    "fetch_max_wait_ms": (_NONNEG, "fetch.wait.max.ms", "consumer"),
+    "fetch_min_bytes": (_POS, "fetch.min.bytes", "consumer"),
+    "fetch_max_bytes": (_POS, "fetch.max.bytes", "consumer"),
+    "max_partition_fetch_bytes": (_POS, "max.partition.fetch.bytes", "consumer"),
+    "fetch_queue_backoff_ms": (_NONNEG, "fetch.queue.backoff.ms", "consumer"),
+    "queued_max_messages_kbytes": (_POS, "queued.max.messages.kbytes", "consumer"),
+    "session_timeout_ms": (_POS, "session.timeout.ms", "group"),
+    "heartbeat_interval_ms": (_POS, "heartbeat.interval.ms", "group"),
+    "max_poll_interval_ms": (_POS, "max.poll.interval.ms", "group"),
+    "isolation_level": (
+        _one_of("read_uncommitted", "read_committed"),
+        "isolation.level",
+        "consumer",
+    ),
+    "group_instance_id": (_STR, "group.instance.id", "group"),
+}
+
+# flowkit's defaults, the aiokafka transport's where both clients have the setting.
+# fetch_queue_backoff_ms: librdkafka's default (1000 ms) pauses a partition's fetches for a
+# second whenever its local queue is full, which caps consuming at a few thousand records/s
+# on some brokers; 10 ms keeps the queue topped up.
+DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10.0,
+    "acks": "all",
+    "linger_ms": 5,
+    "max_batch_size": 256 * 1024,
+    "fetch_max_wait_ms": 50,
+    "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    "fetch_queue_backoff_ms": 10,
+}
+
+
+def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` over ``DEFAULTS``, once every name, value and combination is valid.
+
+    >>> check_settings({"linger_ms": 2})["linger_ms"]
+    2
+    >>> check_settings({"linger": 2})
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: unknown rdkafka setting 'linger' (known: ...)
+    """
+    for name, value in settings.items():
+        if name not in SETTINGS:
+            known = ", ".join(sorted(SETTINGS))
+            raise ConfigurationError(f"unknown rdkafka setting {name!r} (known: {known})")
+        ok, expected = SETTINGS[name][0]
+        if not ok(value):
+            raise ConfigurationError(f"rdkafka setting {name}={value!r}: expected {expected}")
+    s = {**DEFAULTS, **settings}
+    if s.get("heartbeat_interval_ms", 3000) >= s.get("session_timeout_ms", 45000):
+        raise ConfigurationError(
+            "rdkafka setting heartbeat_interval_ms must be < session_timeout_ms"
+        )
+    protocol = s.get("security_protocol", "PLAINTEXT")
+    if "SSL" not in protocol and any(name.startswith("ssl_") for name in s):
+        raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
+    if protocol.startswith("SASL") and not (
+        "sasl_plain_username" in s and "sasl_plain_password" in s
+    ):
+        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    return s
+
+
+def client_config(settings: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """The librdkafka properties of checked ``settings`` that a ``role`` client takes
+    (``"producer"``, ``"consumer"``, ``"group"`` for a group member, or ``"admin"``).
+
+    >>> client_config(check_settings({"compression_type": None}), "producer")["compression.type"]
+    'none'
+    """
+    roles = {"all", role} | ({"consumer"} if role == "group" else set())
+    config: dict[str, Any] = {}
+    for name, value in settings.items():
+        _, prop, where = SETTINGS[name]
+        if prop is not None and where in roles:
+            config[prop] = "none" if value is None else value
+    return config

@@ -1,0 +1,207 @@
+"""``RdkafkaTransport``: the settings checked once, librdkafka clients made with them,
+connecting with a deadline, and topic administration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import confluent_kafka as ck
+import structlog
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from ...errors import BrokerUnavailable, ConfigurationError, TransportError
+from ..base import OffsetReset, TopicSpec
+from .consumer import RdkafkaConsumer
+from .errors import RDKAFKA_ERRORS, map_rdkafka_errors
+from .producer import RdkafkaProducer
+from .settings import check_settings, client_config
+
+__all__ = ["RdkafkaTransport"]
+
+log = structlog.get_logger(__name__)
+# librdkafka's own log lines (connection failures, ...) go to this stdlib logger.
+_LIBRDKAFKA_LOG = logging.getLogger("flowkit.transports.rdkafka.librdkafka")
+
+
+class RdkafkaTransport:
+    """Consumers, producers and topic administration over confluent-kafka (librdkafka).
+
+    Takes the same settings as the aiokafka transport (plus ``fetch_queue_backoff_ms`` and
+    ``queued_max_messages_kbytes``); they are checked here (an unknown name or a bad value
+    raises ``ConfigurationError``) and set on the librdkafka clients that take them.
+    """
+
+    def __init__(self, servers: list[str], **settings: Any) -> None:
+        if not servers:
+            raise ConfigurationError("RdkafkaTransport needs at least one host:port server")
+        self.servers = list(servers)
+        self.url = "kafka://" + ",".join(self.servers) + "?client=rdkafka"
+        self._settings = s = check_settings(settings)
+        self._timeout = float(s["connect_timeout"])
+        self._client_id: str | None = s.get("client_id")
+        self._base: dict[str, Any] = {
+            "bootstrap.servers": ",".join(self.servers),
+            "logger": _LIBRDKAFKA_LOG,
+            "log.connection.close": False,
+        }
+        self._admin: Any = None
+        self._opened: set[RdkafkaConsumer | RdkafkaProducer] = set()
+        self._closed = False
+
+    def _id(self, client_id: str) -> str:
+        return self._client_id or client_id
+
+    async def _connect(self, client: Any) -> None:
+        """Wait until ``client`` reaches a broker, at most ``connect_timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        first = True
+        while True:
+            limit = deadline - loop.time()
+            wait = max(min(limit, 1.0) if first else limit, 0.01)
+            try:
+                await loop.run_in_executor(
+                    None, functools.partial(client.list_topics, timeout=wait)
+                )
+                return
+            except RDKAFKA_ERRORS as exc:
+                last = str(exc.args[0].str() if exc.args else exc)
+                if loop.time() >= deadline:
+                    raise BrokerUnavailable(
+                        f"no Kafka broker at {','.join(self.servers)} ({last}; gave up after"
+                        f" {self._timeout:g} s, see the connect_timeout setting)"
+                    ) from exc
+                if first:
+                    log.warning("waiting for a Kafka broker", servers=self.servers, error=last)
+                first = False
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        client_id: str = "flowkit",
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> RdkafkaConsumer:
+        """A new consumer; ``group_id=None`` reads only what is ``assign``ed."""
+        config = {
+            **self._base,
+            **client_config(self._settings, "consumer" if group_id is None else "group"),
+            "client.id": self._id(client_id),
+            # librdkafka needs a group.id even for a consumer that only assigns; such a
+            # consumer never joins the group nor commits.
+            "group.id": group_id if group_id is not None else f"{self._id(client_id)}-assigned",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": auto_offset_reset,
+            "enable.partition.eof": False,
+            # Range assignment gives the same partition numbers of every subscribed topic
+            # to the same member: co-partitioned topics and tables stay together.
+            "partition.assignment.strategy": "range",
+        }
+        consumer = RdkafkaConsumer(self, config, group_id, auto_offset_reset)
+        self._opened.add(consumer)
+        return consumer
+
+    def producer(self, *, client_id: str = "flowkit") -> RdkafkaProducer:
+        """A new producer (never idempotent or transactional)."""
+        config = {
+            **self._base,
+            **client_config(self._settings, "producer"),
+            "client.id": self._id(client_id),
+            "partitioner": "murmur2_random",  # Kafka's default partitioner, as aiokafka's
+            "enable.idempotence": False,
+        }
+        producer = RdkafkaProducer(self, config)
+        self._opened.add(producer)
+        return producer
+
+    async def _partition_counts(self) -> dict[str, int]:
+        if self._closed:
+            raise TransportError("the Kafka transport is closed")
+        if self._admin is None:
+            admin = AdminClient(
+                {
+                    **self._base,
+                    **client_config(self._settings, "admin"),
+                    "client.id": self._id("flowkit") + "-admin",
+                }
+            )
+            await self._connect(admin)
+            self._admin = admin
+        admin, timeout = self._admin, self._timeout
+        loop = asyncio.get_running_loop()
+        # Metadata of all topics: asking for a missing one by name creates it on some
+        # brokers (Tansu; Kafka with auto.create.topics.enable).
+        with map_rdkafka_errors():
+            metadata = await loop.run_in_executor(None, lambda: admin.list_topics(timeout=timeout))
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if topic.error is None
+        }
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create the topics that do not exist yet (``compacted`` sets cleanup.policy).
+
+        Raises ``ConfigurationError`` if one exists with another partition count.
+        """
+        existing = await self._partition_counts()
+        _check_counts(specs, existing)
+        missing = {s.name: s for s in specs if s.name not in existing}
+        if not missing:
+            return
+        new = [
+            NewTopic(
+                s.name,
+                s.partitions,
+                s.replication_factor,
+                config={**s.config, **({"cleanup.policy": "compact"} if s.compacted else {})},
+            )
+            for s in missing.values()
+        ]
+        futures = self._admin.create_topics(new, request_timeout=self._timeout)
+        for name, future in futures.items():
+            try:
+                await asyncio.wrap_future(future)
+            except ck.KafkaException as exc:
+                error = exc.args[0]
+                if error.code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TransportError(
+                        f"could not create topic {name!r}: {error.name()} {error.str()}"
+                    ) from exc
+        # Another worker may have created one meanwhile, with other partitions.
+        _check_counts(missing.values(), await self._partition_counts())
+
+    async def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
+        return (await self._partition_counts()).get(topic)
+
+    async def __aenter__(self) -> RdkafkaTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every consumer and producer this transport made, and the admin client."""
+        self._closed = True
+        for client in list(self._opened):
+            await client.aclose()
+        self._admin = None
+
+
+def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
+    problems = [
+        f"topic {s.name!r} exists with {existing[s.name]} partitions,"
+        f" the app declares {s.partitions}"
+        for s in specs
+        if existing.get(s.name, s.partitions) != s.partitions
+    ]
+    if problems:
+        raise ConfigurationError("; ".join(dict.fromkeys(problems)))

@@ -1,0 +1,139 @@
+"""The librdkafka adapter's own behaviour (``kafka://...?client=rdkafka``).
+
+What every transport must do is in the conformance suite, which runs on this client too;
+this file covers what only this adapter has: choosing it, its settings, error mapping,
+and that its blocking calls stay off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import KafkaError, KafkaException
+
+from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError
+from flowkit.records import TopicPartition
+from flowkit.transports import TopicSpec, transport_from_url
+from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
+from flowkit.transports.rdkafka.settings import client_config
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def test_the_url_chooses_the_client() -> None:
+    t = transport_from_url("kafka://127.0.0.1:1?client=rdkafka&linger_ms=7&acks=1")
+    assert isinstance(t, RdkafkaTransport)
+    assert t.url == "kafka://127.0.0.1:1?client=rdkafka"
+    producer = client_config(t._settings, "producer")
+    assert producer["linger.ms"] == 7 and producer["acks"] == 1
+    assert type(transport_from_url("kafka://127.0.0.1:1")).__name__ == "KafkaTransport"
+
+
+def test_settings_map_to_librdkafka_properties_by_role() -> None:
+    t = RdkafkaTransport(
+        ["127.0.0.1:1"],
+        compression_type="zstd",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+        fetch_max_wait_ms=20,
+    )
+    group = t.consumer(group_id="g")._config
+    assert group["session.timeout.ms"] == 6000 and group["fetch.wait.max.ms"] == 20
+    assert group["fetch.queue.backoff.ms"] == 10  # flowkit's default, not librdkafka's
+    assert group["partition.assignment.strategy"] == "range"
+    assert group["enable.auto.commit"] is False
+    assigned = t.consumer(group_id=None)._config
+    assert "session.timeout.ms" not in assigned and assigned["fetch.wait.max.ms"] == 20
+    producer = t.producer()._config
+    assert producer["compression.type"] == "zstd" and producer["acks"] == "all"
+    assert producer["partitioner"] == "murmur2_random"
+    assert "fetch.wait.max.ms" not in producer
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"linger": 5}, "unknown rdkafka setting 'linger' (known: acks, client_id,"),
+        ({"client": "librdkafka"}, "unknown Kafka client 'librdkafka'"),
+        ({"linger_ms": "5ms"}, "linger_ms='5ms': expected an int >= 0"),
+        ({"acks": 2}, "acks=2: expected one of"),
+        ({"session_timeout_ms": 1000, "heartbeat_interval_ms": 1000}, "heartbeat_interval_ms"),
+        ({"ssl_cafile": "ca.pem"}, "need security_protocol SSL"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(settings: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        transport_from_url("kafka://127.0.0.1:1", **{"client": "rdkafka", **settings})
+    assert named in str(info.value) and "\n" not in str(info.value)
+
+
+def test_librdkafka_errors_map_to_the_flowkit_tree() -> None:
+    with pytest.raises(BrokerUnavailable), map_rdkafka_errors():
+        raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
+    with pytest.raises(CommitFailed), map_rdkafka_errors():
+        raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing"))
+    with pytest.raises(CommitFailed), map_rdkafka_errors(commit=True):
+        raise KafkaException(KafkaError(KafkaError.UNKNOWN, "odd"))
+
+
+async def test_unreachable_broker_is_broker_unavailable() -> None:
+    t = RdkafkaTransport(["127.0.0.1:9"], connect_timeout=1.5)
+    try:
+        with pytest.raises(BrokerUnavailable, match=r"no Kafka broker at 127\.0\.0\.1:9"):
+            await t.producer().start()
+    finally:
+        await t.aclose()
+
+
+@pytest.mark.kafka
+async def test_a_waiting_getmany_leaves_the_event_loop_free(kafka_bootstrap: str) -> None:
+    t = RdkafkaTransport([kafka_bootstrap], fetch_max_wait_ms=20)
+    try:
+        topic = unique("rd")
+        await t.create_topics([TopicSpec(topic, 1)])
+        consumer = t.consumer(group_id=None)
+        consumer.assign([TopicPartition(topic, 0)])
+        await consumer.getmany(0, 10)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        started = time.monotonic()
+        assert await consumer.getmany(1.0, 10) == {}  # nothing to read: waits 1 s in a thread
+        waited = time.monotonic() - started
+        ticker.cancel()
+        assert ticks >= 3, waited  # the loop kept running meanwhile
+        getter = asyncio.create_task(consumer.getmany(30.0, 10))
+        await asyncio.sleep(0.1)
+        await consumer.aclose()  # ends the waiting getmany
+        assert await asyncio.wait_for(getter, 5) == {}
+    finally:
+        await t.aclose()
+
+
+@pytest.mark.kafka
+async def test_commit_outside_a_group_and_after_close_raise(kafka_bootstrap: str) -> None:
+    t = RdkafkaTransport([kafka_bootstrap])
+    try:
+        with pytest.raises(CommitFailed, match="no group_id"):
+            await t.consumer(group_id=None).commit({TopicPartition("x", 0): 1})
+        consumer = t.consumer(group_id=unique("g"))
+        await consumer.aclose()
+        with pytest.raises(CommitFailed, match="closed"):
+            await consumer.commit({TopicPartition("x", 0): 1})
+    finally:
+        await t.aclose()
