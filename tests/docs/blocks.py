@@ -11,7 +11,9 @@ HTML comment on the line just above the fence (MkDocs passes it through; readers
 - ``<!-- docs-test: fragment -->`` on a Python block: a piece shown out of context on purpose;
   it is only parsed. ``<!-- docs-test: fragment of shop.py -->``: also checked to be a verbatim
   part of the page's ``shop.py`` block (or of a file of the repository, such as
-  ``examples/ysb.py``), so the pieces cannot drift from the whole.
+  ``examples/ysb.py``), so the pieces cannot drift from the whole. A fragment may carry the
+  title of the file it is a piece of (``python title="examples/ysb.py"``): it is neither
+  written into the working directory nor taken for that file.
 - ``<!-- docs-test: signature -->``: a call signature shown as Python; not parsed.
 - ``<!-- docs-test: kafka -->`` on a console block: it runs against the test session's Kafka
   broker, which replaces the ``kafka://HOST:PORT`` shown.

@@ -46,6 +46,10 @@ def _copy_files(names: list[str], workdir: Path) -> None:
         (workdir / title).write_text(found[0].body)
 
 
+def _markers(block: Block) -> list[str]:
+    return [m.strip() for m in (block.marker or "").split(";") if m.strip()]
+
+
 def _has_output(block: Block) -> bool:
     return any(cmd.expected for cmd in parse_console(block.body))
 
@@ -96,7 +100,12 @@ def _run_console(block: Block, workdir: Path, kafka: str | None, extra: str) -> 
 @pytest.mark.parametrize("page", pages())
 def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     blocks = read_blocks(page)
-    files = {b.title: b.body for b in blocks if b.title}
+    # A fragment may carry the title of the file it is a piece of: it is not that file.
+    files = {
+        b.title: b.body
+        for b in blocks
+        if b.title and not any(m.startswith("fragment") for m in _markers(b))
+    }
     # A real module, so that type hints of records declared on the page resolve.
     module = types.ModuleType("__docs__")
     sys.modules[module.__name__] = module
@@ -104,14 +113,14 @@ def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None
     sys.path.insert(0, str(tmp_path))
     try:
         for block in blocks:
-            markers = [m.strip() for m in (block.marker or "").split(";") if m.strip()]
+            markers = _markers(block)
             for marker in markers:
                 if marker.startswith("needs "):
                     _copy_files(marker.removeprefix("needs ").split(), tmp_path)
             fragment = next((m for m in markers if m.startswith("fragment")), None)
             if any(m.startswith("skip") for m in markers):
                 continue
-            if block.title:
+            if block.title and fragment is None:
                 (tmp_path / block.title).write_text(block.body)
             if block.lang == "python":
                 if "signature" in markers:
