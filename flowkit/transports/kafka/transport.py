@@ -18,10 +18,10 @@ from aiokafka.helpers import create_ssl_context
 from ..._text import count
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from ..base import OffsetReset, TopicSpec
+from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer
 from .errors import map_kafka_errors
 from .settings import KINDS, check_settings
-from .watch import BrokerWatch
 
 __all__ = ["KafkaTransport"]
 

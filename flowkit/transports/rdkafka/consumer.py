@@ -115,6 +115,7 @@ class RdkafkaConsumer:
             self._fatal = translate(ck.KafkaException(error))
         elif not self._closed:
             log.debug("Kafka client error", error=error.str())
+            self._transport._on_error(error)  # a lost connection: the broker watch checks
 
     async def aclose(self) -> None:
         """Leave the group and disconnect; a ``getmany`` waiting in another task returns {}."""

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ...errors import BrokerUnavailable, CommitFailed, TransportError
+from ...errors import BrokerUnavailable, CommitFailed, RecordRejected, TransportError
 
 __all__ = ["RDKAFKA_ERRORS", "map_rdkafka_errors", "translate"]
 
@@ -45,6 +45,19 @@ _UNAVAILABLE_CODES = frozenset(
 )
 
 
+# Refused for good, for this record: sending it again would fail again (RecordRejected).
+_REJECTED_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
 def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
     """The ``flowkit.errors`` exception for a librdkafka error; see ``map_rdkafka_errors``."""
     error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
@@ -56,6 +69,8 @@ def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
         return CommitFailed(f"commit failed, the group rebalanced ({what})")
     if code in _UNAVAILABLE_CODES:
         return BrokerUnavailable(f"Kafka broker unavailable ({what})")
+    if code in _REJECTED_CODES and not commit:
+        return RecordRejected(f"Kafka refused the record ({what})")
     return (CommitFailed if commit else TransportError)(f"Kafka request failed ({what})")
 
 

@@ -40,6 +40,9 @@ def _resolve(done: list[_Delivery]) -> None:
             future.set_result(Ack(record.topic(), record.partition(), record.offset()))
 
 
+FRAMING = 1024  # bytes of record and batch framing kept free under message.max.bytes
+
+
 class RdkafkaProducer:
     """A ``confluent_kafka.Producer`` behind the ``Producer`` protocol; started by ``start``
     or the first ``send``. Keyed records go where murmur2 of the key says (librdkafka's
@@ -48,6 +51,8 @@ class RdkafkaProducer:
     def __init__(self, transport: RdkafkaTransport, config: dict[str, Any]) -> None:
         self._transport = transport
         self._config = config
+        # librdkafka counts a record's framing in message.max.bytes, as Kafka does.
+        self.max_record_bytes: int | None = int(config["message.max.bytes"]) - FRAMING
         self._kafka: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: list[_Delivery] = []
@@ -75,6 +80,8 @@ class RdkafkaProducer:
     def _on_error(self, error: Any) -> None:
         if error.fatal():
             self._fatal = translate(ck.KafkaException(error))
+        else:
+            self._transport._on_error(error)  # a lost connection: the broker watch checks
 
     def _poll(self, kafka: Any) -> None:
         while not self._stopping.is_set():

@@ -10,6 +10,8 @@ from typing import Any
 
 from ...errors import ConfigurationError
 
+DEAD_LETTER_ROOM = 64 * 1024  # bytes a dead letter's headers may add to a record
+
 __all__ = ["DEFAULTS", "SETTINGS", "check_settings", "client_config"]
 
 _Check = tuple[Callable[[Any], bool], str]
@@ -33,6 +35,7 @@ _POS, _NONNEG = _int(1), _int(0)
 SETTINGS: dict[str, tuple[_Check, str | None, str]] = {
     "client_id": (_STR, None, "all"),
     "connect_timeout": (_SECONDS, None, "all"),
+    "broker_timeout": (_SECONDS, None, "all"),
     "request_timeout_ms": (_POS, "socket.timeout.ms", "all"),
     "retry_backoff_ms": (_NONNEG, "retry.backoff.ms", "all"),
     "metadata_max_age_ms": (_POS, "metadata.max.age.ms", "all"),
@@ -83,6 +86,7 @@ SETTINGS: dict[str, tuple[_Check, str | None, str]] = {
 # on some brokers; 10 ms keeps the queue topped up.
 DEFAULTS: dict[str, Any] = {
     "connect_timeout": 10.0,
+    "broker_timeout": 60.0,  # how long a running worker waits for a lost broker
     "acks": "all",
     "linger_ms": 5,
     "max_batch_size": 256 * 1024,
@@ -120,6 +124,10 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         "sasl_plain_username" in s and "sasl_plain_password" in s
     ):
         raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    # What the worker can read it can dead-letter (as on the aiokafka transport): the
+    # producer takes the largest fetched record plus room for the dead-letter headers.
+    if "max_request_size" not in s:
+        s["max_request_size"] = s["max_partition_fetch_bytes"] + DEAD_LETTER_ROOM
     return s
 
 

@@ -17,6 +17,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from ..base import OffsetReset, TopicSpec
+from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
 from .errors import RDKAFKA_ERRORS, map_rdkafka_errors
 from .producer import RdkafkaProducer
@@ -27,6 +28,10 @@ __all__ = ["RdkafkaTransport"]
 log = structlog.get_logger(__name__)
 # librdkafka's own log lines (connection failures, ...) go to this stdlib logger.
 _LIBRDKAFKA_LOG = logging.getLogger("flowkit.transports.rdkafka.librdkafka")
+
+
+# librdkafka's codes for "a broker connection failed" and "no broker is reachable".
+_CONNECTION_ERRORS = (ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN)
 
 
 class RdkafkaTransport:
@@ -44,11 +49,14 @@ class RdkafkaTransport:
         self.url = "kafka://" + ",".join(self.servers) + "?client=rdkafka"
         self._settings = s = check_settings(settings)
         self._timeout = float(s["connect_timeout"])
+        self.broker_watch = BrokerWatch(self.servers, float(s["broker_timeout"]))
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._client_id: str | None = s.get("client_id")
         self._base: dict[str, Any] = {
             "bootstrap.servers": ",".join(self.servers),
             "logger": _LIBRDKAFKA_LOG,
             "log.connection.close": False,
+            "error_cb": self._on_error,
         }
         self._admin: Any = None
         self._opened: set[RdkafkaConsumer | RdkafkaProducer] = set()
@@ -56,6 +64,19 @@ class RdkafkaTransport:
 
     def _id(self, client_id: str) -> str:
         return self._client_id or client_id
+
+    def _on_error(self, error: Any) -> None:
+        # Called in a librdkafka thread: a lost connection is a hint for the watch, which
+        # checks and reports on the event loop (see flowkit.transports.watch).
+        loop = self._loop
+        if loop is not None and error.code() in _CONNECTION_ERRORS:
+            loop.call_soon_threadsafe(self.broker_watch.hint)
+
+    async def watch(self) -> None:
+        """Run until cancelled; raises ``BrokerUnavailable`` once the brokers have been
+        unreachable for ``broker_timeout`` seconds (see ``BrokerWatch``)."""
+        self._loop = asyncio.get_running_loop()
+        await self.broker_watch.run()
 
     async def _connect(self, client: Any) -> None:
         """Wait until ``client`` reaches a broker, at most ``connect_timeout`` seconds."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ...errors import BrokerUnavailable
+from ..errors import BrokerUnavailable
 
 __all__ = ["BrokerWatch"]
 

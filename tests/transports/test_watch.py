@@ -9,8 +9,8 @@ import socket
 import pytest
 
 import flowkit
-from flowkit.transports.kafka import watch as watch_module
-from flowkit.transports.kafka.watch import BrokerWatch
+from flowkit.transports import watch as watch_module
+from flowkit.transports.watch import BrokerWatch
 
 
 def closed_port() -> int:
