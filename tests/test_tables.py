@@ -257,6 +257,12 @@ async def test_late_records_are_dead_lettered_not_mixed_in() -> None:
         await driver.run_until_idle()
         [dead] = await driver.dead_letters()
         assert dict(dead.headers)["flowkit.error.type"] == b"LateRecord"
+        window = flowkit.Window(t0, t0 + 10_000)  # people read UTC, programs the ms
+        assert (
+            dict(dead.headers)["flowkit.error.message"]
+            .decode()
+            .startswith(f"record for window {window} ([{t0}, {t0 + 10_000}) ms) of table")
+        )
         assert counts.late_records == 1
         await driver.advance(70)
     assert sorted(closed) == [("c", t0 + 10_000, 2)]

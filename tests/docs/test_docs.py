@@ -20,6 +20,7 @@ import pytest
 from tests.docs.blocks import Block, pages, read_blocks
 from tests.docs.console import REPO, matches, normalise, parse_console, run_command
 
+_MARKERS = ("fragment", "signature", "kafka", "needs ", "run with ", "skip")
 _KAFKA_URL = re.compile(r"kafka://[\w.-]+:\d+(,[\w.-]+:\d+)*")
 
 
@@ -114,6 +115,9 @@ def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None
     try:
         for block in blocks:
             markers = _markers(block)
+            for marker in markers:
+                assert marker.startswith(_MARKERS), f"{block.where}: unknown marker {marker!r}"
+                assert marker != "skip", f"{block.where}: say why it is skipped: 'skip: REASON'"
             for marker in markers:
                 if marker.startswith("needs "):
                     _copy_files(marker.removeprefix("needs ").split(), tmp_path)
