@@ -62,7 +62,10 @@ def test_settings_map_to_librdkafka_properties_by_role() -> None:
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        ({"linger": 5}, "unknown rdkafka setting 'linger' (known: acks, broker_timeout, client_id,"),
+        (
+            {"linger": 5},
+            "unknown rdkafka setting 'linger' (known: acks, broker_timeout, client_id,",
+        ),
         ({"client": "librdkafka"}, "unknown Kafka client 'librdkafka'"),
         ({"linger_ms": "5ms"}, "linger_ms='5ms': expected an int >= 0"),
         ({"acks": 2}, "acks=2: expected one of"),
