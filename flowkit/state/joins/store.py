@@ -128,6 +128,13 @@ class JoinStore:
             out.extend(self.advance(part))
         return out
 
+    def tick(self, part: JoinPart, ts: int) -> list[Joined]:
+        """A record with nothing to join (no key or no value) still moves stream time."""
+        if ts <= part.time:
+            return []
+        part.time = ts
+        return self.advance(part)
+
     def advance(self, part: JoinPart) -> list[Joined]:
         """Close and expire what stream time has passed; the unmatched results."""
         out: list[Joined] = []
