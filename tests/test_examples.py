@@ -21,7 +21,9 @@ async def run_for(app: flowkit.App, seconds: float) -> TestDriver:
     return driver
 
 
-@pytest.mark.parametrize("module", ["examples.clickstream", "examples.ysb", "examples.router"])
+@pytest.mark.parametrize(
+    "module", ["examples.clickstream", "examples.ysb", "examples.router", "examples.payments"]
+)
 def test_examples_declare_valid_graphs(module: str) -> None:
     app = importlib.import_module(module).app
     assert isinstance(app, flowkit.App)
@@ -66,3 +68,30 @@ async def test_router_example_routes_and_dead_letters_demo_traffic() -> None:
     assert await driver.values("orders-big")
     dead = await driver.dead_letters()  # demo traffic drops the customer of ~2% of orders
     assert all(dict(d.headers)["flowkit.error.type"] == b"MissingFieldError" for d in dead)
+
+
+async def test_payments_example_settles_every_order() -> None:
+    """Every order comes out once: paid with its payment, or unpaid after its window."""
+    from examples import payments
+
+    clock = flowkit.testing.FakeClock()
+    start = int(clock.time() * 1000) - 600_000
+    data = payments.sample(300, start_ms=start)
+    app = payments.make_app(generate=False)
+    assert app.graph().check() == []
+    async with TestDriver(app, clock=clock) as driver:
+        for topic, key, value, ts in data:
+            await driver.send(topic, value, key=key, timestamp_ms=ts)
+        # One more order far ahead on every partition: stream time closes every window.
+        for p in range(payments.PARTITIONS):
+            await driver.send(
+                "orders", payments.Order("end", "c", 1), partition=p, timestamp_ms=start + 3_600_000
+            )
+        await driver.run_until_idle()
+        paid = {o.id: o.method for o in await driver.values("paid-orders")}
+        unpaid = {o.id for o in await driver.values("unpaid-orders")}
+    methods = {v.order_id: v.method for t, _, v, _ in data if t == "payments"}
+    orders = {v.id for t, _, v, _ in data if t == "orders"}
+    assert paid == methods
+    assert unpaid == orders - set(methods)
+    assert 0 < len(unpaid) < len(orders) / 4

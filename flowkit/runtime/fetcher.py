@@ -58,6 +58,7 @@ class Fetcher:
         self._batch_seconds: dict[str, Any] = {}  # agent -> histogram child, resolved once
         # The timestamp of the newest record fetched per partition: lag in seconds.
         self.newest_ts: dict[TopicPartition, int] = {}
+        self._unsent: set[TopicPartition] = set()
 
     async def run(self, stop: asyncio.Event, timeout: float, max_records: int) -> None:
         """Fetch and dispatch until ``stop`` is set."""
@@ -70,12 +71,17 @@ class Fetcher:
             if not batches:
                 continue
             self.dispatching = True
+            # Fetched and not handed over yet (a full queue makes a put wait): a join
+            # waiting for one of these partitions must not give up on it (``behind``).
+            self._unsent = {tp for tp, messages in batches.items() if messages}
             try:
                 for tp, messages in batches.items():
                     if messages:
                         await self._dispatch(tp, messages)
+                    self._unsent.discard(tp)
             finally:
                 self.dispatching = False
+                self._unsent = set()
 
     async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
         self.records_in += len(messages)
@@ -131,7 +137,10 @@ class Fetcher:
         return sorted(out)
 
     def behind(self, tp: TopicPartition) -> bool:
-        """True when ``tp`` has records not fetched yet (as far as the last fetch knows)."""
+        """True when ``tp`` has records not fetched yet (as far as the last fetch knows),
+        or fetched and not yet queued for its agents."""
+        if tp in self._unsent:
+            return True
         consumer = self.consumer
         try:
             high = consumer.highwater(tp)

@@ -86,18 +86,21 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         source.batch = batch
         source._set_pos(i)
         m = batch.messages[i]
-        if m.key is not None and m.value is not None:  # else nothing to join on (as Kafka)
+        part = store.part(batch.tp.partition)
+        if m.key is None or m.value is None:  # nothing to join on, but its time counts
+            results = store.tick(part, m.timestamp)
+        else:
             try:
                 v = source.value = batch.decode(m.value)
             except Exception as exc:
                 raise batch.topic.decode_error(exc) from None
-            part = store.part(batch.tp.partition)
-            for result in store.process(part, side, m.key, m.offset, m.timestamp, m.value, v):
-                if post is not None:
-                    result = post(result, batch.topic, m)
-                    if result is SKIP:
-                        continue
-                yield result
+            results = store.process(part, side, m.key, m.offset, m.timestamp, m.value, v)
+        for result in results:
+            if post is not None:
+                result = post(result, batch.topic, m)
+                if result is SKIP:
+                    continue
+            yield result
         if batch.cursor >= len(batch.messages):
             held[batch.tp.partition][side].popleft()
             source.records += len(batch.messages)

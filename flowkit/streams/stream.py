@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..durations import Seconds, seconds
+from ..errors import DefinitionError
 from ..records import Event
 from ._loop import ECHO, EVENTS, FILTER, JOIN, MAP
 from .regroup import GROUP_BY
@@ -86,6 +87,12 @@ class Stream(Generic[T]):
         """
         if missing not in ("skip", "none", "error"):
             raise ValueError("missing must be 'skip', 'none' or 'error'")
+        if not hasattr(table, "get"):  # a topic: that is a stream-stream join
+            raise DefinitionError(
+                f"stream.join({table!r}) joins a table; to join two topics within a time "
+                "window, declare app.join(left, right, within=..., name=...) and read it "
+                "with @app.agent(join)"
+            )
         if isinstance(on, str):
             if not on.isidentifier():
                 raise ValueError(f"join(on={on!r}): a field name must be an identifier")

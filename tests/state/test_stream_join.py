@@ -163,3 +163,11 @@ def test_bad_declarations() -> None:
         app.join(a, a, within=1.0, name="x", how="cross")
     with pytest.raises(flowkit.DefinitionError, match="give within="):
         app.join(a, a, before=1.0, name="y")
+
+
+def test_stream_join_of_a_topic_points_at_app_join() -> None:
+    app = flowkit.App("hint")
+    a = app.topic("a", value_type=Ev)
+    source = flowkit.streams.StreamSource("x")
+    with pytest.raises(flowkit.DefinitionError, match=r"declare app.join\(left, right"):
+        flowkit.Stream(source).join(a, on="id")

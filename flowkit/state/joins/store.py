@@ -47,7 +47,7 @@ class Joined(NamedTuple):
 class JoinPart:
     """The buffers of one partition."""
 
-    __slots__ = ("buffers", "dirty", "due", "number", "time", "time_logged")
+    __slots__ = ("buffers", "dirty", "due", "logged", "number", "time", "time_logged")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -57,6 +57,9 @@ class JoinPart:
         self.buffers: tuple[dict[bytes, dict[int, list[Any]]], ...] = ({}, {})
         self.due: list[tuple[int, int, int, bytes, int]] = []  # (time, kind, side, key, off)
         self.dirty: set[tuple[int, bytes, int]] = set()
+        # Records the changelog holds: one that came and went between two checkpoints
+        # needs no tombstone (most of them, when records expire faster than commits).
+        self.logged: set[tuple[int, bytes, int]] = set()
 
 
 class JoinStore:
@@ -128,6 +131,13 @@ class JoinStore:
             out.extend(self.advance(part))
         return out
 
+    def tick(self, part: JoinPart, ts: int) -> list[Joined]:
+        """A record with nothing to join (no key or no value) still moves stream time."""
+        if ts <= part.time:
+            return []
+        part.time = ts
+        return self.advance(part)
+
     def advance(self, part: JoinPart) -> list[Joined]:
         """Close and expire what stream time has passed; the unmatched results."""
         out: list[Joined] = []
@@ -177,10 +187,19 @@ class JoinStore:
         """Changelog records since the last drain: (partition, key, value or None)."""
         out: list[tuple[int, bytes, bytes | None]] = []
         for p, part in self.parts.items():
-            for side, key, offset in part.dirty:
+            logged = part.logged
+            for ref in part.dirty:
+                side, key, offset = ref
                 entry = part.buffers[side].get(key, {}).get(offset)
-                value = None if entry is None else _encode((entry[0], entry[1], entry[2]))
-                out.append((p, _encode((side, key, offset)), value))
+                if entry is not None:
+                    logged.add(ref)
+                    value: bytes | None = _encode((entry[0], entry[1], entry[2]))
+                elif ref in logged:
+                    logged.discard(ref)
+                    value = None
+                else:
+                    continue
+                out.append((p, _encode(ref), value))
             part.dirty.clear()
             if part.time != part.time_logged:
                 part.time_logged = part.time
@@ -201,9 +220,11 @@ class JoinStore:
             side, key, offset = _key_decoder.decode(m.key)
             if m.value is None:
                 part.buffers[side].get(key, {}).pop(offset, None)
+                part.logged.discard((side, key, offset))
                 continue
             ts, matched, raw = _entry_decoder.decode(m.value)
             part.buffers[side].setdefault(key, {})[offset] = [ts, matched, raw, None]
+            part.logged.add((side, key, offset))
         part.due = []
         for side, by_key in enumerate(part.buffers):
             for key, by_offset in list(by_key.items()):
