@@ -202,8 +202,17 @@ class Publisher:
         """
         if topic in self._buffers:
             await self.flush()  # published records of this topic first: keep the order
-        ack = await self._send_one(topic, value, key, headers, partition, timestamp_ms, origin)
-        if len(self._in_flight) >= MAX_IN_FLIGHT:
+        # Inlined (not _send_one): changelogs and partials come here, one coroutine each.
+        ack = await self.producer.send(
+            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+        )
+        if isinstance(ack, Ack):  # already stored (the memory broker): nothing to await
+            self._stored(ack)
+            return ack
+        in_flight = self._in_flight
+        in_flight.append(ack)
+        self._origins.append(origin)
+        if len(in_flight) >= MAX_IN_FLIGHT:
             await self.await_acks()
         return ack
 
