@@ -13,7 +13,7 @@ offset say where the whole record can be read while the topic's retention keeps 
 from __future__ import annotations
 
 import hashlib
-import traceback
+import linecache
 
 from .records import Headers, Message, record_size
 
@@ -25,6 +25,7 @@ __all__ = [
     "dead_letter_headers",
     "dead_letter_topic",
     "fit_dead_letter",
+    "short_traceback",
 ]
 
 HEADER_PREFIX = "flowkit."
@@ -51,12 +52,7 @@ def dead_letter_headers(
     failed_at_ms: int,
 ) -> Headers:
     """The original headers followed by ``flowkit.*`` headers describing the failure."""
-    # Only the innermost frames: they say where it failed, and formatting the whole stack
-    # (the worker's own frames included) was most of a dead letter's cost.
-    tb = "".join(
-        traceback.format_exception(type(error), error, error.__traceback__, limit=-TRACEBACK_FRAMES)
-    )
-    tb_bytes = tb.encode()[-MAX_TRACEBACK:]
+    tb_bytes = short_traceback(error).encode()[-MAX_TRACEBACK:]
     extra: list[tuple[str, bytes]] = [
         ("error.type", type(error).__name__.encode()),
         ("error.message", str(error).encode()[:MAX_TRACEBACK]),
@@ -71,6 +67,59 @@ def dead_letter_headers(
         ("failed_at", str(failed_at_ms).encode()),
     ]
     return (*message.headers, *((HEADER_PREFIX + k, v) for k, v in extra))
+
+
+def short_traceback(error: BaseException) -> str:
+    """The innermost ``TRACEBACK_FRAMES`` frames of ``error`` and of its causes, in
+    Python's layout, without the column markers.
+
+    ``traceback.format_exception`` parses each frame's source line to place its ``^^^``
+    markers: that, over the whole stack, was most of what a dead letter cost.
+
+    >>> try:
+    ...     int("x")
+    ... except ValueError as exc:
+    ...     print(short_traceback(exc).splitlines()[-1])
+    ValueError: invalid literal for int() with base 10: 'x'
+    """
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = []
+        tb = current.__traceback__
+        while tb is not None:
+            frames.append(tb)
+            tb = tb.tb_next
+        lines = ["Traceback (most recent call last):\n"]
+        for frame in frames[-TRACEBACK_FRAMES:]:
+            code = frame.tb_frame.f_code
+            lines.append(
+                f'  File "{code.co_filename}", line {frame.tb_lineno}, in {code.co_name}\n'
+            )
+            source = linecache.getline(code.co_filename, frame.tb_lineno).strip()
+            if source:
+                lines.append(f"    {source}\n")
+        text = str(current)
+        name = type(current).__name__
+        lines.append(f"{name}: {text}\n" if text else f"{name}\n")
+        parts.append("".join(lines))
+        if current.__cause__ is not None:
+            current = current.__cause__
+            parts.append(_CAUSE)
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current = current.__context__
+            parts.append(_CONTEXT)
+        else:
+            current = None
+    if parts[-1] in (_CAUSE, _CONTEXT):
+        parts.pop()  # a chain cut by a cycle: no dangling separator
+    return "".join(reversed(parts))
+
+
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
 
 def fit_dead_letter(

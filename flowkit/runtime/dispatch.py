@@ -18,7 +18,7 @@ import structlog
 from ..agents import KEEP_KEY, Agent, Output
 from ..app import App
 from ..clock import Clock
-from ..deadletter import dead_letter_headers, dead_letter_topic, fit_dead_letter
+from ..deadletter import dead_letter_topic
 from ..errors import (
     DecodeError,
     DefinitionError,
@@ -34,15 +34,20 @@ from ..metrics import Metrics
 from ..policies import Retry
 from ..records import Headers, Message
 from ..scope import TaskScope, enter_scope
-from ..sinks import CallableSink, Sink, SinkRunner, sink_name
+from ..sinks import SinkRunner
 from ..streams import Stream, StreamSource
 from ..topics import Topic, accepts
+from .letters import Letter, LetterSender
+from .logbudget import LogBudget
+from .targets import Target, Targets
 
 __all__ = ["Dispatcher", "Route"]
 
 log = structlog.get_logger(__name__)
 
 SendBytes = Callable[..., Awaitable[Any]]
+# Publisher.publish(topic, value, key, headers, origin, timestamp_ms=None) -> "relieve me"
+Publish = Callable[..., bool]
 Spawn = Callable[[Any, str], Any]
 
 
@@ -52,35 +57,6 @@ class Route:
 
     topic: Topic[Any]
     readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class _Letter:
-    """The origin of a dead-letter send: what to do if the broker refuses it."""
-
-    message: Message
-    topic: str
-    stage: str
-    headers: Headers  # the dead letter's headers, before any truncation marks
-    valueless: bool = False  # sent again without the value, after the broker refused it
-
-
-@dataclass(frozen=True)
-class _Target:
-    topic: Topic[Any] | None = None
-    runner: SinkRunner | None = None
-    encode: Callable[[Any], bytes] | None = None  # the codec's own encoder: no extra frame
-    checked: Any = None  # the topic's value type, when outputs are checked against it
-
-    @classmethod
-    def for_topic(cls, topic: Topic[Any]) -> _Target:
-        raw = getattr(topic.value_codec, "_encoder", None)
-        vt = topic.value_type
-        return cls(
-            topic=topic,
-            encode=raw.encode if raw is not None else topic.encode,
-            checked=vt if isinstance(vt, type) and vt is not object else None,
-        )
 
 
 class Dispatcher:
@@ -97,21 +73,39 @@ class Dispatcher:
         fail_fast: bool,
         queue_batches: int,
         spawn: Spawn,
-        max_record_bytes: int | None = None,
+        publish: Publish,
+        relieve: Callable[[], Awaitable[None]],
+        max_record_bytes: int | None,
     ) -> None:
         self.app = app
         self.max_record_bytes = max_record_bytes  # the producer's: dead letters fit in it
         self._send = send
+        self._publish = publish  # outputs and dead letters: buffered, sent in batches
+        self._relieve = relieve
         self._spawn = spawn
-        self._sinks_started = False
         self.clock = clock
         self.metrics = metrics
         self.fail_fast = fail_fast
         self.routes: dict[str, Route] = {}
         self.sources: list[tuple[Agent[Any], StreamSource]] = []
-        self.runners: dict[int, SinkRunner] = {}  # id(sink) -> its runner, shared by agents
-        self._targets: dict[str, list[_Target]] = {}
+        self.targets = Targets(app, on_give_up=self._sink_gave_up, spawn=spawn)
+        self.runners = self.targets.runners  # id(sink) -> its runner, shared by agents
+        self._targets: dict[str, list[Target]] = {}
         self._dlq: dict[str, str] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}  # (metric, *labels) -> counter
+        # A burst of failing records logs its first lines, then one line per checkpoint.
+        self.log_budget = LogBudget(clock.monotonic)
+        self.letters = LetterSender(
+            publish=publish,
+            relieve=relieve,
+            max_record_bytes=max_record_bytes,
+            default_topic=dead_letter_topic(app.name),
+            clock=clock,
+            metrics=metrics,
+            counter=self._counter,
+            log_budget=self.log_budget,
+            fail_fast=fail_fast,
+        )
         self._agents = {agent.name: agent for agent in app.agents}
         # topic -> the agent that dead-letters its records that do not decode: the first
         # declared reader, so that a bad record makes one dead letter, not one per reader.
@@ -119,7 +113,6 @@ class Dispatcher:
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
         self._reported: dict[str, int] = {}
-        self._route_cache: dict[tuple[str, tuple[Any, ...]], list[_Target]] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
             topics = [t if isinstance(t, Topic) else app.topics.get(t) for t in agent.topics]
@@ -145,7 +138,7 @@ class Dispatcher:
                 self.routes.setdefault(topic.name, Route(topic)).readers.append((agent, sources))
                 self._decode_owner.setdefault(topic.name, agent.name)
             self.sources.extend((agent, s) for s in sources)
-            self._targets[agent.name] = [self._target(agent, s) for s in agent.sinks]
+            self._targets[agent.name] = [self.targets.resolve(agent, s) for s in agent.sinks]
             self._dlq[agent.name] = agent.dead_letter or default_dlq
         self.default_dlq = default_dlq
 
@@ -154,55 +147,6 @@ class Dispatcher:
         return {self.default_dlq, *self._dlq.values()}
 
     # -- sinks ----------------------------------------------------------------------------
-
-    def _target(self, agent: Agent[Any], sink: Any) -> _Target:
-        if isinstance(sink, Topic):
-            return _Target.for_topic(sink)
-        if isinstance(sink, Agent):
-            return self._target(agent, sink.topic)
-        if isinstance(sink, str):
-            topic = self.app.topics.get(sink)
-            if topic is None:
-                raise DefinitionError(f"agent {agent.name!r} writes undeclared topic {sink!r}")
-            return _Target.for_topic(topic)
-        runner = self.runners.get(id(sink))
-        if runner is None:
-            if isinstance(sink, Sink):
-                wrapped: Sink = sink
-            elif callable(sink):
-                wrapped = CallableSink(sink)
-            else:
-                raise DefinitionError(
-                    f"agent {agent.name!r}: {sink!r} is not a topic, agent, Sink or callable"
-                )
-            try:
-                runner = SinkRunner(
-                    wrapped,
-                    name=sink_name(sink),
-                    on_give_up=self._sink_gave_up,
-                    **getattr(sink, "runner_options", {}),
-                )
-            except TypeError as exc:
-                raise DefinitionError(
-                    f"sink {sink_name(sink)!r}: bad runner_options ({exc})"
-                ) from None
-            if self._sinks_started:  # a target first named by an Output(to=...) at run time
-                runner.start(self._spawn)
-            self.runners[id(sink)] = runner
-        return _Target(runner=runner)
-
-    def _routed(self, agent: Agent[Any], to: Any) -> list[_Target]:
-        """The targets an ``Output(to=...)`` names, resolved once per distinct ``to``."""
-        chosen = tuple(to) if isinstance(to, list | tuple) else (to,)
-        key = (agent.name, chosen)
-        try:
-            return self._route_cache[key]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable target: resolve it every time
-            return [self._target(agent, t) for t in chosen]
-        targets = self._route_cache[key] = [self._target(agent, t) for t in chosen]
-        return targets
 
     async def _sink_gave_up(
         self,
@@ -236,7 +180,7 @@ class Dispatcher:
     def start_sinks(self) -> None:
         """Start every sink's writer task under the worker's supervisor (so a sink whose
         dead letters cannot be written stops the worker)."""
-        self._sinks_started = True
+        self.targets.started = True
         for runner in self.runners.values():
             runner.start(self._spawn)
 
@@ -263,6 +207,20 @@ class Dispatcher:
             if sent:
                 self.metrics.outputs.labels(name).inc(sent)
                 reported[f"out:{name}"] = count
+        for kind, count in self.log_budget.summary().items():
+            log.error(
+                "more records failed than logged; see the metrics and the dead letters",
+                kind=kind,
+                not_logged=count,
+            )
+
+    def _counter(self, metric: Any, *labels: str) -> Any:
+        # A failing record's counters, looked up once per label set, not per record.
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def busy(self) -> bool:
         """True while an agent has a batch or a sink has outputs to write."""
@@ -289,8 +247,11 @@ class Dispatcher:
                 if agent.per_record:
                     await self._drive_per_record(agent, source)
                 elif agent.yields:
+                    emit = self._emit
                     async for out in agent.fn(Stream(source)):
-                        await self.emit(agent, source, out)
+                        pending = emit(agent, source, out)
+                        if pending is not None:  # a sink to feed, or the publisher is full
+                            await pending
                 else:
                     await agent.fn(Stream(source))
             except (asyncio.CancelledError, DefinitionError, NotRunningError):
@@ -343,7 +304,9 @@ class Dispatcher:
             if is_async:
                 out = await out
             if out is not None:
-                await self.emit(agent, source, out)
+                pending = self._emit(agent, source, out)
+                if pending is not None:
+                    await pending
 
     async def _failed_or_raise(
         self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
@@ -356,16 +319,31 @@ class Dispatcher:
 
     async def emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
         """Send one output to the agent's sinks (or the ones ``Output.to`` names)."""
+        pending = self._emit(agent, source, out)
+        if pending is not None:
+            await pending
+
+    def _emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> Awaitable[None] | None:
+        # Per output, so no coroutine: topic outputs are only buffered by the publisher.
+        # Returns what must still be awaited (sink submits, a full publisher), or None.
         targets = self._targets[agent.name]
         self.outputs[agent.name] += 1
         key: Any = KEEP_KEY
         headers: Headers = ()
         value = out
         if isinstance(out, Output):
-            value, key, headers = out.value, out.key, tuple(out.headers)
+            value, key, headers = out.value, out.key, out.headers
+            if type(headers) is not tuple:
+                headers = tuple(headers)
             if out.to is not None:
-                targets = self._routed(agent, out.to)
+                targets = self.targets.routed(agent, out.to)
         message = source.current_message()
+        origin = None if message is None else (message, agent.name)
+        relieve = False
+        runners: list[SinkRunner] | None = None
+        encode: Any = None
+        data: bytes | None = None
+        publish = self._publish
         for target in targets:
             topic = target.topic
             if topic is not None:
@@ -384,16 +362,26 @@ class Dispatcher:
                     raw_key = message.key if message is not None else None
                 else:
                     raw_key = topic.encode_key(key)
-                await self._send(
-                    topic.name,
-                    None if value is None else target.encode(value),  # type: ignore[misc]
-                    key=raw_key,
-                    headers=headers,
-                    origin=None if message is None else (message, agent.name),
-                )
+                if target.encode is not encode:  # a fan-out encodes a value once
+                    encode = target.encode
+                    data = None if value is None else encode(value)
+                if publish(topic.name, data, raw_key, headers, origin):
+                    relieve = True
             elif target.runner is not None:
-                origin = None if message is None else (message, agent.name)
-                await target.runner.submit(value, origin)
+                if runners is None:
+                    runners = []
+                runners.append(target.runner)
+        if runners is None and not relieve:
+            return None
+        return self._emit_slow(runners, value, origin, relieve)
+
+    async def _emit_slow(
+        self, runners: list[SinkRunner] | None, value: Any, origin: Any, relieve: bool
+    ) -> None:
+        if relieve:
+            await self._relieve()
+        for runner in runners or ():
+            await runner.submit(value, origin)
 
     # -- failures -------------------------------------------------------------------------
 
@@ -441,21 +429,22 @@ class Dispatcher:
                 return
             action = action.then
         self._retrying.pop(source.name, None)
-        self.metrics.errors.labels(agent.name, stage).inc()
+        self._counter(self.metrics.errors, agent.name, stage).inc()
         if isinstance(exc, LateRecord | FutureRecord):
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
-        log.error(
-            "record failed",
-            agent=agent.name,
-            stage=stage,
-            action=action,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            attempts=attempts,
-            error=repr(exc),
-        )
+        if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
+            log.error(
+                "record failed",
+                agent=agent.name,
+                stage=stage,
+                action=action,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                attempts=attempts,
+                error=repr(exc),
+            )
         if self.fail_fast or action == "stop":
             raise exc
         if action == "skip":
@@ -481,78 +470,34 @@ class Dispatcher:
         topic: str | None = None,
     ) -> None:
         """Send ``message`` unchanged to the dead-letter topic, with headers saying why."""
-        self.metrics.dead_letters.labels(stage).inc()
-        headers = dead_letter_headers(
-            message,
-            error,
-            stage=stage,
-            agent=agent,
-            attempts=attempts,
-            failed_at_ms=int(self.clock.time() * 1000),
+        await self.letters.send(
+            message, error, stage=stage, agent=agent, attempts=attempts, topic=topic
         )
-        topic = topic or self.default_dlq
-        await self._send_letter(_Letter(message, topic, stage, headers))
-
-    async def _send_letter(self, letter: _Letter) -> None:
-        # Whole if it fits the producer's limit, else cut to fit; with no value at all
-        # after the broker refused it once (its own limit may be below the producer's).
-        message = letter.message
-        limit = 0 if letter.valueless else self.max_record_bytes
-        value, headers = fit_dead_letter(message.key, message.value, letter.headers, limit)
-        try:
-            await self._send(
-                letter.topic,
-                value,
-                key=message.key,
-                headers=headers,
-                timestamp_ms=message.timestamp,
-                origin=letter,
-            )
-        except RecordRejected as exc:
-            await self._letter_lost(letter, exc)
-
-    async def _letter_lost(self, letter: _Letter, exc: RecordRejected) -> None:
-        message = letter.message
-        self.metrics.dead_letters_lost.labels(letter.stage).inc()
-        log.error(
-            "dead letter refused by the broker; the record is skipped",
-            dlq=letter.topic,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            error=str(exc),
-        )
-        if self.fail_fast:
-            raise exc
 
     async def rejected(self, origin: Any, exc: RecordRejected) -> None:
         """The broker refused, for good, a send this dispatcher made (``origin`` says
         which): an agent output fails its record, as the agent's error policy says; a
         dead letter is sent again without its value, or, refused again, logged and
         counted."""
-        if isinstance(origin, _Letter):
-            if not origin.valueless and origin.message.value is not None:
-                await self._send_letter(
-                    _Letter(origin.message, origin.topic, origin.stage, origin.headers, True)
-                )
-            else:
-                await self._letter_lost(origin, exc)
+        if isinstance(origin, Letter):
+            await self.letters.refused(origin, exc)
             return
         message, name = origin
         agent = self._agents[name]
         action = agent.on_error.action_for(exc)
         if isinstance(action, Retry):
             action = action.then  # the record is past: it cannot be processed again
-        self.metrics.errors.labels(name, "output").inc()
-        log.error(
-            "output refused by the broker",
-            agent=name,
-            action=action,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            error=str(exc),
-        )
+        self._counter(self.metrics.errors, name, "output").inc()
+        if self.fail_fast or action == "stop" or self.log_budget.allow(name):
+            log.error(
+                "output refused by the broker",
+                agent=name,
+                action=action,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                error=str(exc),
+            )
         if self.fail_fast or action == "stop":
             raise exc
         if action == "skip":

@@ -228,7 +228,9 @@ class Worker:
         spawn(self.transport.watch(), "broker-watch")
         producer = self.transport.producer(client_id=f"{app.name}-producer")
         await producer.start()
-        self.publisher = publisher = Publisher(producer)
+        self.publisher = publisher = Publisher(
+            producer, partition_count=self.transport.partition_count
+        )
         self.scope.sender = publisher
         dispatcher = self.dispatcher = Dispatcher(
             app,
@@ -239,7 +241,9 @@ class Worker:
             fail_fast=settings.fail_fast,
             queue_batches=settings.queue_batches,
             spawn=spawn,
-            max_record_bytes=producer.max_record_bytes,
+            publish=publisher.publish,
+            relieve=publisher.relieve,
+            max_record_bytes=publisher.max_record_bytes,
         )
         publisher.on_rejected = dispatcher.rejected
         dispatcher.start_sinks()

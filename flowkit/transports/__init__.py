@@ -13,7 +13,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigurationError
-from .base import Ack, Consumer, OffsetReset, Producer, RebalanceListener, TopicSpec, Transport
+from .base import (
+    Ack,
+    Consumer,
+    OffsetReset,
+    OutRecord,
+    Producer,
+    RebalanceListener,
+    TopicSpec,
+    Transport,
+)
 from .memory import MemoryBroker, MemoryTransport
 from .reading import read_to_end, read_topic
 
@@ -23,6 +32,7 @@ __all__ = [
     "MemoryBroker",
     "MemoryTransport",
     "OffsetReset",
+    "OutRecord",
     "Producer",
     "RebalanceListener",
     "TopicSpec",

@@ -19,6 +19,7 @@ __all__ = [
     "Ack",
     "Consumer",
     "OffsetReset",
+    "OutRecord",
     "Producer",
     "RebalanceListener",
     "TopicSpec",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 OffsetReset = Literal["earliest", "latest"]
+
+OutRecord = tuple[bytes | None, bytes | None, Headers, int | None]
+"""A record to send in a batch: (key, value, headers, timestamp_ms or None for now)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,16 @@ class Producer(Protocol):
 
         A record over ``max_record_bytes`` raises ``RecordRejected`` here; one the broker
         refuses for good (its own size limit, authorisation) fails its ack with it.
+        """
+
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        """Queue ``records`` for one partition, in order, as few broker batches as fit.
+
+        Returns, per broker batch, how many of the records it holds (in order) and the
+        awaitable ``Ack`` of its last record; a refusal fails a whole broker batch. The
+        caller has checked each record against ``max_record_bytes``.
         """
 
     async def flush(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
@@ -21,7 +21,7 @@ from flowkit.deadletter import DeadLetter
 from flowkit.errors import RecordRejected
 from flowkit.records import Headers, record_size
 from flowkit.testing import TestDriver
-from flowkit.transports import Ack, MemoryBroker, MemoryTransport, Transport
+from flowkit.transports import Ack, MemoryBroker, MemoryTransport, OutRecord, Transport
 from flowkit.transports.memory.clients import MemoryProducer
 from tests.conftest import KAFKA_TEST_SETTINGS
 
@@ -143,7 +143,8 @@ async def test_a_dead_letter_refused_even_without_its_value_is_counted_and_skipp
 
 class _LateRefusingProducer(MemoryProducer):
     """Takes every record at once, like Kafka's producer under its own limit; the
-    "broker" then refuses those over ``refuse_over`` bytes in the ack."""
+    "broker" then refuses those over ``refuse_over`` bytes in the ack (a batch with one
+    of them in it: whole)."""
 
     def __init__(self, broker: MemoryBroker, refuse_over: int, skip_topic: str) -> None:
         super().__init__(broker)
@@ -174,6 +175,19 @@ class _LateRefusingProducer(MemoryProducer):
             )
             future.set_result(await ack)
         return future
+
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        # One broker batch: refused whole if any record in it is over the limit.
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        sizes = [record_size(key, value, headers) for key, value, headers, _ in records]
+        if topic != self.skip_topic and max(sizes) > self.refuse_over:
+            future.set_exception(RecordRejected("MessageSizeTooLargeError: over the limit"))
+        else:
+            [(_, ack)] = await super().send_batch(topic, partition, records)
+            future.set_result(await ack)
+        return [(len(records), future)]
 
 
 class _LateRefusingTransport(MemoryTransport):

@@ -124,6 +124,30 @@ async def test_a_record_over_max_record_bytes_is_rejected_and_the_producer_goes_
     assert [(m.offset, m.value) for m in got] == [(0, fits)]
 
 
+async def test_send_batch_keeps_the_order_and_acks_each_broker_batch_at_its_last_record(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    topic = await new_topic(transport, 2)
+    producer = transport.producer()
+    await producer.start()
+    # About 600 kB: more than one broker batch on Kafka (max_batch_size is 256 KiB).
+    records = [
+        (b"k%d" % i, b"%06d" % i + b"." * 294, (("n", b"%d" % i),) if i % 2 else (), 1_000 + i)
+        for i in range(2_000)
+    ]
+    sent = await producer.send_batch(topic, 1, records)
+    assert sum(n for n, _ in sent) == len(records)
+    end = 0
+    for n, pending in sent:
+        ack = await pending
+        assert (ack.topic, ack.partition, ack.offset) == (topic, 1, end + n - 1)
+        end += n
+    got = await collect(reader(transport, topic, 2), len(records))
+    assert [(m.partition, m.offset) for m in got] == [(1, i) for i in range(len(records))]
+    assert [(m.key, m.value, tuple(m.headers), m.timestamp) for m in got] == records
+
+
 async def test_getmany_is_in_offset_order_and_respects_max_records(
     transport_factory: TransportFactory,
 ) -> None:

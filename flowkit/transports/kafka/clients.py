@@ -14,7 +14,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 
 from ...errors import CommitFailed, ConfigurationError, TransportError
 from ...records import Headers, Message, TopicPartition
-from ..base import Ack, RebalanceListener
+from ..base import Ack, OutRecord, RebalanceListener
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
 
 log = structlog.get_logger(__name__)
@@ -281,19 +281,21 @@ def _convert(raw: Mapping[Any, Any]) -> dict[TopicPartition, list[Message]]:
 
 
 class _PendingAck:
-    """Awaitable ``Ack`` over aiokafka's delivery future, with its errors translated."""
+    """Awaitable ``Ack`` over aiokafka's delivery future, with its errors translated
+    (``last`` records after the one the broker reports: a batch's last record)."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "_last")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[Any], last: int = 0) -> None:
         self._future = future
+        self._last = last
 
     def __await__(self) -> Generator[Any, None, Ack]:
         try:
             meta = yield from self._future.__await__()
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
-        return Ack(meta.topic, meta.partition, meta.offset)
+        return Ack(meta.topic, meta.partition, meta.offset + self._last)
 
     def done(self) -> bool:
         """True once the broker answered (ack or error)."""
@@ -305,7 +307,7 @@ class _PendingAck:
             meta = self._future.result()
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
-        return Ack(meta.topic, meta.partition, meta.offset)
+        return Ack(meta.topic, meta.partition, meta.offset + self._last)
 
 
 # Bytes of a record batch that are not key, value or headers (batch header, varints): what
@@ -358,6 +360,34 @@ class KafkaProducer:
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
         return _PendingAck(future)
+
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        """Queue the records for ``partition`` in aiokafka batches of up to
+        ``max_batch_size`` bytes: no partitioner and no per-record future."""
+        kafka = self._kafka
+        if kafka is None:
+            await self.start()
+            kafka = self._kafka
+        out: list[tuple[int, Awaitable[Ack]]] = []
+        try:
+            batch, count = kafka.create_batch(), 0
+            for key, value, headers, timestamp_ms in records:
+                listed = list(headers) if headers else None  # aiokafka's C builder: a list
+                if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=listed):
+                    count += 1
+                    continue
+                future = await kafka.send_batch(batch, topic, partition=partition)
+                out.append((count, _PendingAck(future, count - 1)))
+                batch, count = kafka.create_batch(), 1
+                batch.append(key=key, value=value, timestamp=timestamp_ms, headers=listed)
+            if count:
+                future = await kafka.send_batch(batch, topic, partition=partition)
+                out.append((count, _PendingAck(future, count - 1)))
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        return out
 
     async def flush(self) -> None:
         """Wait until every record queued so far is acknowledged (or failed)."""

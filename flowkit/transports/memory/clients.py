@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..._text import count as plural
 from ...errors import CommitFailed, ConfigurationError, RecordRejected, TransportError
 from ...records import Headers, Message, TopicPartition, record_size
-from ..base import Ack, OffsetReset, RebalanceListener, TopicSpec
+from ..base import Ack, OffsetReset, OutRecord, RebalanceListener, TopicSpec
 from .broker import MemoryBroker
 
 if TYPE_CHECKING:
@@ -320,6 +320,18 @@ class MemoryProducer:
                     f" ({self.max_record_bytes})"
                 )
         return self._append(topic, value, key, headers, partition, timestamp_ms)
+
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        """Append the records to ``partition``; one already done ``Ack``, of the last."""
+        if self._closed:
+            raise TransportError(f"cannot send to {topic!r}: producer is closed")
+        append = self._append
+        ack = None
+        for key, value, headers, timestamp_ms in records:
+            ack = append(topic, value, key, headers, partition, timestamp_ms)
+        return [] if ack is None else [(len(records), ack)]
 
     async def flush(self) -> None:
         """Nothing is ever pending."""

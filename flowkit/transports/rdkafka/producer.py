@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
 
 from ...errors import TransportError
 from ...records import Headers
-from ..base import Ack
+from ..base import Ack, OutRecord
 from .errors import RDKAFKA_ERRORS, map_rdkafka_errors, translate
 
 if TYPE_CHECKING:
@@ -136,6 +136,21 @@ class RdkafkaProducer:
             except RDKAFKA_ERRORS as exc:
                 raise translate(exc) from exc
 
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        """Queue ``records`` for ``partition`` (librdkafka batches them itself); one
+        awaitable for all of them: the ``Ack`` of the last, or the first failure."""
+        futures = [
+            await self.send(
+                topic, value, key=key, headers=headers, partition=partition, timestamp_ms=ts
+            )
+            for key, value, headers, ts in records
+        ]
+        if not futures:
+            return []
+        return [(len(futures), _last_ack(futures))]
+
     def _flush(self) -> None:
         kafka = self._kafka
         while kafka is not None and kafka.flush(0.5) > 0 and not self._stopping.is_set():
@@ -169,3 +184,26 @@ class RdkafkaProducer:
                 await asyncio.get_running_loop().run_in_executor(None, poller.join)
             self._hand_over()
             self._kafka = None
+
+
+def _last_ack(futures: list[Awaitable[Ack]]) -> asyncio.Future[Ack]:
+    """A future of the last record's ``Ack``, failed with the first failure if any: the
+    caller sends a failed batch again record by record to find the record refused."""
+    out: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+    gathered = asyncio.gather(*futures, return_exceptions=True)
+
+    def done(g: asyncio.Future[list[Any]]) -> None:
+        if out.done():
+            return
+        if g.cancelled():
+            out.cancel()
+            return
+        results = g.result()
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            out.set_exception(failure)
+        else:
+            out.set_result(results[-1])
+
+    gathered.add_done_callback(done)
+    return out

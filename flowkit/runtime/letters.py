@@ -1,0 +1,138 @@
+"""Sending dead letters, so that one always fits and a refused one never stops the worker.
+
+A dead letter is published like an output (batched, acknowledged before the commit). If
+the record and its headers are over the producer's limit, its value is cut to fit
+(``fit_dead_letter``). If the broker refuses it anyway (a limit of its own), it is sent
+again without its value. If even that is refused, the record is logged with its
+coordinates, counted in ``flowkit_dead_letters_lost``, and skipped: a record that cannot
+be dead-lettered must not stop every restart of the worker on the same offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ..clock import Clock
+from ..deadletter import dead_letter_headers, fit_dead_letter
+from ..errors import RecordRejected
+from ..metrics import Metrics
+from ..records import Headers, Message
+from .logbudget import LogBudget
+
+__all__ = ["Letter", "LetterSender"]
+
+log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """The origin of a dead-letter send: what to do if the broker refuses it."""
+
+    message: Message
+    topic: str
+    stage: str
+    headers: Headers  # the dead letter's headers, before any truncation marks
+    valueless: bool = False  # sent again without the value, after the broker refused it
+
+
+class LetterSender:
+    """Builds and publishes the dead letters of one worker."""
+
+    def __init__(
+        self,
+        *,
+        publish: Callable[..., bool],
+        relieve: Callable[[], Awaitable[None]],
+        max_record_bytes: int | None,
+        default_topic: str,
+        clock: Clock,
+        metrics: Metrics,
+        counter: Callable[..., Any],
+        log_budget: LogBudget,
+        fail_fast: bool,
+    ) -> None:
+        self._publish = publish
+        self._relieve = relieve
+        self.max_record_bytes = max_record_bytes
+        self.default_topic = default_topic
+        self.clock = clock
+        self.metrics = metrics
+        self._counter = counter
+        self.log_budget = log_budget
+        self.fail_fast = fail_fast
+
+    async def send(
+        self,
+        message: Message,
+        error: BaseException,
+        *,
+        stage: str,
+        agent: str | None,
+        attempts: int = 1,
+        topic: str | None = None,
+    ) -> None:
+        """Send ``message`` to the dead-letter ``topic``, with headers saying why."""
+        if stage == "decode":
+            if self.fail_fast or self.log_budget.allow(f"{message.topic}:decode"):
+                log.warning(
+                    "record does not decode",
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                    error=str(error),
+                )
+            if self.fail_fast:
+                raise error
+        self._counter(self.metrics.dead_letters, stage).inc()
+        headers = dead_letter_headers(
+            message,
+            error,
+            stage=stage,
+            agent=agent,
+            attempts=attempts,
+            failed_at_ms=int(self.clock.time() * 1000),
+        )
+        await self._send(Letter(message, topic or self.default_topic, stage, headers))
+
+    async def _send(self, letter: Letter) -> None:
+        # Whole if it fits the producer's limit, else cut to fit; with no value at all
+        # after the broker refused it once (its own limit may be below the producer's).
+        message = letter.message
+        limit = 0 if letter.valueless else self.max_record_bytes
+        value, headers = fit_dead_letter(message.key, message.value, letter.headers, limit)
+        try:
+            full = self._publish(
+                letter.topic, value, message.key, headers, letter, message.timestamp
+            )
+        except RecordRejected as exc:
+            await self._lost(letter, exc)
+            return
+        if full:
+            await self._relieve()
+
+    async def refused(self, letter: Letter, exc: RecordRejected) -> None:
+        """The broker refused ``letter`` for good: send it again without its value, or,
+        if that was refused too, log and count it."""
+        if not letter.valueless and letter.message.value is not None:
+            message = letter.message
+            await self._send(Letter(message, letter.topic, letter.stage, letter.headers, True))
+        else:
+            await self._lost(letter, exc)
+
+    async def _lost(self, letter: Letter, exc: RecordRejected) -> None:
+        message = letter.message
+        self._counter(self.metrics.dead_letters_lost, letter.stage).inc()
+        log.error(
+            "dead letter refused by the broker; the record is skipped",
+            dlq=letter.topic,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            error=str(exc),
+        )
+        if self.fail_fast:
+            raise exc
