@@ -76,17 +76,10 @@ class LetterSender:
         topic: str | None = None,
     ) -> None:
         """Send ``message`` to the dead-letter ``topic``, with headers saying why."""
-        if stage == "decode":
-            if self.fail_fast or self.log_budget.allow(f"{message.topic}:decode"):
-                log.warning(
-                    "record does not decode",
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                    error=str(error),
-                )
-            if self.fail_fast:
-                raise error
+        # A decode failure is logged once, as "record failed" by the agent that dead-letters
+        # it (the first declared reader of its topic), not again here.
+        if stage == "decode" and self.fail_fast:
+            raise error
         self._counter(self.metrics.dead_letters, stage).inc()
         headers = dead_letter_headers(
             message,

@@ -112,6 +112,7 @@ async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
         durable_kafka.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
+        await worker.wait_for_log("Kafka broker is back")  # probed every 0.5 s while away
         assert worker.running(), worker.err
         assert await worker.stop() == 0, worker.err
         bad = {i for i in range(total) if i % BAD_EVERY == 0}
@@ -165,6 +166,7 @@ async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_th
         second = start_worker(
             workers, "relay-2", APP, broker_url(durable_kafka.bootstrap, **DURABLE)
         )
+        await second.wait_for_log("tables recovered", deadline=60)
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
         assert await second.stop() == 0, second.err
         bad = {i for i in range(total) if i % BAD_EVERY == 0}
