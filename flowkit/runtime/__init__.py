@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
-from .worker import Worker, required_topics
+from .required import required_topics
+from .worker import Worker
 
 __all__ = ["Worker", "required_topics"]

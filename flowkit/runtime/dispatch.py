@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -39,9 +38,10 @@ from ..streams import Stream, StreamSource
 from ..topics import Topic, accepts
 from .letters import Letter, LetterSender
 from .logbudget import LogBudget
+from .routes import Route
 from .targets import Target, Targets
 
-__all__ = ["Dispatcher", "Route"]
+__all__ = ["Dispatcher"]
 
 log = structlog.get_logger(__name__)
 
@@ -49,14 +49,6 @@ SendBytes = Callable[..., Awaitable[Any]]
 # Publisher.publish(topic, value, key, headers, origin, timestamp_ms=None) -> "relieve me"
 Publish = Callable[..., bool]
 Spawn = Callable[[Any, str], Any]
-
-
-@dataclass
-class Route:
-    """Where the batches of one topic go: per reading agent, its instances' sources."""
-
-    topic: Topic[Any]
-    readers: list[tuple[Agent[Any], list[StreamSource]]] = field(default_factory=list)
 
 
 class Dispatcher:

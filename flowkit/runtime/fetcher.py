@@ -28,7 +28,7 @@ from .state import StateKeeper
 if TYPE_CHECKING:
     import asyncio
 
-    from .dispatch import Route
+    from .routes import Route
 
 __all__ = ["Fetcher"]
 

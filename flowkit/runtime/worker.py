@@ -30,7 +30,7 @@ from ..errors import ConfigurationError, FlowkitError, GraphError, TransportErro
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
-from ..transports import Consumer, TopicSpec, Transport, transport_from_url
+from ..transports import Consumer, Transport, transport_from_url
 from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .console import Console
@@ -40,12 +40,13 @@ from .hooks import run_shutdown_hooks, run_startup_hooks
 from .latency import LatencyTracker
 from .observe import WorkerCollector
 from .publisher import Publisher
+from .required import required_topics
 from .state import StateKeeper
 from .supervisor import Supervisor
 from .timers import leader_of, run_timer
 from .web import WebServer
 
-__all__ = ["Worker", "WorkerSettings", "required_topics"]
+__all__ = ["Worker", "WorkerSettings"]
 
 log = structlog.get_logger(__name__)
 
@@ -488,14 +489,3 @@ class Worker:
         rate = self.records_in / seconds if seconds > 0 else 0.0
         records = count(self.records_in, "record")
         return f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
-
-
-def required_topics(app: App) -> list[TopicSpec]:
-    """Every topic a worker of ``app`` needs: declared, dead-letter, changelog and
-    repartition topics, with their partition counts."""
-    specs = [TopicSpec(t.name, t.partitions, compacted=t.compacted) for t in app.topics.values()]
-    dead_letters = {dead_letter_topic(app.name)}
-    dead_letters.update(a.dead_letter for a in app.agents if a.dead_letter)
-    specs.extend(TopicSpec(name, 1) for name in sorted(dead_letters) if name not in app.topics)
-    specs.extend(StateKeeper.specs_for(app))
-    return specs

@@ -7,9 +7,9 @@ from flowkit.checkpoint import OffsetTracker
 from flowkit.errors import CommitFailed
 from flowkit.metrics import Metrics
 from flowkit.records import TopicPartition
+from flowkit.runtime import required_topics
 from flowkit.runtime.assignment import Assignment
 from flowkit.runtime.state import StateKeeper
-from flowkit.runtime.worker import required_topics
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryTransport
 
