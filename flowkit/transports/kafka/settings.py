@@ -5,78 +5,58 @@ than as an aiokafka error at connect time).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiokafka
 import structlog
 
 from ...errors import ConfigurationError
+from .._kafka_common import DEAD_LETTER_ROOM, NONNEG, POS, SECONDS, STR, Check, one_of
 
 __all__ = ["DEAD_LETTER_ROOM", "DEFAULTS", "KINDS", "check_settings"]
 
 log = structlog.get_logger(__name__)
 
-# What a dead letter adds to the record it carries: flowkit.* headers with a bounded error
-# message and traceback. The producer's max_request_size defaults to the largest record the
-# consumer fetches plus this, so whatever the worker reads it can also dead-letter.
-DEAD_LETTER_ROOM = 64 * 1024
-
-_Check = tuple[Callable[[Any], bool], str]
-
-
-def _int(low: int) -> _Check:
-    return (lambda v: type(v) is int and v >= low), f"an int >= {low}"
-
-
-def _one_of(*choices: object) -> _Check:
-    names = ", ".join(map(repr, choices))
-    return (lambda v: any(v == c and type(v) is type(c) for c in choices)), f"one of {names}"
-
-
-_STR: _Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
-_SECONDS: _Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
-_POS, _NONNEG = _int(1), _int(0)
-
 # Which client takes each setting: "client" ones go to every aiokafka client, "producer",
 # "consumer" and "group" ones to those; "flowkit" ones KafkaTransport uses itself.
-KINDS: dict[str, dict[str, _Check]] = {
+KINDS: dict[str, dict[str, Check]] = {
     "flowkit": {
-        "broker_timeout": _SECONDS,
-        "client_id": _STR,
-        "connect_timeout": _SECONDS,
-        "ssl_cafile": _STR,
-        "ssl_certfile": _STR,
-        "ssl_keyfile": _STR,
+        "broker_timeout": SECONDS,
+        "client_id": STR,
+        "connect_timeout": SECONDS,
+        "ssl_cafile": STR,
+        "ssl_certfile": STR,
+        "ssl_keyfile": STR,
     },
     "client": {
-        "request_timeout_ms": _POS,
-        "retry_backoff_ms": _NONNEG,
-        "metadata_max_age_ms": _NONNEG,
-        "security_protocol": _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-        "sasl_mechanism": _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-        "sasl_plain_username": _STR,
-        "sasl_plain_password": _STR,
+        "request_timeout_ms": POS,
+        "retry_backoff_ms": NONNEG,
+        "metadata_max_age_ms": NONNEG,
+        "security_protocol": one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        "sasl_mechanism": one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "sasl_plain_username": STR,
+        "sasl_plain_password": STR,
     },
     "producer": {
-        "acks": _one_of(0, 1, -1, "all"),
-        "compression_type": _one_of(None, "gzip", "snappy", "lz4", "zstd"),
-        "linger_ms": _NONNEG,
-        "max_batch_size": _POS,
-        "max_request_size": _POS,
+        "acks": one_of(0, 1, -1, "all"),
+        "compression_type": one_of(None, "gzip", "snappy", "lz4", "zstd"),
+        "linger_ms": NONNEG,
+        "max_batch_size": POS,
+        "max_request_size": POS,
     },
     "consumer": {
-        "fetch_max_wait_ms": _NONNEG,
-        "fetch_min_bytes": _POS,
-        "fetch_max_bytes": _POS,
-        "max_partition_fetch_bytes": _POS,
-        "session_timeout_ms": _POS,
-        "heartbeat_interval_ms": _POS,
-        "max_poll_interval_ms": _POS,
-        "rebalance_timeout_ms": _POS,
-        "isolation_level": _one_of("read_uncommitted", "read_committed"),
+        "fetch_max_wait_ms": NONNEG,
+        "fetch_min_bytes": POS,
+        "fetch_max_bytes": POS,
+        "max_partition_fetch_bytes": POS,
+        "session_timeout_ms": POS,
+        "heartbeat_interval_ms": POS,
+        "max_poll_interval_ms": POS,
+        "rebalance_timeout_ms": POS,
+        "isolation_level": one_of("read_uncommitted", "read_committed"),
     },
-    "group": {"group_instance_id": _STR},  # static membership (KIP-345), group members only
+    "group": {"group_instance_id": STR},  # static membership (KIP-345), group members only
 }
 _CHECKS = {name: check for kind in KINDS.values() for name, check in kind.items()}
 # flowkit's defaults where they differ from aiokafka's (the package docstring says why).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -15,8 +15,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
-from ..._text import count
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
+from .._kafka_common import check_counts
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer
@@ -178,7 +178,7 @@ class KafkaTransport:
         Raises ``ConfigurationError`` if one exists with another partition count.
         """
         existing = await self._partition_counts()
-        _check_counts(specs, existing)
+        check_counts(specs, existing)
         missing = {s.name: s for s in specs if s.name not in existing}
         if not missing:
             return
@@ -201,7 +201,7 @@ class KafkaTransport:
                 detail = f"{kerr.for_code(code).__name__} {rest[0] if rest else ''}".strip()
                 raise TransportError(f"could not create topic {name!r}: {detail}")
         # Another worker may have created one meanwhile, with other partitions.
-        _check_counts(missing.values(), await self._partition_counts())
+        check_counts(missing.values(), await self._partition_counts())
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
@@ -232,17 +232,6 @@ class KafkaTransport:
         if admin is not None:
             await _stop_admin(admin, self.closing_limit())
         self.broker_watch.close()
-
-
-def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
-    problems = [
-        f"topic {s.name!r} exists with {count(existing[s.name], 'partition')},"
-        f" the app declares {s.partitions}"
-        for s in specs
-        if existing.get(s.name, s.partitions) != s.partitions
-    ]
-    if problems:
-        raise ConfigurationError("; ".join(dict.fromkeys(problems)))
 
 
 async def _stop_admin(admin: Any, limit: float | None) -> None:

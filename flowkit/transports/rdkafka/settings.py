@@ -5,79 +5,62 @@ the checks that refuse an unknown name or a bad value with one ``ConfigurationEr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigurationError
-
-DEAD_LETTER_ROOM = 64 * 1024  # bytes a dead letter's headers may add to a record
+from .._kafka_common import DEAD_LETTER_ROOM, NONNEG, POS, SECONDS, STR, Check, one_of
 
 __all__ = ["DEFAULTS", "SETTINGS", "check_settings", "client_config"]
 
-_Check = tuple[Callable[[Any], bool], str]
-
-
-def _int(low: int) -> _Check:
-    return (lambda v: type(v) is int and v >= low), f"an int >= {low}"
-
-
-def _one_of(*choices: object) -> _Check:
-    names = ", ".join(map(repr, choices))
-    return (lambda v: any(v == c and type(v) is type(c) for c in choices)), f"one of {names}"
-
-
-_STR: _Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
-_SECONDS: _Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
-_POS, _NONNEG = _int(1), _int(0)
-
 # name -> (check, librdkafka property or None for flowkit's own, which clients take it).
 # Roles: "all" clients, "producer", "consumer", "group" (consumers with a group_id).
-SETTINGS: dict[str, tuple[_Check, str | None, str]] = {
-    "client_id": (_STR, None, "all"),
-    "connect_timeout": (_SECONDS, None, "all"),
-    "broker_timeout": (_SECONDS, None, "all"),
-    "request_timeout_ms": (_POS, "socket.timeout.ms", "all"),
-    "retry_backoff_ms": (_NONNEG, "retry.backoff.ms", "all"),
-    "metadata_max_age_ms": (_POS, "metadata.max.age.ms", "all"),
+SETTINGS: dict[str, tuple[Check, str | None, str]] = {
+    "client_id": (STR, None, "all"),
+    "connect_timeout": (SECONDS, None, "all"),
+    "broker_timeout": (SECONDS, None, "all"),
+    "request_timeout_ms": (POS, "socket.timeout.ms", "all"),
+    "retry_backoff_ms": (NONNEG, "retry.backoff.ms", "all"),
+    "metadata_max_age_ms": (POS, "metadata.max.age.ms", "all"),
     "security_protocol": (
-        _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
         "security.protocol",
         "all",
     ),
     "sasl_mechanism": (
-        _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
         "sasl.mechanism",
         "all",
     ),
-    "sasl_plain_username": (_STR, "sasl.username", "all"),
-    "sasl_plain_password": (_STR, "sasl.password", "all"),
-    "ssl_cafile": (_STR, "ssl.ca.location", "all"),
-    "ssl_certfile": (_STR, "ssl.certificate.location", "all"),
-    "ssl_keyfile": (_STR, "ssl.key.location", "all"),
-    "acks": (_one_of(0, 1, -1, "all"), "acks", "producer"),
+    "sasl_plain_username": (STR, "sasl.username", "all"),
+    "sasl_plain_password": (STR, "sasl.password", "all"),
+    "ssl_cafile": (STR, "ssl.ca.location", "all"),
+    "ssl_certfile": (STR, "ssl.certificate.location", "all"),
+    "ssl_keyfile": (STR, "ssl.key.location", "all"),
+    "acks": (one_of(0, 1, -1, "all"), "acks", "producer"),
     "compression_type": (
-        _one_of(None, "gzip", "snappy", "lz4", "zstd"),
+        one_of(None, "gzip", "snappy", "lz4", "zstd"),
         "compression.type",
         "producer",
     ),
-    "linger_ms": (_NONNEG, "linger.ms", "producer"),
-    "max_batch_size": (_POS, "batch.size", "producer"),
-    "max_request_size": (_POS, "message.max.bytes", "producer"),
-    "fetch_max_wait_ms": (_NONNEG, "fetch.wait.max.ms", "consumer"),
-    "fetch_min_bytes": (_POS, "fetch.min.bytes", "consumer"),
-    "fetch_max_bytes": (_POS, "fetch.max.bytes", "consumer"),
-    "max_partition_fetch_bytes": (_POS, "max.partition.fetch.bytes", "consumer"),
-    "fetch_queue_backoff_ms": (_NONNEG, "fetch.queue.backoff.ms", "consumer"),
-    "queued_max_messages_kbytes": (_POS, "queued.max.messages.kbytes", "consumer"),
-    "session_timeout_ms": (_POS, "session.timeout.ms", "group"),
-    "heartbeat_interval_ms": (_POS, "heartbeat.interval.ms", "group"),
-    "max_poll_interval_ms": (_POS, "max.poll.interval.ms", "group"),
+    "linger_ms": (NONNEG, "linger.ms", "producer"),
+    "max_batch_size": (POS, "batch.size", "producer"),
+    "max_request_size": (POS, "message.max.bytes", "producer"),
+    "fetch_max_wait_ms": (NONNEG, "fetch.wait.max.ms", "consumer"),
+    "fetch_min_bytes": (POS, "fetch.min.bytes", "consumer"),
+    "fetch_max_bytes": (POS, "fetch.max.bytes", "consumer"),
+    "max_partition_fetch_bytes": (POS, "max.partition.fetch.bytes", "consumer"),
+    "fetch_queue_backoff_ms": (NONNEG, "fetch.queue.backoff.ms", "consumer"),
+    "queued_max_messages_kbytes": (POS, "queued.max.messages.kbytes", "consumer"),
+    "session_timeout_ms": (POS, "session.timeout.ms", "group"),
+    "heartbeat_interval_ms": (POS, "heartbeat.interval.ms", "group"),
+    "max_poll_interval_ms": (POS, "max.poll.interval.ms", "group"),
     "isolation_level": (
-        _one_of("read_uncommitted", "read_committed"),
+        one_of("read_uncommitted", "read_committed"),
         "isolation.level",
         "consumer",
     ),
-    "group_instance_id": (_STR, "group.instance.id", "group"),
+    "group_instance_id": (STR, "group.instance.id", "group"),
 }
 
 # flowkit's defaults, the aiokafka transport's where both clients have the setting.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import confluent_kafka as ck
@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
+from .._kafka_common import check_counts
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
@@ -173,7 +174,7 @@ class RdkafkaTransport:
         Raises ``ConfigurationError`` if one exists with another partition count.
         """
         existing = await self._partition_counts()
-        _check_counts(specs, existing)
+        check_counts(specs, existing)
         missing = {s.name: s for s in specs if s.name not in existing}
         if not missing:
             return
@@ -197,7 +198,7 @@ class RdkafkaTransport:
                         f"could not create topic {name!r}: {error.name()} {error.str()}"
                     ) from exc
         # Another worker may have created one meanwhile, with other partitions.
-        _check_counts(missing.values(), await self._partition_counts())
+        check_counts(missing.values(), await self._partition_counts())
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
@@ -215,14 +216,3 @@ class RdkafkaTransport:
         for client in list(self._opened):
             await client.aclose()
         self._admin = None
-
-
-def _check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
-    problems = [
-        f"topic {s.name!r} exists with {existing[s.name]} partitions,"
-        f" the app declares {s.partitions}"
-        for s in specs
-        if existing.get(s.name, s.partitions) != s.partitions
-    ]
-    if problems:
-        raise ConfigurationError("; ".join(dict.fromkeys(problems)))
