@@ -70,12 +70,6 @@ class TaskScope:
         """Let every record this task reads move ``table``'s stream time. A task without
         a stream reads no records: only a ``StreamSource`` keeps the request."""
 
-    def adopt(self, other: TaskScope) -> None:
-        """Share ``other``'s worker state (stores, sender, clock)."""
-        self.stores = other.stores
-        self.sender = other.sender
-        self.now_ms = other.now_ms
-
 
 _SCOPE: contextvars.ContextVar[TaskScope | None] = contextvars.ContextVar(
     "flowkit_scope", default=None

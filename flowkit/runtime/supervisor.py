@@ -59,10 +59,6 @@ class Supervisor:
         if exc is not None:
             self._on_fatal(exc, task.get_name())
 
-    def running(self) -> list[str]:
-        """Names of the tasks still running."""
-        return sorted(t.get_name() for t in self._tasks)
-
     def named(self, *prefixes: str) -> list[asyncio.Task[Any]]:
         """The running tasks whose names start with one of ``prefixes``."""
         return [t for t in self._tasks if t.get_name().startswith(prefixes)]
