@@ -1,19 +1,25 @@
 """A windowed stream-stream join: flowkit vs a hand-written loop, same data, same process.
 
     python -m benchmarks.joins [--orders 200000] [--repeat 5]
+    python -m benchmarks.joins --instructions --orders 20000   # callgrind counts
 
 The data is ``examples/payments.py``'s: N orders, one every 100 ms of event time, and a
 payment for 90% of them, up to 20 s after (or 2 s before) its order, both keyed by order
 id on 4 partitions. The query is the example's left join within 60 s (grace 10 s): each
-order comes out once, with its payment or, once its window has closed, without.
+order comes out once, with its payment or, once its window has closed, without, encoded as
+the example's ``PaidOrder`` or ``UnpaidOrder``.
 
-* hand-written: the records in timestamp order, decoded with msgspec; a dict per side of
-  records waiting for their match, by key; a match pops its partner; what is left of the
-  orders at the end is unpaid (with unique order ids, no window bookkeeping is needed);
+* hand-written: the records in timestamp order, decoded with msgspec; per side a dict of
+  the records waiting for a match (key -> list, so a key may have several), matched by
+  key within the window; stream time, late records, unmatched orders emitted when their
+  window closes and both sides expired from the dicts when no record that is not late
+  could match them (two deques in timestamp order); results encoded with msgspec and
+  appended to two lists. The same semantics as the join, written for this data (it
+  relies on timestamps arriving in order, which a general join cannot);
 * flowkit: the example app run by a worker over both topics pre-loaded on the memory
   broker (timestamp-ordered merge per partition, changelog-backed buffers, outputs sent
-  to two topics), timed until every record is processed, then checked against the
-  hand-written result. Its changelog and output sends are part of its time.
+  to two topics), timed until every record is processed and the worker has stopped (its
+  last checkpoint included), then checked against the hand-written result.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ import argparse
 import asyncio
 import heapq
 import time
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 import flowkit
+from benchmarks.callgrind import compare
 from benchmarks.rounds import against_hand_written
 from examples import payments
 from flowkit.logs import configure_logging
@@ -36,7 +45,7 @@ from flowkit.transports import MemoryBroker, MemoryTransport, read_to_end
 
 START_MS = 1_700_000_000_000
 Data = list[tuple[str, bytes, bytes, int]]  # (topic, key, value, timestamp)
-Result = tuple[list[str], list[str]]  # (paid order ids, unpaid order ids), sorted
+Result = tuple[list[bytes], list[bytes]]  # (paid orders, unpaid orders) as encoded, sorted
 
 
 def data_set(n: int) -> Data:
@@ -47,30 +56,83 @@ def data_set(n: int) -> Data:
     ]
 
 
-def join(records: Any) -> Result:
+def join(records: Iterable[tuple[str, bytes, bytes, int]]) -> Result:
     """The hand-written left join over (topic, key, value, timestamp) in time order."""
     decode_order = msgspec.json.Decoder(payments.Order).decode
     decode_payment = msgspec.json.Decoder(payments.Payment).decode
-    window = int(payments.WITHIN * 1000)
-    orders: dict[bytes, tuple[int, Any]] = {}
-    waiting: dict[bytes, tuple[int, Any]] = {}
-    paid: list[str] = []
+    encode = msgspec.json.Encoder().encode
+    paid_order, unpaid_order = payments.PaidOrder, payments.UnpaidOrder
+    before = after = int(payments.WITHIN * 1000)
+    grace = int(payments.GRACE * 1000)
+    order_open = after + grace  # an order may still be paid this long after it
+    payment_open = before + grace
+    keep = before + after + grace  # then no record that is not late can match it
+    orders: dict[bytes, list[list[Any]]] = {}  # key -> [timestamp, order, matched, key]
+    waiting: dict[bytes, list[list[Any]]] = {}  # key -> [timestamp, payment, key]
+    closing: deque[list[Any]] = deque()  # orders whose window has not closed
+    expiring: deque[tuple[list[Any], dict[bytes, list[list[Any]]]]] = deque()
+    paid: list[bytes] = []
+    unpaid: list[bytes] = []
+    now = -(2**62)
+    late = 0
     for topic, key, raw, ts in records:
+        if ts > now:
+            now = ts
         if topic == "orders":
+            if ts + order_open < now:
+                late += 1
+                continue
             order = decode_order(raw)
-            payment = waiting.pop(key, None)
-            if payment is not None and abs(payment[0] - ts) <= window:
-                paid.append(order.id)
+            entry = [ts, order, False, key]
+            for p in waiting.get(key, ()):
+                if ts - before <= p[0] <= ts + after:
+                    entry[2] = True
+                    paid.append(
+                        encode(paid_order(order.id, order.customer, order.amount, p[1].method))
+                    )
+            same = orders.get(key)
+            if same is None:
+                orders[key] = [entry]
             else:
-                orders[key] = (ts, order)
+                same.append(entry)
+            closing.append(entry)
+            expiring.append((entry, orders))
         else:
-            decode_payment(raw)
-            found = orders.pop(key, None)
-            if found is not None and abs(found[0] - ts) <= window:
-                paid.append(found[1].id)
+            if ts + payment_open < now:
+                late += 1
+                continue
+            payment = decode_payment(raw)
+            entry = [ts, payment, key]
+            for o in orders.get(key, ()):
+                if ts - after <= o[0] <= ts + before:
+                    o[2] = True
+                    order = o[1]
+                    paid.append(
+                        encode(paid_order(order.id, order.customer, order.amount, payment.method))
+                    )
+            same = waiting.get(key)
+            if same is None:
+                waiting[key] = [entry]
             else:
-                waiting[key] = (ts, None)
-    return sorted(paid), sorted(o.id for _, o in orders.values())
+                same.append(entry)
+            expiring.append((entry, waiting))
+        while closing and closing[0][0] + order_open < now:
+            o = closing.popleft()
+            if not o[2]:
+                order = o[1]
+                unpaid.append(encode(unpaid_order(order.id, order.customer, order.amount)))
+        while expiring and expiring[0][0][0] + keep < now:
+            e, side = expiring.popleft()
+            same = side[e[-1]]
+            if len(same) == 1:
+                del side[e[-1]]
+            else:
+                same.remove(e)
+    for o in closing:  # the end of the data closes every window
+        if not o[2]:
+            order = o[1]
+            unpaid.append(encode(unpaid_order(order.id, order.customer, order.amount)))
+    return sorted(paid), sorted(unpaid)
 
 
 def hand_written(data: Data) -> tuple[float, Result]:
@@ -106,38 +168,64 @@ async def loaded_broker(data: Data) -> MemoryBroker:
     return broker
 
 
+async def run_worker(broker: MemoryBroker, total: int, clock: Any = None) -> flowkit.App:
+    """Run the example app until it has processed ``total`` records, then stop it."""
+    app = payments.make_app(generate=False)
+    worker = flowkit.Worker(app, transport=MemoryTransport(broker), clock=clock)
+    async with worker:
+        # Polling the worker is the point: it says when every record is processed.
+        while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    return app
+
+
 async def with_flowkit(data: Data) -> tuple[float, Result, float]:
     broker = await loaded_broker(data)
-    transport = MemoryTransport(broker)
-    app = payments.make_app(generate=False)
-    worker = flowkit.Worker(app, transport=transport, clock=FakeClock(START_MS / 1000 + 3600))
-    total = len(data) + payments.PARTITIONS
-    async with worker:
-        start = time.perf_counter()
-        while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
-            await asyncio.sleep(0.002)
-        elapsed = time.perf_counter() - start
-    reader = transport.consumer(group_id=None)
-    ids: dict[str, list[str]] = {"paid-orders": [], "unpaid-orders": []}
-    tps = {TopicPartition(t, p) for t in ids for p in range(payments.PARTITIONS)}
+    start = time.perf_counter()
+    app = await run_worker(broker, len(data) + payments.PARTITIONS)
+    elapsed = time.perf_counter() - start
+    reader = MemoryTransport(broker).consumer(group_id=None)
+    out: dict[str, list[bytes]] = {"paid-orders": [], "unpaid-orders": []}
+    tps = {TopicPartition(t, p) for t in out for p in range(payments.PARTITIONS)}
     reader.assign(tps)
 
     def add(tp: TopicPartition, messages: list[flowkit.Message]) -> None:
-        decode = app.topics[tp.topic].decode
-        ids[tp.topic].extend(decode(m.value).id for m in messages)  # type: ignore[arg-type]
+        out[tp.topic].extend(m.value for m in messages if m.value is not None)
 
     await read_to_end(reader, tps, add)
-    result = (sorted(ids["paid-orders"]), sorted(ids["unpaid-orders"]))
+    result = (sorted(out["paid-orders"]), sorted(out["unpaid-orders"]))
     return elapsed, result, hand_written_over_logs(broker)
+
+
+async def _load_and_maybe_run(data: Data, run: bool) -> None:
+    broker = await loaded_broker(data)
+    if run:  # a fake clock: no checkpoint but the last, the same count every time
+        await run_worker(broker, len(data) + payments.PARTITIONS, FakeClock(START_MS / 1000))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="A stream-stream join: flowkit vs by hand")
     parser.add_argument("--orders", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="compare instruction counts under valgrind (use --orders 20000)",
+    )
+    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
+    if args.instructions:
+        compare("benchmarks.joins", "--orders", args.orders, "order")
+        print("(an order is ~1.9 records: the order and, for 90% of them, its payment)")
+        return
     data = data_set(args.orders)
+    if args.part:
+        # The broker is loaded in every part, so the differences are the loops alone.
+        asyncio.run(_load_and_maybe_run(data, args.part == "flowkit"))
+        if args.part == "hand":
+            join(data)
+        return
     print(f"{args.orders:,} orders and {len(data) - args.orders:,} payments, left join")
     against_hand_written(
         args.repeat,

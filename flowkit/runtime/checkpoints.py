@@ -1,9 +1,10 @@
 """Checkpoints: commit what is done, only after everything it caused is acknowledged.
 
 Order of a checkpoint (at-least-once): take the committable offsets; flush the sinks
-(they may dead-letter); send the windowed tables' partials and markers, then the changed
-keys to the changelogs; wait until every send so far is acknowledged; then commit those
-offsets. A record whose effects are not all acknowledged is never committed.
+(they may dead-letter); send the windowed tables' partials and markers; take the changed
+keys of every table, wait until every send so far is acknowledged, then send those keys
+to the changelogs and wait for their acknowledgements; then commit those offsets. A
+record whose effects are not all acknowledged is never committed.
 """
 
 from __future__ import annotations
@@ -68,7 +69,12 @@ class Checkpointer:
             # buffers: send those, acknowledge everything, then commit.
             await self._flush_sinks()  # may dead-letter: before the acks
             await self.state.flush_outbox()
-            await self.state.flush_changelogs()
+            # The changelogs say what the records processed so far did; their outputs are
+            # stored before the changelogs are sent, so state never runs ahead of output
+            # (a join that recovers a record's state does not emit its results again).
+            changes = self.state.drain_changelogs()
+            await self.publisher.await_acks()
+            await self.state.send_changelogs(changes)
             await self.publisher.await_acks()
             if not offsets:
                 return

@@ -182,6 +182,31 @@ class Publisher:
                     self._origins.append(_Batch(topic, p, batch[start:end], causes[start:end]))
                 start += n
 
+    async def send_batch(self, topic: str, partition: int, records: list[OutRecord]) -> None:
+        """Send records (of no agent: changelogs) to one partition as broker batches; the
+        acks are awaited before the next commit. Raises ``RecordRejected`` at once for a
+        record over the producer's size limit."""
+        for key, value, headers, _ in records:
+            size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+            for name, data in headers:
+                size += len(name) + len(data)
+            if size > self._limit:
+                raise RecordRejected(
+                    f"a record of {size} bytes to {topic!r} is over the producer's limit "
+                    f"({self._limit} bytes)"
+                )
+        if topic in self._buffers:
+            await self.flush()  # published records of this topic first: keep the order
+        start = 0
+        for n, ack in await self.producer.send_batch(topic, partition, records):
+            if isinstance(ack, Ack):
+                self._stored(ack)
+            else:
+                end = start + n
+                self._in_flight.append(ack)
+                self._origins.append(_Batch(topic, partition, records[start:end], [None] * n))
+            start += n
+
     # -- single sends ---------------------------------------------------------------------
 
     async def send_bytes(

@@ -21,7 +21,7 @@ from ..clock import Clock
 from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
-from ..transports import TopicSpec, Transport, read_to_end
+from ..transports import OutRecord, TopicSpec, Transport, read_to_end
 from .recovery import RecoveryProgress
 
 __all__ = ["StateKeeper"]
@@ -29,6 +29,8 @@ __all__ = ["StateKeeper"]
 log = structlog.get_logger(__name__)
 
 SendBytes = Callable[..., Awaitable[Any]]
+SendBatch = Callable[[str, int, list[OutRecord]], Awaitable[None]]
+Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
 
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
@@ -37,10 +39,18 @@ Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
 class StateKeeper:
     """Holds, recovers, flushes and ticks the tables of one worker."""
 
-    def __init__(self, app: App, transport: Transport, clock: Clock, send: SendBytes) -> None:
+    def __init__(
+        self,
+        app: App,
+        transport: Transport,
+        clock: Clock,
+        send: SendBytes,
+        send_batch: SendBatch | None = None,
+    ) -> None:
         self.transport = transport
         self.clock = clock
         self._send = send
+        self._send_batch = send_batch  # changelogs: a batch per partition
         tables = list(app.tables.values())
         # This worker's state of every table: what ``table[key]`` reaches in its tasks.
         self.stores: dict[Any, Any] = {t: t.new_store(self.now_ms) for t in tables}
@@ -231,14 +241,36 @@ class StateKeeper:
 
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""
+        await self.send_changelogs(self.drain_changelogs())
+
+    def drain_changelogs(self) -> list[tuple[str, str, list[Change]]]:
+        """What every table changed since the last drain: (table, changelog topic,
+        changes), a snapshot of every record processed so far."""
+        drained = []
         for table in self.partitioned:
-            topic = table.changelog_topic
             changes = self.stores[table].drain_changes()
-            for p, key, value in changes:
-                await self._send(topic, value, key=key, partition=p)
             if changes:
-                written = self.changelog_written
-                written[table.name] = written.get(table.name, 0) + len(changes)
+                drained.append((table.name, table.changelog_topic, changes))
+        return drained
+
+    async def send_changelogs(self, drained: list[tuple[str, str, list[Change]]]) -> None:
+        """Send drained changes: one batch per changelog partition when the worker's
+        producer sends batches, else one by one."""
+        written = self.changelog_written
+        for name, topic, changes in drained:
+            if self._send_batch is None:
+                for p, key, value in changes:
+                    await self._send(topic, value, key=key, partition=p)
+            else:
+                by_partition: dict[int, list[OutRecord]] = {}
+                for p, key, value in changes:
+                    batch = by_partition.get(p)
+                    if batch is None:
+                        batch = by_partition[p] = []
+                    batch.append((key, value, (), None))
+                for p, records in by_partition.items():
+                    await self._send_batch(topic, p, records)
+            written[name] = written.get(name, 0) + len(changes)
 
     async def receive_partials(self, tp: TopicPartition, messages: list[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close."""

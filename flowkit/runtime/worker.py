@@ -30,7 +30,7 @@ from ..errors import ConfigurationError, FlowkitError, GraphError, TransportErro
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
-from ..transports import Consumer, Transport, transport_from_url
+from ..transports import Consumer, OutRecord, Transport, transport_from_url
 from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .console import Console
@@ -134,7 +134,7 @@ class Worker:
         self.web = WebServer(self, web_host, web_port) if web_port is not None else None
         self.tracker = OffsetTracker()
         self.publisher: Publisher | None = None
-        self.state = StateKeeper(app, self.transport, self.clock, self._send)
+        self.state = StateKeeper(app, self.transport, self.clock, self._send, self._send_batch)
         for declared in app.metrics.declared.values():  # the app's own, on this registry
             self.state.stores[declared] = declared.create(self.metrics.registry)
         # What every task of this worker reaches through its context: the tables' stores.
@@ -423,6 +423,11 @@ class Worker:
         if self.publisher is None:
             raise FlowkitError("the worker's producer is not running")
         return await self.publisher.send_bytes(topic, value, **kwargs)
+
+    async def _send_batch(self, topic: str, partition: int, records: list[OutRecord]) -> None:
+        if self.publisher is None:
+            raise FlowkitError("the worker's producer is not running")
+        await self.publisher.send_batch(topic, partition, records)
 
     async def checkpoint(self, tps: set[TopicPartition] | None = None) -> None:
         """Commit what is done: sends acknowledged first, then offsets."""

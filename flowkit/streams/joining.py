@@ -6,6 +6,10 @@ past every record of the other's next batch and make them all late. As Kafka Str
 does, the records of a partition are taken from both topics in timestamp order: batches
 wait side by side (``source.join_held``), and when one side has nothing waiting while its
 partition has records not fetched yet (``source.behind``), the join waits for them.
+
+The loop picks a partition (the one whose next record is oldest), then merges the heads
+of its two sides record by record until one of them is done: the choice of partition is
+made once per batch, not once per record.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from ..records import TopicPartition
 from ._loop import SKIP, interpreted
 
 if TYPE_CHECKING:
@@ -22,28 +27,48 @@ if TYPE_CHECKING:
 __all__ = ["joined"]
 
 
-def _next(source: StreamSource, flush: bool) -> Batch | None:
-    """The held batch whose next record comes first, or None to wait for more."""
-    best: Batch | None = None
+def _pick(source: StreamSource, flush: bool) -> int | None:
+    """The partition whose next held record comes first, or None to wait for more. A
+    partition with one side held waits while the other side's partition has lag."""
+    best: int | None = None
     best_ts = 0
-    for sides in source.join_held.values():
-        left, right = sides
-        if not left and not right:
-            continue
-        heads = [q[0] for q in sides if q]
-        if len(heads) == 1 and not flush:
-            empty = right if left else left
-            other = empty is right
-            # The side with nothing held: wait for it while its partition has lag.
-            tp = heads[0].tp
-            topic = source.join.right.name if other else source.join.left.name
-            if source.behind(type(tp)(topic, tp.partition)):
+    join = source.join
+    for p, (left, right) in source.join_held.items():
+        if left:
+            head = left[0]
+            ts = head.messages[head.cursor].timestamp
+            if right:
+                head = right[0]
+                other = head.messages[head.cursor].timestamp
+                if other < ts:
+                    ts = other
+            elif not flush and source.behind(TopicPartition(join.right.name, p)):
                 continue
-        for batch in heads:
-            ts = batch.messages[batch.cursor].timestamp
-            if best is None or ts < best_ts:
-                best, best_ts = batch, ts
+        elif right:
+            if not flush and source.behind(TopicPartition(join.left.name, p)):
+                continue
+            head = right[0]
+            ts = head.messages[head.cursor].timestamp
+        else:
+            continue
+        if best is None or ts < best_ts:
+            best, best_ts = p, ts
     return best
+
+
+def _hold(source: StreamSource, batches: list[Batch]) -> None:
+    held = source.join_held
+    left_name = source.join.left.name
+    for batch in batches:
+        batch.cursor = 0
+        sides = held.get(batch.tp.partition)
+        if sides is None:
+            sides = held[batch.tp.partition] = (deque(), deque())
+        sides[0 if batch.tp.topic == left_name else 1].append(batch)
+
+
+def _held(source: StreamSource) -> int:
+    return sum(len(left) + len(right) for left, right in source.join_held.values())
 
 
 async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
@@ -51,11 +76,18 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
     join; its results, after ``ops``."""
     join = source.join
     store = source.stores[join]
-    left_name = join.left.name
+    process = store.process
     post = interpreted(ops) if ops else None
     held = source.join_held
+    # Batches taken from the queue and held: up to this many, unless a join must see
+    # more to go on (the queue's bound is the fetcher's backpressure).
+    limit = 2 * max(source._queue.maxsize, 1)
     ended = False
-    # Started again after an error: a batch whose last record failed is done now.
+    # Started again after an error: the record that failed is done (dead-lettered), and
+    # so is a batch whose last record it was.
+    for part in store.parts.values():
+        if part.settle:
+            store.settle(part)
     for sides in held.values():
         for q in sides:
             while q and q[0].cursor >= len(q[0].messages):
@@ -63,47 +95,67 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
                 source.records += len(done.messages)
                 source._finish(done)
     while True:
-        for got in source.take_queued():  # every batch there is, before choosing
-            got.cursor = 0
-            sides = held.setdefault(got.tp.partition, (deque(), deque()))
-            sides[0 if got.tp.topic == left_name else 1].append(got)
-        batch = _next(source, ended)
-        if batch is None:
+        if source.pending() and _held(source) < limit:
+            _hold(source, source.take_queued())
+        p = _pick(source, ended)
+        if p is None and source.pending():
+            _hold(source, source.take_queued())
+            p = _pick(source, ended)
+        if p is None:
             if ended:
                 return
             waited = await source._next_batch()
             if waited is None:
                 ended = True
                 continue
-            source.batch = None  # it is held below; `batch` is set per record
-            waited.cursor = 0
-            sides = held.setdefault(waited.tp.partition, (deque(), deque()))
-            sides[0 if waited.tp.topic == left_name else 1].append(waited)
+            source.batch = None  # it is held; `source.batch` is set per record
+            _hold(source, [waited])
             continue
-        side = 0 if batch.tp.topic == left_name else 1
-        i = batch.cursor
-        batch.cursor = i + 1
-        source.batch = batch
-        source._set_pos(i)
-        m = batch.messages[i]
-        part = store.part(batch.tp.partition)
-        if m.key is None or m.value is None:  # nothing to join on, but its time counts
-            results = store.tick(part, m.timestamp)
-        else:
-            try:
-                v = source.value = batch.decode(m.value)
-            except Exception as exc:
-                raise batch.topic.decode_error(exc) from None
-            results = store.process(part, side, m.key, m.offset, m.timestamp, m.value, v)
-        for result in results:
-            if post is not None:
-                result = post(result, batch.topic, m)
-                if result is SKIP:
-                    continue
-            yield result
-        if batch.cursor >= len(batch.messages):
-            held[batch.tp.partition][side].popleft()
-            source.records += len(batch.messages)
-            source._finish(batch)
-        else:
-            source.batch = None
+        left_q, right_q = sides = held[p]
+        lb = left_q[0] if left_q else None
+        rb = right_q[0] if right_q else None
+        # One side with nothing held (its partition has no lag): after a result, look
+        # again, since the agent may have waited and records of that side come meanwhile.
+        one_sided = lb is None or rb is None
+        part = store.part(p)
+        source._set_pos(-1)
+        while True:
+            if rb is None or (
+                lb is not None
+                and lb.messages[lb.cursor].timestamp <= rb.messages[rb.cursor].timestamp
+            ):
+                batch, side = lb, 0
+            else:
+                batch, side = rb, 1
+            assert batch is not None
+            i = batch.cursor
+            batch.cursor = i + 1
+            source.batch = batch
+            source._pos = i
+            m = batch.messages[i]
+            if m.key is None or m.value is None:  # nothing to join on, but its time counts
+                results = store.tick(part, m.timestamp)
+            else:
+                try:
+                    v = source.value = batch.decode(m.value)
+                except Exception as exc:
+                    raise batch.topic.decode_error(exc) from None
+                results = process(part, side, m.key, m.offset, m.timestamp, m.value, v)
+            if results:
+                for result in results:
+                    if post is not None:
+                        result = post(result, batch.topic, m)
+                        if result is SKIP:
+                            continue
+                    yield result
+                if part.settle:
+                    store.settle(part)
+            part.high[side] = m.offset  # done: its outputs are with the publisher
+            if batch.cursor >= len(batch.messages):
+                sides[side].popleft()
+                source.records += len(batch.messages)
+                source._finish(batch)
+                break  # pick again: this side's next batch, or wait for one
+            if results and one_sided:
+                source.batch = None
+                break

@@ -1,17 +1,32 @@
 """One worker's buffers of a stream-stream join: both sides of each partition it holds.
 
 Per partition: the stream time (largest timestamp read from either topic), and per side
-the records waiting for a match, by key and offset. A heap says when each record's window
-closes (for ``left``/``outer``: emit it unmatched, if it is) and when it expires. Changed
-records go to the changelog at the next checkpoint; a record replayed after a restart
-lands on its own offset, so the buffer holds it once (its pairs may be emitted again:
+the records waiting for a match, by key. Each record is one small list (an *entry*) that
+every structure shares, so a record costs a few appends and no hashing beyond its key:
+
+* ``buffers[side][key]``: the entries of that key, in arrival order;
+* ``expiring``: every entry, in timestamp order; one deque serves both sides, since a
+  record of either side expires ``before + after + grace`` after its timestamp;
+* ``closing[side]`` (left and outer joins): the entries that may still come out
+  unmatched, in timestamp order, popped when their window closes.
+
+Records mostly arrive in timestamp order (the join merges its two topics by timestamp), so
+these are deques with appends at the tail; a record older than the tail (out of order
+within the grace) goes to a small heap beside its deque instead. ``advance`` runs only
+when stream time passes the earliest due time, and pops what is due.
+
+Changed entries are listed in ``dirty`` (flagged on the entry, so listed once) and written
+to the changelog at the next checkpoint; an entry that came and went between two
+checkpoints is never written, and needs no tombstone. A record replayed after a restart
+finds its own offset in the buffer and is not added twice (its pairs may be emitted again:
 at-least-once).
 """
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
 from collections.abc import Iterable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -26,11 +41,15 @@ __all__ = ["JoinPart", "JoinStore", "Joined"]
 
 NONE = -(2**62)
 LEFT, RIGHT = 0, 1
-CLOSE, EXPIRE = 0, 1
 TIME_KEY = b'["t"]'
+# An entry: [timestamp, matched (or emitted unmatched), raw value, value or None (not
+# decoded yet), key, offset, side, flags]
+TS, MATCHED, RAW, VALUE, KEY, OFFSET, SIDE, FLAGS = range(8)
+DIRTY, LOGGED, GONE = 1, 2, 4  # flags: in ``dirty``; in the changelog; expired
 _encode = msgspec.json.encode
 _key_decoder = msgspec.json.Decoder(tuple[int, bytes, int])
 _entry_decoder = msgspec.json.Decoder(tuple[int, bool, bytes])
+_state_decoder = msgspec.json.Decoder(tuple[int, int, int])  # (stream time, offsets)
 
 
 class Joined(NamedTuple):
@@ -44,22 +63,51 @@ class Joined(NamedTuple):
     timestamp: int
 
 
+_new = tuple.__new__  # Joined(...) without the generated __new__: a C call per result
+
+
 class JoinPart:
     """The buffers of one partition."""
 
-    __slots__ = ("buffers", "dirty", "due", "logged", "number", "time", "time_logged")
+    __slots__ = (
+        "buffers",
+        "closing",
+        "dirty",
+        "due",
+        "expiring",
+        "high",
+        "late",
+        "logged",
+        "number",
+        "recovered",
+        "replayed",
+        "settle",
+        "time",
+    )
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.time = NONE
-        self.time_logged = NONE
-        # side -> key -> offset -> [timestamp, matched, raw value, decoded value or None]
-        self.buffers: tuple[dict[bytes, dict[int, list[Any]]], ...] = ({}, {})
-        self.due: list[tuple[int, int, int, bytes, int]] = []  # (time, kind, side, key, off)
-        self.dirty: set[tuple[int, bytes, int]] = set()
-        # Records the changelog holds: one that came and went between two checkpoints
-        # needs no tombstone (most of them, when records expire faster than commits).
-        self.logged: set[tuple[int, bytes, int]] = set()
+        # The offset of the last record processed, per side; the changelog holds it with
+        # the stream time (``logged``), and after a restart the records up to it are not
+        # processed again (``replayed``): their state is recovered, and their results
+        # were stored before the changelog was written.
+        self.high = [-1, -1]
+        self.logged = (NONE, -1, -1)
+        self.replayed = (-1, -1)
+        # Entries the record being processed closed or expired: marked once it is done.
+        self.settle: list[list[Any]] = []
+        self.buffers: tuple[dict[bytes, list[list[Any]]], dict[bytes, list[list[Any]]]] = ({}, {})
+        self.expiring: deque[list[Any]] = deque()
+        self.closing: tuple[deque[list[Any]], deque[list[Any]]] = (deque(), deque())
+        # Entries older than their deque's tail: (timestamp, side, offset, entry) heaps,
+        # for ``expiring``, ``closing[LEFT]`` and ``closing[RIGHT]``.
+        self.late: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        self.dirty: list[list[Any]] = []
+        self.due = -NONE  # stream time past this: something closes or expires
+        # While the changelog is read: (side, key, offset) -> entry, made into the buffers
+        # when the partition is first used.
+        self.recovered: dict[tuple[int, bytes, int], list[Any]] | None = None
 
 
 class JoinStore:
@@ -74,6 +122,9 @@ class JoinStore:
         # How long after its timestamp a record of each side may still be matched by a
         # record of the other side that is not late (the window, then grace).
         self._close = (join.after_ms + join.grace_ms, join.before_ms + join.grace_ms)
+        self._retention = join.retention_ms
+        # The window of a new record of each side: (before its time, after its time).
+        self._window = ((join.before_ms, join.after_ms), (join.after_ms, join.before_ms))
         how = join.how
         self._emits_unmatched = (how in ("left", "outer"), how == "outer")
 
@@ -84,87 +135,204 @@ class JoinStore:
         part = self.parts.get(partition)
         if part is None:
             raise NotRunningError(f"join {self.join.name!r}: partition {partition} not held")
+        if part.recovered is not None:
+            self._rebuild(part)
         return part
 
     def process(
         self, part: JoinPart, side: int, key: bytes, offset: int, ts: int, raw: bytes, value: Any
-    ) -> list[Joined]:
-        """Buffer one record of ``side`` and return the results it makes: its pairs, then
-        the unmatched records whose windows its time closed."""
-        join = self.join
-        if ts > part.time:
-            part.time = ts
+    ) -> list[Joined] | None:
+        """Buffer one record of ``side`` and return the results it makes (its pairs, then
+        the unmatched records whose windows its time closed), or None."""
+        if offset <= part.replayed[side]:
+            return None  # recovered with the state: processed before the restart
+        time = part.time
+        if ts > time:
+            part.time = time = ts
         close = ts + self._close[side]
-        if close < part.time:
-            self.late_records += 1
-            raise LateRecord(
-                f"record at {ts} of {join.left.name if side == LEFT else join.right.name!r} "
-                f"arrived after its join window closed (stream time {part.time}) in join "
-                f"{join.name!r}"
-            )
-        if side == LEFT:
-            lo, hi = ts - join.before_ms, ts + join.after_ms
-        else:
-            lo, hi = ts - join.after_ms, ts + join.before_ms
-        out: list[Joined] = []
+        if close < time:
+            self._late(part, side, ts)
+        out: list[Joined] | None = None
         matched = False
         other = part.buffers[1 - side].get(key)
         if other:
-            okey = None
-            for off, entry in other.items():
-                if lo <= entry[0] <= hi:
+            before, after = self._window[side]
+            lo, hi = ts - before, ts + after
+            okey = self._decode_key(key)
+            emits = self._emits_unmatched[1 - side]
+            dirty = part.dirty
+            out = []
+            for entry in other:
+                t = entry[0]
+                if lo <= t <= hi:
                     matched = True
-                    if not entry[1]:
-                        entry[1] = True
-                        part.dirty.add((1 - side, key, off))
-                    if okey is None:
-                        okey = self._decode_key(key)
-                    theirs = self._value(1 - side, entry)
-                    pair = (value, theirs) if side == LEFT else (theirs, value)
-                    out.append(Joined(okey, pair[0], pair[1], max(ts, entry[0])))
-        part.buffers[side].setdefault(key, {})[offset] = [ts, matched, raw, value]
-        part.dirty.add((side, key, offset))
+                    if emits and not entry[1]:
+                        entry[1] = True  # the changelog must know: it will not come out alone
+                        if not entry[7] & DIRTY:
+                            entry[7] |= DIRTY
+                            dirty.append(entry)
+                    theirs = entry[3]
+                    if theirs is None:
+                        theirs = self._value(entry)
+                    if side:
+                        out.append(_new(Joined, (okey, theirs, value, t if t > ts else ts)))
+                    else:
+                        out.append(_new(Joined, (okey, value, theirs, t if t > ts else ts)))
+        mine = part.buffers[side]
+        entries = mine.get(key)
+        entry = [ts, matched, raw, value, key, offset, side, DIRTY]
+        if entries is None:
+            mine[key] = [entry]
+        else:
+            for e in entries:
+                if e[5] == offset:  # replayed after a restart: buffered already
+                    self._replayed(part, e, matched)
+                    return out
+            entries.append(entry)
+        part.dirty.append(entry)
+        expiring = part.expiring
+        if expiring and ts < expiring[-1][0]:
+            heappush(part.late[0], (ts, side, offset, entry))
+        else:
+            expiring.append(entry)
+        due = ts + self._retention
         if self._emits_unmatched[side] and not matched:
-            heapq.heappush(part.due, (close, CLOSE, side, key, offset))
-        heapq.heappush(part.due, (ts + self.join.retention_ms, EXPIRE, side, key, offset))
-        if part.due[0][0] < part.time:
-            out.extend(self.advance(part))
+            closing = part.closing[side]
+            if closing and ts < closing[-1][0]:
+                heappush(part.late[1 + side], (ts, side, offset, entry))
+            else:
+                closing.append(entry)
+            due = close
+        if due < part.due:
+            part.due = due
+        elif time > part.due:
+            unmatched = self.advance(part)
+            if unmatched:
+                if out is None:
+                    return unmatched
+                out.extend(unmatched)
         return out
 
-    def tick(self, part: JoinPart, ts: int) -> list[Joined]:
+    def _replayed(self, part: JoinPart, entry: list[Any], matched: bool) -> None:
+        if matched and not entry[1]:  # it may no longer come out unmatched
+            entry[1] = True
+            if not entry[7] & DIRTY:
+                entry[7] |= DIRTY
+                part.dirty.append(entry)
+
+    def _late(self, part: JoinPart, side: int, ts: int) -> None:
+        join = self.join
+        self.late_records += 1
+        topic = join.left.name if side == LEFT else join.right.name
+        raise LateRecord(
+            f"record at {ts} of {topic!r} arrived after its join window closed "
+            f"(stream time {part.time}) in join {join.name!r}"
+        )
+
+    def tick(self, part: JoinPart, ts: int) -> list[Joined] | None:
         """A record with nothing to join (no key or no value) still moves stream time."""
         if ts <= part.time:
-            return []
+            return None
         part.time = ts
-        return self.advance(part)
+        if ts > part.due:
+            return self.advance(part)
+        return None
 
-    def advance(self, part: JoinPart) -> list[Joined]:
-        """Close and expire what stream time has passed; the unmatched results."""
-        out: list[Joined] = []
-        due = part.due
-        while due and due[0][0] < part.time:
-            _, kind, side, key, offset = heapq.heappop(due)
-            by_offset = part.buffers[side].get(key)
-            entry = None if by_offset is None else by_offset.get(offset)
-            if entry is None:
+    def advance(self, part: JoinPart) -> list[Joined] | None:
+        """Close and expire what stream time has passed; the unmatched results, or None."""
+        time = part.time
+        out: list[Joined] | None = None
+        late = part.late
+        settle = part.settle
+        for side in (LEFT, RIGHT):
+            if not self._emits_unmatched[side]:
                 continue
-            if kind == EXPIRE:
-                del by_offset[offset]  # type: ignore[union-attr]
-                if not by_offset:
-                    del part.buffers[side][key]
-                part.dirty.add((side, key, offset))
-            elif not entry[1]:
-                entry[1] = True  # emitted once: a replayed close does not repeat it
-                part.dirty.add((side, key, offset))
-                value = self._value(side, entry)
-                left, right = (value, None) if side == LEFT else (None, value)
-                out.append(Joined(self._decode_key(key), left, right, entry[0]))
+            limit = time - self._close[side]  # entries before this have closed
+            closing = part.closing[side]
+            heap = late[1 + side]
+            while True:
+                if closing and closing[0][0] < limit:
+                    entry = closing.popleft()
+                elif heap and heap[0][0] < limit:
+                    entry = heappop(heap)[3]
+                else:
+                    break
+                if entry[1] or entry[7] & GONE:
+                    continue
+                settle.append(entry)
+                value = entry[3]
+                if value is None:
+                    value = self._value(entry)
+                key = self._decode_key(entry[4])
+                result = (
+                    (key, value, None, entry[0]) if side == LEFT else (key, None, value, entry[0])
+                )
+                if out is None:
+                    out = []
+                out.append(_new(Joined, result))
+        limit = time - self._retention
+        expiring = part.expiring
+        heap = late[0]
+        buffers = part.buffers
+        while True:
+            if expiring and expiring[0][0] < limit:
+                entry = expiring.popleft()
+            elif heap and heap[0][0] < limit:
+                entry = heappop(heap)[3]
+            else:
+                break
+            by_key = buffers[entry[6]]
+            entries = by_key[entry[4]]
+            if len(entries) == 1:
+                del by_key[entry[4]]
+            elif entries[0] is entry:  # the oldest of its key, mostly
+                del entries[0]
+            else:
+                for i, e in enumerate(entries):
+                    if e is entry:
+                        del entries[i]
+                        break
+            settle.append(entry)
+        part.due = self._next_due(part)
         return out
 
-    def _value(self, side: int, entry: list[Any]) -> Any:
-        if entry[3] is None:  # recovered from the changelog: decoded on first use
-            entry[3] = self._decode[side](entry[2])
-        return entry[3]
+    def settle(self, part: JoinPart) -> None:
+        """The record whose time closed or expired entries is done (its results are with
+        the agent): the changelog may now say that they came out, or are gone. Until
+        then a checkpoint does not write it, so a crash before cannot lose them."""
+        dirty = part.dirty
+        for entry in part.settle:
+            flags = entry[7]
+            if entry[0] + self._retention < part.time:  # expired
+                entry[7] = flags | GONE
+                if not flags & LOGGED:
+                    continue  # never written: no tombstone
+            else:  # came out unmatched: a replayed close does not repeat it
+                entry[1] = True
+            if not flags & DIRTY:
+                entry[7] |= DIRTY
+                dirty.append(entry)
+        part.settle = []
+
+    def _next_due(self, part: JoinPart) -> int:
+        due = -NONE
+        retention = self._retention
+        if part.expiring:
+            due = part.expiring[0][0] + retention
+        if part.late[0]:
+            due = min(due, part.late[0][0][0] + retention)
+        for side in (LEFT, RIGHT):
+            close = self._close[side]
+            if part.closing[side]:
+                due = min(due, part.closing[side][0][0] + close)
+            if part.late[1 + side]:
+                due = min(due, part.late[1 + side][0][0] + close)
+        return due
+
+    def _value(self, entry: list[Any]) -> Any:
+        # Recovered from the changelog: decoded on first use.
+        value = entry[3] = self._decode[entry[6]](entry[2])
+        return value
 
     # -- the worker's side ----------------------------------------------------------------
 
@@ -187,52 +355,67 @@ class JoinStore:
         """Changelog records since the last drain: (partition, key, value or None)."""
         out: list[tuple[int, bytes, bytes | None]] = []
         for p, part in self.parts.items():
-            logged = part.logged
-            for ref in part.dirty:
-                side, key, offset = ref
-                entry = part.buffers[side].get(key, {}).get(offset)
-                if entry is not None:
-                    logged.add(ref)
-                    value: bytes | None = _encode((entry[0], entry[1], entry[2]))
-                elif ref in logged:
-                    logged.discard(ref)
-                    value = None
+            if part.recovered is not None:
+                self._rebuild(part)
+            for entry in part.dirty:
+                flags = entry[7]
+                if flags & GONE:
+                    entry[7] = flags & ~(DIRTY | LOGGED)
+                    if not flags & LOGGED:
+                        continue  # came and went between two checkpoints
+                    value: bytes | None = None
                 else:
-                    continue
-                out.append((p, _encode(ref), value))
-            part.dirty.clear()
-            if part.time != part.time_logged:
-                part.time_logged = part.time
-                out.append((p, TIME_KEY, _encode(part.time)))
+                    entry[7] = (flags & ~DIRTY) | LOGGED
+                    value = _encode((entry[0], entry[1], entry[2]))
+                out.append((p, _encode((entry[6], entry[4], entry[5])), value))
+            part.dirty = []
+            state = (part.time, part.high[0], part.high[1])
+            if state != part.logged:
+                part.logged = state
+                out.append((p, TIME_KEY, _encode(state)))
         return out
 
     def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
-        """Rebuild ``partition``'s buffers from its changelog."""
+        """Rebuild ``partition``'s buffers from its changelog (called once per fetched
+        batch of it; the buffers are rebuilt when the partition is first used)."""
         self.assign([partition])
         part = self.parts[partition]
+        found = part.recovered
+        if found is None:  # (side, key, offset) -> entry: the latest record of each wins
+            found = part.recovered = {
+                (e[6], e[4], e[5]): e
+                for by_key in part.buffers
+                for es in by_key.values()
+                for e in es
+            }
         for m in messages:
             if m.key is None:
                 continue
             if m.key == TIME_KEY:
                 if m.value is not None:
-                    part.time = part.time_logged = msgspec.json.decode(m.value)
+                    state = part.logged = _state_decoder.decode(m.value)
+                    part.time = state[0]
+                    part.high = [state[1], state[2]]
+                    part.replayed = (state[1], state[2])
                 continue
-            side, key, offset = _key_decoder.decode(m.key)
+            ref = _key_decoder.decode(m.key)
             if m.value is None:
-                part.buffers[side].get(key, {}).pop(offset, None)
-                part.logged.discard((side, key, offset))
+                found.pop(ref, None)
                 continue
             ts, matched, raw = _entry_decoder.decode(m.value)
-            part.buffers[side].setdefault(key, {})[offset] = [ts, matched, raw, None]
-            part.logged.add((side, key, offset))
-        part.due = []
-        for side, by_key in enumerate(part.buffers):
-            for key, by_offset in list(by_key.items()):
-                if not by_offset:
-                    del by_key[key]
-                    continue
-                for offset, entry in by_offset.items():
-                    if self._emits_unmatched[side] and not entry[1]:
-                        part.due.append((entry[0] + self._close[side], CLOSE, side, key, offset))
-                    part.due.append((entry[0] + self.join.retention_ms, EXPIRE, side, key, offset))
-        heapq.heapify(part.due)
+            found[ref] = [ts, matched, raw, None, ref[1], ref[2], ref[0], LOGGED]
+
+    def _rebuild(self, part: JoinPart) -> None:
+        """The buffers, deques and due time of what the changelog held."""
+        assert part.recovered is not None
+        ordered = sorted(part.recovered.values(), key=lambda e: (e[0], e[6], e[5]))
+        part.recovered = None
+        part.buffers = ({}, {})
+        part.expiring = deque(ordered)
+        part.closing = (deque(), deque())
+        part.late = ([], [], [])
+        for e in ordered:
+            part.buffers[e[6]].setdefault(e[4], []).append(e)
+            if self._emits_unmatched[e[6]] and not e[1]:
+                part.closing[e[6]].append(e)
+        part.due = self._next_due(part)
