@@ -168,7 +168,7 @@ async def loaded_broker(data: Data) -> MemoryBroker:
     return broker
 
 
-async def run_worker(broker: MemoryBroker, total: int, clock: Any = None) -> flowkit.App:
+async def run_worker(broker: MemoryBroker, total: int, clock: Any = None) -> None:
     """Run the example app until it has processed ``total`` records, then stop it."""
     app = payments.make_app(generate=False)
     worker = flowkit.Worker(app, transport=MemoryTransport(broker), clock=clock)
@@ -176,13 +176,12 @@ async def run_worker(broker: MemoryBroker, total: int, clock: Any = None) -> flo
         # Polling the worker is the point: it says when every record is processed.
         while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
             await asyncio.sleep(0.001)
-    return app
 
 
 async def with_flowkit(data: Data) -> tuple[float, Result, float]:
     broker = await loaded_broker(data)
     start = time.perf_counter()
-    app = await run_worker(broker, len(data) + payments.PARTITIONS)
+    await run_worker(broker, len(data) + payments.PARTITIONS)
     elapsed = time.perf_counter() - start
     reader = MemoryTransport(broker).consumer(group_id=None)
     out: dict[str, list[bytes]] = {"paid-orders": [], "unpaid-orders": []}
