@@ -127,19 +127,21 @@ class Publisher:
 
     async def _flush_soon(self) -> None:
         try:
-            await self.flush()
+            while self._buffers:  # what the agent publishes meanwhile, too
+                await self.flush()
         except Exception as exc:  # raised by the next checkpoint, which stops the worker
             self._error = exc
         finally:
             self._flushing = None
 
     async def flush(self) -> None:
-        """Send every published record, one batch per destination partition."""
+        """Send every record published so far, one batch per destination partition."""
         async with self._flush_lock:  # batches of one partition leave in order
-            while self._buffers:
-                buffers, self._buffers, self._buffered = self._buffers, {}, 0
-                for topic, (records, origins) in buffers.items():
-                    await self._send_topic(topic, records, origins)
+            # One round: the records published while it sends go in the next one, so a
+            # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
+            buffers, self._buffers, self._buffered = self._buffers, {}, 0
+            for topic, (records, origins) in buffers.items():
+                await self._send_topic(topic, records, origins)
 
     async def _send_topic(self, topic: str, records: list[OutRecord], origins: list[Any]) -> None:
         count = self._partitions.get(topic, 0)

@@ -151,6 +151,7 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
                 if part.settle:
                     store.settle(part)
             part.high[side] = m.offset  # done: its outputs are with the publisher
+            part.done = part.time
             if batch.cursor >= len(batch.messages):
                 sides[side].popleft()
                 source.records += len(batch.messages)

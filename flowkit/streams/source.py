@@ -137,6 +137,13 @@ class StreamSource(TaskScope):
     def progress_of(self, batch: Batch) -> int | None:
         """The offset of the record being processed in ``batch`` (the ones before it are
         done), or None if that is not known (not started, or held by ``batches()``)."""
+        if self.join is not None and self.batch is not batch:
+            # A join holds batches side by side: one it is not reading now is done up to
+            # its cursor (the next record to read).
+            cursor = batch.cursor
+            if cursor == 0:
+                return None
+            return batch.messages[min(cursor, len(batch.messages) - 1)].offset
         if self.batch is not batch or self._held is not None:
             return None
         pos = self.pos

@@ -73,6 +73,7 @@ class JoinPart:
         "buffers",
         "closing",
         "dirty",
+        "done",
         "due",
         "expiring",
         "high",
@@ -88,11 +89,13 @@ class JoinPart:
     def __init__(self, number: int) -> None:
         self.number = number
         self.time = NONE
-        # The offset of the last record processed, per side; the changelog holds it with
-        # the stream time (``logged``), and after a restart the records up to it are not
-        # processed again (``replayed``): their state is recovered, and their results
-        # were stored before the changelog was written.
+        # The offset of the last record done (its results handed out), per side; the
+        # changelog holds them with the stream time then (``logged``), and after a
+        # restart the records up to them are not processed again (``replayed``): their
+        # state is recovered, and their results were stored before the changelog was
+        # written (see the checkpoint's order).
         self.high = [-1, -1]
+        self.done = NONE  # the stream time when the last record was done
         self.logged = (NONE, -1, -1)
         self.replayed = (-1, -1)
         # Entries the record being processed closed or expired: marked once it is done.
@@ -369,7 +372,9 @@ class JoinStore:
                     value = _encode((entry[0], entry[1], entry[2]))
                 out.append((p, _encode((entry[6], entry[4], entry[5])), value))
             part.dirty = []
-            state = (part.time, part.high[0], part.high[1])
+            # As of the last record done: one whose results are still being handed out
+            # is processed again after a restart, so its time must not count yet.
+            state = (part.done, part.high[0], part.high[1])
             if state != part.logged:
                 part.logged = state
                 out.append((p, TIME_KEY, _encode(state)))
@@ -394,7 +399,7 @@ class JoinStore:
             if m.key == TIME_KEY:
                 if m.value is not None:
                     state = part.logged = _state_decoder.decode(m.value)
-                    part.time = state[0]
+                    part.time = part.done = state[0]
                     part.high = [state[1], state[2]]
                     part.replayed = (state[1], state[2])
                 continue
