@@ -115,6 +115,6 @@ class Targets:
         except TypeError:  # an unhashable target: resolve it every time
             return [self.resolve(agent, t) for t in chosen]
         targets = self._route_cache[key] = [self.resolve(agent, t) for t in chosen]
-        if isinstance(to, tuple | str):
+        if isinstance(to, tuple | str | Topic):  # a Topic is a declaration: bounded
             seen[to] = targets
         return targets

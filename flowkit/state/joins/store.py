@@ -25,12 +25,13 @@ at-least-once).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from ...codecs import StrCodec
 from ...errors import LateRecord, NotRunningError
 from ...records import Message
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["JoinPart", "JoinStore", "Joined"]
 
 NONE = -(2**62)
+NEVER = 2**62
 LEFT, RIGHT = 0, 1
 TIME_KEY = b'["t"]'
 # An entry: [timestamp, matched (or emitted unmatched), raw value, value or None (not
@@ -66,15 +68,31 @@ class Joined(NamedTuple):
 _new = tuple.__new__  # Joined(...) without the generated __new__: a C call per result
 
 
+def _key_decoder_of(join: StreamJoin) -> Callable[[bytes], Any]:
+    """The left topic's ``decode_key``; for text keys (the usual) one call, not three."""
+    if not isinstance(join.left.key_codec, StrCodec):
+        return join.left.decode_key
+
+    def decode(data: bytes) -> Any:
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            return data  # as decode_key does with a key that does not decode
+
+    return decode
+
+
 class JoinPart:
     """The buffers of one partition."""
 
     __slots__ = (
         "buffers",
+        "close_due",
         "closing",
         "dirty",
         "done",
         "due",
+        "expire_due",
         "expiring",
         "high",
         "late",
@@ -107,7 +125,8 @@ class JoinPart:
         # for ``expiring``, ``closing[LEFT]`` and ``closing[RIGHT]``.
         self.late: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
         self.dirty: list[list[Any]] = []
-        self.due = -NONE  # stream time past this: something closes or expires
+        # Stream time past these: a window closes, records expire; ``due`` is the first.
+        self.close_due = self.expire_due = self.due = NEVER
         # While the changelog is read: (side, key, offset) -> entry, made into the buffers
         # when the partition is first used.
         self.recovered: dict[tuple[int, bytes, int], list[Any]] | None = None
@@ -121,7 +140,7 @@ class JoinStore:
         self.parts: dict[int, JoinPart] = {}
         self.late_records = 0
         self._decode = (join.left.decoder(), join.right.decoder())
-        self._decode_key = join.left.decode_key
+        self._decode_key = _key_decoder_of(join)
         # How long after its timestamp a record of each side may still be matched by a
         # record of the other side that is not late (the window, then grace).
         self._close = (join.after_ms + join.grace_ms, join.before_ms + join.grace_ms)
@@ -130,6 +149,12 @@ class JoinStore:
         self._window = ((join.before_ms, join.after_ms), (join.after_ms, join.before_ms))
         how = join.how
         self._emits_unmatched = (how in ("left", "outer"), how == "outer")
+        self._closers = tuple(
+            (side, self._close[side]) for side in (LEFT, RIGHT) if self._emits_unmatched[side]
+        )
+        # Records expire a little after their retention, in bursts (see ``_expire``).
+        self._slack = max(self._retention // 8, 1)
+        self._keep = self._retention + self._slack
 
     # -- processing -----------------------------------------------------------------------
 
@@ -198,17 +223,22 @@ class JoinStore:
             heappush(part.late[0], (ts, side, offset, entry))
         else:
             expiring.append(entry)
-        due = ts + self._retention
+        due = ts + self._keep
+        if due < part.expire_due:
+            part.expire_due = due
+            if due < part.due:
+                part.due = due
         if self._emits_unmatched[side] and not matched:
             closing = part.closing[side]
             if closing and ts < closing[-1][0]:
                 heappush(part.late[1 + side], (ts, side, offset, entry))
             else:
                 closing.append(entry)
-            due = close
-        if due < part.due:
-            part.due = due
-        elif time > part.due:
+            if close < part.close_due:
+                part.close_due = close
+                if close < part.due:
+                    part.due = close
+        if time > part.due:
             unmatched = self.advance(part)
             if unmatched:
                 if out is None:
@@ -244,15 +274,21 @@ class JoinStore:
     def advance(self, part: JoinPart) -> list[Joined] | None:
         """Close and expire what stream time has passed; the unmatched results, or None."""
         time = part.time
+        out = self._close_windows(part, time) if time > part.close_due else None
+        if time > part.expire_due:
+            self._expire(part, time)
+        close_due, expire_due = part.close_due, part.expire_due
+        part.due = close_due if close_due < expire_due else expire_due
+        return out
+
+    def _close_windows(self, part: JoinPart, time: int) -> list[Joined] | None:
         out: list[Joined] | None = None
-        late = part.late
         settle = part.settle
-        for side in (LEFT, RIGHT):
-            if not self._emits_unmatched[side]:
-                continue
-            limit = time - self._close[side]  # entries before this have closed
+        due = NEVER
+        for side, close in self._closers:
+            limit = time - close  # entries before this have closed
             closing = part.closing[side]
-            heap = late[1 + side]
+            heap = part.late[1 + side]
             while True:
                 if closing and closing[0][0] < limit:
                     entry = closing.popleft()
@@ -260,8 +296,8 @@ class JoinStore:
                     entry = heappop(heap)[3]
                 else:
                     break
-                if entry[1] or entry[7] & GONE:
-                    continue
+                if entry[1]:
+                    continue  # matched: it never comes out alone
                 settle.append(entry)
                 value = entry[3]
                 if value is None:
@@ -273,10 +309,21 @@ class JoinStore:
                 if out is None:
                     out = []
                 out.append(_new(Joined, result))
+            if closing and closing[0][0] + close < due:
+                due = closing[0][0] + close
+            if heap and heap[0][0] + close < due:
+                due = heap[0][0] + close
+        part.close_due = due
+        return out
+
+    def _expire(self, part: JoinPart, time: int) -> None:
+        # Expiry frees memory only (an expired record cannot match one that is not late),
+        # so it runs once per ``_slack`` of stream time, not for every record.
         limit = time - self._retention
         expiring = part.expiring
-        heap = late[0]
+        heap = part.late[0]
         buffers = part.buffers
+        settle = part.settle
         while True:
             if expiring and expiring[0][0] < limit:
                 entry = expiring.popleft()
@@ -296,8 +343,13 @@ class JoinStore:
                         del entries[i]
                         break
             settle.append(entry)
-        part.due = self._next_due(part)
-        return out
+        due = NEVER
+        keep = self._keep
+        if expiring:
+            due = expiring[0][0] + keep
+        if heap and heap[0][0] + keep < due:
+            due = heap[0][0] + keep
+        part.expire_due = due
 
     def settle(self, part: JoinPart) -> None:
         """The record whose time closed or expired entries is done (its results are with
@@ -316,21 +368,6 @@ class JoinStore:
                 entry[7] |= DIRTY
                 dirty.append(entry)
         part.settle = []
-
-    def _next_due(self, part: JoinPart) -> int:
-        due = -NONE
-        retention = self._retention
-        if part.expiring:
-            due = part.expiring[0][0] + retention
-        if part.late[0]:
-            due = min(due, part.late[0][0][0] + retention)
-        for side in (LEFT, RIGHT):
-            close = self._close[side]
-            if part.closing[side]:
-                due = min(due, part.closing[side][0][0] + close)
-            if part.late[1 + side]:
-                due = min(due, part.late[1 + side][0][0] + close)
-        return due
 
     def _value(self, entry: list[Any]) -> Any:
         # Recovered from the changelog: decoded on first use.
@@ -423,4 +460,7 @@ class JoinStore:
             part.buffers[e[6]].setdefault(e[4], []).append(e)
             if self._emits_unmatched[e[6]] and not e[1]:
                 part.closing[e[6]].append(e)
-        part.due = self._next_due(part)
+        part.close_due = part.expire_due = NEVER
+        self._close_windows(part, NONE)  # nothing closes: the due times only
+        self._expire(part, NONE)
+        part.due = min(part.close_due, part.expire_due)
