@@ -35,10 +35,11 @@ from typing import Any
 import msgspec
 
 import flowkit
-from benchmarks.callgrind import compare
+from benchmarks.callgrind import _count, compare
 from benchmarks.rounds import against_hand_written
 from examples import payments
 from flowkit.logs import configure_logging
+from flowkit.partitioning import partition_for_key
 from flowkit.records import TopicPartition
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryBroker, MemoryTransport, read_to_end
@@ -196,6 +197,38 @@ async def with_flowkit(data: Data) -> tuple[float, Result, float]:
     return elapsed, result, hand_written_over_logs(broker)
 
 
+def by_partition(data: Data) -> list[tuple[int, int, bytes, bytes, int]]:
+    """(side, partition, key, value, timestamp) of each record, in timestamp order."""
+    return [
+        (0 if topic == "orders" else 1, partition_for_key(key, payments.PARTITIONS), key, raw, ts)
+        for topic, key, raw, ts in data
+    ]
+
+
+def store_only(records: list[tuple[int, int, bytes, bytes, int]]) -> int:
+    """The join's own work, without a worker: each record (in timestamp order, as the
+    merge hands them over) decoded and given to the store; returns the results."""
+    app = payments.make_app(generate=False)
+    join = app.tables["settled"]
+    store = join.new_store(lambda: 0)  # type: ignore[attr-defined]
+    store.assign(range(payments.PARTITIONS))
+    parts = [store.part(p) for p in range(payments.PARTITIONS)]
+    decoders = (app.topics["orders"].decoder(), app.topics["payments"].decoder())
+    offsets = [0] * (2 * payments.PARTITIONS)
+    results = 0
+    process, settle = store.process, store.settle
+    for side, p, key, raw, ts in records:
+        offset = offsets[2 * p + side]
+        offsets[2 * p + side] = offset + 1
+        part = parts[p]
+        out = process(part, side, key, offset, ts, raw, decoders[side](raw))
+        if out:
+            results += len(out)
+            if part.settle:
+                settle(part)
+    return results
+
+
 async def _load_and_maybe_run(data: Data, run: bool) -> None:
     broker = await loaded_broker(data)
     if run:  # a fake clock: no checkpoint but the last, the same count every time
@@ -211,19 +244,33 @@ def main() -> None:
         action="store_true",
         help="compare instruction counts under valgrind (use --orders 20000)",
     )
-    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="with --instructions: also count the join's store alone, without a worker",
+    )
+    parser.add_argument(
+        "--part", choices=["setup", "hand", "flowkit", "store"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     configure_logging("warning")
     if args.instructions:
+        if args.breakdown:
+            setup = _count("benchmarks.joins", "setup", "--orders", args.orders)
+            store = _count("benchmarks.joins", "store", "--orders", args.orders) - setup
+            print(f"the join's store alone     : {store / args.orders:>10,.0f} per order")
         compare("benchmarks.joins", "--orders", args.orders, "order")
         print("(an order is ~1.9 records: the order and, for 90% of them, its payment)")
         return
     data = data_set(args.orders)
     if args.part:
         # The broker is loaded in every part, so the differences are the loops alone.
+        records = by_partition(data)
         asyncio.run(_load_and_maybe_run(data, args.part == "flowkit"))
         if args.part == "hand":
             join(data)
+        elif args.part == "store":
+            store_only(records)
         return
     print(f"{args.orders:,} orders and {len(data) - args.orders:,} payments, left join")
     against_hand_written(
