@@ -98,7 +98,9 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         if source.pending() and _held(source) < limit:
             _hold(source, source.take_queued())
         p = _pick(source, ended)
-        if p is None and source.pending():
+        if source.pending() and (p is None or not all(held[p])):
+            # Nothing to do, or one side of the partition is empty: the queue may hold
+            # what is missing (the fetcher counts it as fetched, not as lag).
             _hold(source, source.take_queued())
             p = _pick(source, ended)
         if p is None:
