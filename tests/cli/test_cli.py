@@ -161,11 +161,11 @@ def test_graph_of_an_instance_a_factory_or_a_nested_attribute(spec: str) -> None
 
 
 def test_graph_contacts_no_broker() -> None:
-    started = time.monotonic()
+    # ``remote`` names a Kafka broker that is not there: any attempt to reach it would end in
+    # an error after the connect timeout, not in a graph.
     code, out, _ = invoke("graph", "ok_app:remote", "-f", "json")
     assert code == 0
     assert json.loads(out)["app"] == "remote"
-    assert time.monotonic() - started < 2  # an unreachable Kafka would take 10 s
 
 
 def test_graph_check_ok() -> None:
