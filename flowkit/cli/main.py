@@ -32,6 +32,7 @@ from .addresses import check_web_address
 from .devbroker import dev_broker
 from .loader import load_app
 from .placeholders import plain_arguments
+from .stdout import stop_when_stdout_closes
 
 __all__ = ["cli"]
 
@@ -165,7 +166,8 @@ def worker(
         configure_logging(log_level, log_format)
         running = Worker(the_app, broker=url, web_port=web_port, web_host=web_host)
         try:
-            error = asyncio.run(_serve(running))
+            with stop_when_stdout_closes(running.stop):
+                error = asyncio.run(_serve(running))
         except (DefinitionError, ConfigurationError):
             raise  # bad input: one line per problem, exit 2 (see _errors)
         except Exception as exc:  # the worker could not start: broker unreachable, ...

@@ -480,6 +480,29 @@ def test_worker_stops_gracefully_on_a_signal(
     assert "Traceback" not in "".join(worker.err)
 
 
+def test_worker_stops_gracefully_when_its_stdout_closes() -> None:
+    # `flowkit worker APP | head -3`: no dead letter per print after head exits, no traceback.
+    env = {k: v for k, v in os.environ.items() if k != "FLOWKIT_BROKER"}
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "flowkit.cli", "worker", CLICKSTREAM]
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as popen:
+        try:
+            assert popen.stdout is not None and popen.stderr is not None
+            lines = [popen.stdout.readline() for _ in range(3)]
+            popen.stdout.close()  # what head does once it has its lines
+            code = popen.wait(timeout=30)
+            err = popen.stderr.read()
+        finally:
+            popen.kill()
+    assert all(re.fullmatch(r"\S+ +\d+ views\n", line) for line in lines), lines
+    assert code == 0, err
+    assert "standard output closed; stopping gracefully" in err
+    assert "BrokenPipe" not in err and "record failed" not in err and "Traceback" not in err
+    assert SUMMARY.match(err.splitlines()[-1]), err
+
+
 def test_a_second_signal_forces_the_stop(spawn: Callable[..., Process]) -> None:
     worker = spawn("worker", "slow_app:app")
     worker.wait_for(lambda: "started job 0\n" in worker.out)
