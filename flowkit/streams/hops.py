@@ -100,9 +100,10 @@ def found_hops(fn: Callable[..., Any]) -> Found:
                     if isinstance(partitions, ast.Constant) and isinstance(partitions.value, int)
                     else None
                 )
-        elif node.func.attr == THROUGH and len(node.args) == 1 and not node.keywords:
-            arg = node.args[0]
-            found.throughs.append((_resolve(arg, fn), ast.unparse(arg)))
+        elif node.func.attr == THROUGH:
+            args = [*node.args, *(k.value for k in node.keywords if k.arg == "topic")]
+            if len(args) == 1:
+                found.throughs.append((_resolve(args[0], fn), ast.unparse(args[0])))
     return found
 
 

@@ -193,18 +193,22 @@ async def test_an_offset_is_committed_only_once_its_forward_is_acknowledged() ->
 # -- declaration -------------------------------------------------------------------------
 
 
-def test_a_string_literal_names_a_declared_topic() -> None:
+def test_a_string_literal_or_a_topic_keyword_names_the_topic() -> None:
     app = flowkit.App("lit", partitions=2)
     src = app.topic("src", value_type=int)
     app.topic("dst", value_type=int)
+
+    dst2 = app.topic("dst2", value_type=int)
 
     @app.agent(src)
     async def agent(stream: flowkit.Stream[int]) -> None:
         async for _ in stream.through("dst"):
             pass
+        async for _ in stream.through(topic=dst2):
+            pass
 
-    assert list(agent.hops) == [("through", "dst")]
-    assert agent.topic_names == ["src", "dst"]
+    assert list(agent.hops) == [("through", "dst"), ("through", "dst2")]
+    assert agent.topic_names == ["src", "dst", "dst2"]
 
 
 def test_a_topic_that_cannot_be_found_is_one_line_naming_the_agent() -> None:
