@@ -34,7 +34,8 @@ class Reading(flowkit.Record):
 def make_app(
     seen: list[tuple[str, int, str, float]] | None = None,
 ) -> tuple[flowkit.App, flowkit.Topic[Raw], flowkit.Topic[Reading], flowkit.Topic[str], Any]:
-    """One partition in, four through: a table keyed by sensor is written on its own."""
+    """One partition in, four through: a table keyed by sensor is written on its own
+    partition, by the one of two agent instances that owns it."""
     app = flowkit.App("thru", partitions=4, commit_interval=3600)
     raw = app.topic("raw", value_type=Raw, partitions=1)
     readings = app.topic("readings", value_type=Reading)
@@ -42,7 +43,7 @@ def make_app(
     last = app.table("last")
     log = seen if seen is not None else []
 
-    @app.agent(raw, sink=[out])
+    @app.agent(raw, sink=[out], concurrency=2)
     async def hop(stream: flowkit.Stream[Raw]) -> AsyncIterator[str]:
         kept = stream.filter(lambda r: r.tenths >= 0)
         async for event in kept.map(to_reading).through(readings).events():
