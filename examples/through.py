@@ -5,8 +5,13 @@ Readings come from a legacy producer that writes every sensor to the one partiti
 onto ``readings`` (four partitions, keyed by sensor, as the table is), then keeps each
 sensor's highest temperature: every table write happens on the partition that owns the
 sensor, and four agent instances could share the work. Faust's ``stream.through`` is the
-same operator. Run it with ``python -m examples.through``, or as a worker with
-``flowkit worker examples.through:app``.
+same operator. Run it with ``python -m examples.through``. As a worker it waits for
+readings, which on Kafka you can write by hand::
+
+    flowkit worker examples.through:app --broker kafka://127.0.0.1:9092
+    flowkit send examples.through:app raw-readings '{"sensor": "sauna", "fahrenheit": 176}' \\
+        --key sauna --broker kafka://127.0.0.1:9092
+    flowkit tables show examples.through:app highest --broker kafka://127.0.0.1:9092
 """
 
 from __future__ import annotations
