@@ -178,7 +178,7 @@ def worker(
             check_web_address(web_host, web_port)
         configure_logging(log_level, log_format)
         if wanted > 1:
-            code, summary = run_group(
+            code, summary, failed = run_group(
                 app,
                 url,
                 wanted,
@@ -188,6 +188,8 @@ def worker(
                 web_port=web_port,
             )
             typer.echo(summary, err=True)
+            if code == FAILED:  # (one that refused its input said why itself: exit code 2)
+                _fail(f"worker processes failed: {failed}", FAILED)
             raise typer.Exit(code)
         child = child_index()
         if child is not None:  # a process of a group: its log lines say which

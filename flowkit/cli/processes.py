@@ -60,9 +60,9 @@ def run_group(
     log_format: str,
     web_host: str,
     web_port: int | None,
-) -> tuple[int, str]:
-    """Run ``processes`` workers of ``app`` until a signal stops them: the exit code and
-    the summary line of the whole group."""
+) -> tuple[int, str, str]:
+    """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
+    summary line of the whole group, and which processes did not stop cleanly."""
     argv = [sys.executable, "-m", "flowkit.cli", "worker", app]
     argv += ["--log-level", log_level, "--log-format", log_format]
     argv += ["--web-port", "0", "--web-host", "127.0.0.1"]  # private, reported to the parent
@@ -72,7 +72,7 @@ def run_group(
 
 async def _run(
     argv: list[str], env: dict[str, str], processes: int, host: str, port: int | None
-) -> tuple[int, str]:
+) -> tuple[int, str, str]:
     async with ProcessGroup(argv, processes, env=env) as group:
         web = GroupWebServer(group, host, port) if port is not None else None
         if web is not None:
@@ -88,7 +88,7 @@ async def _run(
                 loop.remove_signal_handler(signum)
             if web is not None:
                 await web.aclose()
-        return code, summary(group)
+        return code, summary(group), "; ".join(group.failures())
 
 
 def summary(group: ProcessGroup) -> str:

@@ -158,6 +158,14 @@ class ProcessGroup:
             return USAGE
         return 0 if all(c.exits and c.exits[-1] == 0 for c in self.children) else 1
 
+    def failures(self) -> list[str]:
+        """``process 2: exit code 1`` for each child whose last process did not exit 0."""
+        return [
+            f"process {child.index}: {describe_exit(child.exits[-1])}"
+            for child in self.children
+            if child.exits and child.exits[-1] != 0
+        ]
+
     def stop(self) -> None:
         """The first call stops every child gracefully (SIGTERM), the second forces them
         (SIGTERM again: queued batches are dropped, done work is still committed), the
