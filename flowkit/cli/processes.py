@@ -65,7 +65,8 @@ def run_group(
     summary line of the whole group, and which processes did not stop cleanly."""
     argv = [sys.executable, "-m", "flowkit.cli", "worker", app]
     argv += ["--log-level", log_level, "--log-format", log_format]
-    argv += ["--web-port", "0", "--web-host", "127.0.0.1"]  # private, reported to the parent
+    if web_port is not None:  # each child serves on a private port the parent asks
+        argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
     env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password
     return asyncio.run(_run(argv, env, processes, web_host, web_port))
 
