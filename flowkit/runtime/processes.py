@@ -53,6 +53,7 @@ class Child:
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
     exits: list[int] = field(default_factory=list)
+    final: int | None = None  # the exit code of the process that was running at the stop
 
     @property
     def pid(self) -> int | None:
@@ -156,14 +157,15 @@ class ProcessGroup:
             self.stopped_at = time.monotonic()
         if self.failed is not None:
             return USAGE
-        return 0 if all(c.exits and c.exits[-1] == 0 for c in self.children) else 1
+        return 1 if self.failures() else 0
 
     def failures(self) -> list[str]:
-        """``process 2: exit code 1`` for each child whose last process did not exit 0."""
+        """``process 2: exit code 1`` for each process that did not stop cleanly when asked
+        (one waiting to be restarted had nothing to stop)."""
         return [
-            f"process {child.index}: {describe_exit(child.exits[-1])}"
+            f"process {child.index}: {describe_exit(child.final)}"
             for child in self.children
-            if child.exits and child.exits[-1] != 0
+            if child.final is not None and child.final != 0
         ]
 
     def stop(self) -> None:
@@ -195,11 +197,14 @@ class ProcessGroup:
         while not self.stopping:
             started = time.monotonic()
             process = child.process = await self._spawn(child)
+            if self._stopping.is_set():  # stop() came while it was being started
+                process.send_signal(signal.SIGTERM)
             code = await process.wait()
             child.exits.append(code)
             # Its live gauges (partitions held, queue depth) go; its counters stay summed.
             multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
             if self._stopping.is_set():
+                child.final = code
                 return
             if code == USAGE:
                 self.failed = f"worker process {child.index} refused its input (exit code 2)"
