@@ -147,7 +147,8 @@ async def one_run(
                 if seen is not None and not start and seen["records_in"] > 0:
                     start = now
                     pids = await worker_pids(session, web, proc.pid, processes)
-                    cpu0 = cpu_by_role(broker_pid, pids)
+                    parent = proc.pid if processes > 1 else None
+                    cpu0 = cpu_by_role(broker_pid, pids, parent)
                 if (
                     seen is not None
                     and seen["processed"] >= n
@@ -155,7 +156,7 @@ async def one_run(
                     and seen["lag"] == 0
                 ):
                     elapsed = now - start
-                    cpu1 = cpu_by_role(broker_pid, pids)
+                    cpu1 = cpu_by_role(broker_pid, pids, parent)
                     rebalanced = seen["assigns"] > processes
                     break
                 await asyncio.sleep(POLL)
@@ -182,8 +183,10 @@ async def worker_pids(
     return [p["pid"] for p in json.loads(body or "{}").get("processes", []) if p["pid"]]
 
 
-def cpu_by_role(broker_pid: int | None, workers: list[int]) -> dict[str, float]:
+def cpu_by_role(broker_pid: int | None, workers: list[int], parent: int | None) -> dict[str, float]:
     out = {"broker": cpu_seconds(broker_pid)} if broker_pid is not None else {}
+    if parent is not None:  # the supervising parent (it answers the /metrics polls)
+        out["parent"] = cpu_seconds(parent)
     for i, pid in enumerate(workers, 1):
         out[f"worker {i}"] = cpu_seconds(pid)
     return out
@@ -228,7 +231,7 @@ async def run(bootstrap: str, broker_pid: int | None, events: int, repeat: int) 
         seconds = used.pop("seconds")
         shares = ", ".join(f"{role} {value / seconds:.0%}" for role, value in used.items())
         total = sum(used.values()) / seconds
-        workers = sum(v for role, v in used.items() if role != "broker")
+        workers = sum(v for role, v in used.items() if role.startswith("worker"))
         print(f"  {labels[processes]:<12}: {shares}; all {total:.0%} of {os.cpu_count()} cores")
         # The same events cost about the same CPU in one or two processes when scaling is
         # clean: on a machine others share, this is the figure that does not move.
