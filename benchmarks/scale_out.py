@@ -52,7 +52,7 @@ from benchmarks.ysb_kafka import (
 from examples import ysb
 
 GROUP_VAR = "FLOWKIT_SCALE_OUT_GROUP"
-POLL = 0.05  # seconds between two reads of /metrics
+POLL = 0.1  # seconds between two reads of /metrics (each costs the workers a little)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 Counts = Counter[tuple[str, int]]

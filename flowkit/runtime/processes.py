@@ -3,7 +3,7 @@
 The parent runs no worker itself. It starts N copies of a worker command line, each in a
 session of its own (a Ctrl-C in the terminal reaches the parent only, which passes one
 SIGTERM to each child: a graceful stop, with the final commit and the shutdown hooks), and
-keeps them running: a child that exits without being asked is started again after a
+keeps them running: a child that dies (an exit status other than 0) is started again after a
 backoff (1 s, doubling, at most 30 s; back to 1 s once a child ran for a minute), with one
 log line saying which, how it ended and when it comes back. The children join one
 consumer group, so Kafka shares the partitions between them; there is no coordinator.
@@ -204,6 +204,10 @@ class ProcessGroup:
             # Its live gauges (partitions held, queue depth) go; its counters stay summed.
             multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
             if self._stopping.is_set():
+                child.final = code
+                return
+            if code == 0:  # it chose to stop (its stdout closed, a SIGTERM of its own)
+                log.info("worker process stopped by itself; not restarting it", process=child.index)
                 child.final = code
                 return
             if code == USAGE:

@@ -98,3 +98,12 @@ def test_the_group_owns_its_directory() -> None:
     finally:
         asyncio.run(group.aclose())
     assert not group.directory.exists()
+
+
+async def test_a_child_that_stops_by_itself_is_not_restarted() -> None:
+    # As a worker does when its standard output closes (``| head``): status 0, unasked.
+    argv = [sys.executable, "-c", "pass"]
+    async with ProcessGroup(argv, 2, backoff=0.05) as group:
+        assert await asyncio.wait_for(group.run(), 20) == 0
+        assert [child.exits for child in group.children] == [[0], [0]]
+        assert all(child.restarts == 0 for child in group.children)
