@@ -11,7 +11,7 @@ two-phase windowed count) through the real command line twice:
 * two processes: the same with ``--processes 2`` (one parent, two workers in one group).
 
 Each run reads the whole topic from the start with a consumer group and internal topics
-of its own. The clock is read from the web endpoint's ``/metrics`` (every 50 ms, the same
+of its own. The clock is read from the web endpoint's ``/metrics`` (every 100 ms, the same
 for both): it starts when the first event has been fetched (so process start-up and the
 group join are not timed) and stops when the agent has moved past every event and no
 partition has lag. A run in which the group rebalanced after it started (a process joined
