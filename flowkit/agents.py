@@ -102,8 +102,9 @@ class Agent(Generic[T]):
         # Every topic the agent reads; ``topic`` is the first (where ``send`` goes).
         self.topics: tuple[Topic[Any] | str, ...] = topics
         self.topic: Topic[T] | str = topics[0]
-        # ``stream.group_by`` calls in the body: name -> repartition topic (App.agent).
-        self.regroups: dict[str, Topic[Any]] = {}
+        # ``stream.group_by`` and ``through`` calls in the body: (kind, name) -> the
+        # topic of the hop (App.agent, see streams/hops.py).
+        self.hops: dict[tuple[str, str], Topic[Any]] = {}
         self.join: Any = None  # the StreamJoin the agent reads (its two topics), if any
         self.sinks = tuple(sinks)
         self.concurrency = concurrency

@@ -33,7 +33,7 @@ from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
 from .state import GlobalTable, StreamJoin, Table, TableBase
-from .streams.regroup import regroupings
+from .streams.hops import agent_hops
 from .topics import Repartition, Topic
 
 __all__ = ["App"]
@@ -292,36 +292,25 @@ class App:
                 dead_letter=dead_letter,
             )
             agent.join = join
-            self._declare_regroupings(agent)
+            self._declare_hops(agent)
             self.agents.append(agent)
             return agent
 
         return decorate
 
-    def _declare_regroupings(self, agent: Agent[Any]) -> None:
-        """Declare the repartition topic of each ``stream.group_by`` in the agent's body;
-        the agent reads it besides its own topics."""
-        found = regroupings(agent.fn)
-        if not found:
-            return
-        if len(agent.topics) != 1 or not isinstance(agent.topic, Topic):
+    def _declare_hops(self, agent: Agent[Any]) -> None:
+        """Find each ``stream.group_by`` and ``through`` in the agent's body: the agent
+        reads their topics besides its own (repartition topics are declared here)."""
+        hops = agent_hops(agent.name, agent.fn, agent.topics, self.topics)
+        if hops and agent.join is not None:
             raise DefinitionError(
-                f"agent {agent.name!r}: stream.group_by works in an agent over one declared "
-                "topic (use topic.group_by(...) for the others)"
+                f"agent {agent.name!r}: group_by and through do not work on a join's stream"
             )
-        source = agent.topic
-        for group, partitions in found.items():
-            topic = Repartition(
-                source, lambda v: v, name=group, partitions=partitions or source.partitions
-            )
-            if topic.name in self.topics:
-                raise DefinitionError(
-                    f"agent {agent.name!r}: group_by name {group!r} is taken "
-                    f"(topic {topic.name!r} exists)"
-                )
-            self._declare_internal(topic)
-            agent.regroups[group] = topic
-            agent.topics = (*agent.topics, topic)
+        for topic in hops.values():
+            if isinstance(topic, Repartition):
+                self._declare_internal(topic)
+        agent.hops = hops
+        agent.topics = (*agent.topics, *hops.values())
 
     def _declare_repartition(self, topic: Repartition[Any]) -> None:
         """Declare the internal topic and the re-keying agent behind ``group_by``."""

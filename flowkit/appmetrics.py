@@ -62,6 +62,8 @@ class AppMetric:
         kwargs: dict[str, Any] = {"registry": registry}
         if self.buckets is not None:
             kwargs["buckets"] = self.buckets
+        if self.kind == "gauge":  # under --processes N: one series per running process
+            kwargs["multiprocess_mode"] = "liveall"
         return _KINDS[self.kind](self.name, self.documentation, self.labelnames, **kwargs)
 
     def current(self) -> Any:

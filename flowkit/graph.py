@@ -101,8 +101,8 @@ class Graph:
                 graph.edges.append(Edge(f"topic:{topic_name}", f"agent:{agent.name}", "reads"))
             for sink in agent.sinks:
                 graph.edges.append(Edge(f"agent:{agent.name}", _sink_id(graph, sink), "writes"))
-            for topic in agent.regroups.values():  # stream.group_by: the hop out and back
-                graph.edges.append(Edge(f"agent:{agent.name}", f"topic:{topic.name}", "writes"))
+            for topic in agent.hops.values():  # stream.group_by/through: out, then read back
+                graph.edges.append(Edge(f"agent:{agent.name}", f"topic:{topic.name}", "forwards"))
         for agent in graph.agents:
             dlq = agent.dead_letter or f"{app}-dlq"
             if graph.node(f"topic:{dlq}") is None:
@@ -252,7 +252,9 @@ class Graph:
                 for t in tables_used_by(agent, self.tables)
                 if t.kind not in ("global_table", "stream_join")
             ]
-            for topic_name in agent.topic_names:
+            # With a hop, the agent's loop sees only the records read back from its topic.
+            reads = [t.name for t in agent.hops.values()] if agent.hops else agent.topic_names
+            for topic_name in reads:
                 source = by_name.get(topic_name)
                 if source is None:
                     continue

@@ -1,7 +1,9 @@
 """Prometheus metrics on a per-worker registry.
 
 The worker resolves labelled children once (per topic, per agent) and updates them once per
-batch, never through a per-record label lookup.
+batch, never through a per-record label lookup. Under ``--processes N`` the workers keep
+them in prometheus-client's multiprocess files; a gauge's ``multiprocess_mode`` says how
+the parent combines the processes' values (``livesum``: the sum over running processes).
 """
 
 from __future__ import annotations
@@ -56,10 +58,17 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
         )
         self.queue_depth = Gauge(
-            "flowkit_queue_depth", "Batches waiting for an agent instance", ["agent"], registry=r
+            "flowkit_queue_depth",
+            "Batches waiting for an agent instance",
+            ["agent"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.assigned_partitions = Gauge(
-            "flowkit_assigned_partitions", "Partitions this worker owns", registry=r
+            "flowkit_assigned_partitions",
+            "Partitions this worker owns",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.rebalances = Counter(
             "flowkit_rebalances",

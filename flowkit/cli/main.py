@@ -32,6 +32,8 @@ from .addresses import check_web_address
 from .devbroker import dev_broker
 from .loader import load_app
 from .placeholders import plain_arguments
+from .processes import child_index, parse_processes, run_group, serve_child
+from .stdout import stop_when_stdout_closes
 
 __all__ = ["cli"]
 
@@ -154,18 +156,49 @@ def worker(
         str,
         typer.Option("--web-host", metavar="HOST", help="The address --web-port listens on."),
     ] = "127.0.0.1",
+    processes: Annotated[
+        str | None,
+        typer.Option(
+            "--processes",
+            "-p",
+            metavar="N|auto",
+            help="Run N worker processes (auto: one per core) in one consumer group under "
+            "this one, which restarts those that die (Kafka only).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
         the_app = load_app(app)
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
+        wanted = parse_processes(processes, url) if processes is not None else 1
         if web_port:  # (0 picks a free port: nothing to check)
             check_web_address(web_host, web_port)
         configure_logging(log_level, log_format)
+        if wanted > 1:
+            code, summary, failed = run_group(
+                app,
+                url,
+                wanted,
+                log_level=log_level,
+                log_format=log_format,
+                web_host=web_host,
+                web_port=web_port,
+            )
+            typer.echo(summary, err=True)
+            if code == FAILED:  # (one that refused its input said why itself: exit code 2)
+                _fail(f"worker processes failed: {failed}", FAILED)
+            raise typer.Exit(code)
+        child = child_index()
+        if child is not None:  # a process of a group: its log lines say which
+            structlog.contextvars.bind_contextvars(process=child)
         running = Worker(the_app, broker=url, web_port=web_port, web_host=web_host)
         try:
-            error = asyncio.run(_serve(running))
+            serving = _serve(running) if child is None else serve_child(running, _serve)
+            with stop_when_stdout_closes(running.stop):
+                error = asyncio.run(serving)
         except (DefinitionError, ConfigurationError):
             raise  # bad input: one line per problem, exit 2 (see _errors)
         except Exception as exc:  # the worker could not start: broker unreachable, ...
@@ -174,7 +207,8 @@ def worker(
             if log_level == "debug" and not isinstance(error, FlowkitError):
                 traceback.print_exception(error)
             _fail(f"worker failed: {_describe(error)}", FAILED)
-        typer.echo(running.summary(), err=True)
+        if child is None:  # the parent prints one summary for all its processes
+            typer.echo(running.summary(), err=True)
 
 
 @cli.command()

@@ -171,13 +171,21 @@ def to_spec(node: Node) -> Any:
         spec: dict[str, Any] = {"field": path_text(node.path), "op": node.op}
         if node.op not in NO_VALUE:
             value = node.value
-            spec["value"] = list(value) if isinstance(value, tuple | frozenset) else value
+            spec["value"] = _listed(value) if isinstance(value, tuple | frozenset) else value
         return spec
     if isinstance(node, AllOf):
         return {"and": [to_spec(c) for c in node.children]}
     if isinstance(node, AnyOf):
         return {"or": [to_spec(c) for c in node.children]}
     return {"not": to_spec(node.child)}
+
+
+def _listed(values: tuple[Any, ...] | frozenset[Any]) -> list[Any]:
+    """``values`` as a list; a set in a fixed order, so its text is the same in every process
+    (string hashes, hence set order, differ between interpreters)."""
+    if isinstance(values, tuple):
+        return list(values)
+    return sorted(values, key=repr)
 
 
 def show(node: Node, inner: bool) -> str:
@@ -189,7 +197,7 @@ def show(node: Node, inner: bool) -> str:
             return f"({text})" if inner else text
         if node.op in NO_VALUE:
             return f"{f}.{node.op}()"
-        value = list(node.value) if isinstance(node.value, frozenset) else node.value
+        value = _listed(node.value) if isinstance(node.value, frozenset) else node.value
         return f"{f}.{'in_' if node.op == 'in' else node.op}({value!r})"
     if isinstance(node, Not):
         return "~" + show(node.child, inner=True)

@@ -122,7 +122,7 @@ class Dispatcher:
                 for i in range(agent.concurrency)
             ]
             for s in sources:
-                s.regroups = agent.regroups
+                s.hops = agent.hops
                 s.join = agent.join
             # An agent over several topics: partition p of each goes to the same instance.
             for topic in topics:

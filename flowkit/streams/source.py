@@ -18,8 +18,8 @@ from ..errors import DefinitionError
 from ..records import Message, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, fused_loop, interpreted
+from .hops import HOP, hop
 from .joining import joined
-from .regroup import GROUP_BY, regroup
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -88,8 +88,8 @@ class StreamSource(TaskScope):
         # Windowed tables this agent adds to -> their store here: each finished batch moves
         # their stream time (filtered records too), see ``follow``.
         self.clocked: dict[Any, Any] = {}
-        # The repartition topics of the agent's ``stream.group_by`` calls, by name.
-        self.regroups: dict[str, Topic[Any]] = {}
+        # The topics of the agent's ``stream.group_by`` and ``through`` calls (see hops.py).
+        self.hops: dict[tuple[str, str], Topic[Any]] = {}
         self.join: Any = None  # the StreamJoin this agent reads, if any
         # A join's batches taken from the queue and not finished, per partition and side:
         # here, not in the generator, so that an agent started again after an error
@@ -277,8 +277,8 @@ class StreamSource(TaskScope):
         """Yield values from the current position on, applying ``ops`` lazily."""
         if self.join is not None:
             return joined(self, ops)
-        if any(kind == GROUP_BY for kind, _ in ops):
-            return regroup(self, ops)
+        if any(kind == HOP for kind, _ in ops):
+            return hop(self, ops)
         loop, args = fused_loop(ops, self.stores)
         return loop(self, SKIP, *args)
 
@@ -292,8 +292,10 @@ class StreamSource(TaskScope):
         """Yield lists of up to ``max_size`` values, waiting at most ``within`` seconds
         (None: for ever) for a list to fill, on ``clock`` (else the event loop's clock).
         Records of a list are done when the next list is requested."""
-        if any(kind == GROUP_BY for kind, _ in ops):
-            raise DefinitionError("batches() after group_by() is not supported")
+        if any(kind == HOP for kind, _ in ops):
+            raise DefinitionError(
+                "take() or batches() after group_by() or through() is not supported"
+            )
         fn = interpreted(ops) if ops else None
         now = clock.monotonic if clock is not None else asyncio.get_running_loop().time
         forever = within is None

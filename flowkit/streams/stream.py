@@ -6,7 +6,8 @@ The worker hands each agent instance a ``Stream``. Records arrive as whole fetch
 "moving to the next record marks the previous one done", kept batch-shaped: there is no
 per-record queue, lock or callback.
 
-Operators (``filter``, ``map``, ``events``, ``join``, ``group_by``, ``batches``) return
+Operators (``filter``, ``map``, ``events``, ``join``, ``group_by``, ``through``, ``take``,
+``batches``, ...) return
 new streams over the same source, so an agent can write
 ``async for v in stream.filter(pred)``. They run lazily, one record at a time, in the
 agent's task: a predicate sees the table state the previous record left behind.
@@ -18,13 +19,13 @@ import functools
 import itertools
 import operator
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from ..durations import Seconds, seconds
 from ..errors import DefinitionError
 from ..records import Event
 from ._loop import ECHO, EVENTS, FILTER, JOIN, MAP
-from .regroup import GROUP_BY
+from .hops import GROUP_BY, HOP, THROUGH, Hop
 from .source import StreamSource
 
 if TYPE_CHECKING:
@@ -112,7 +113,32 @@ class Stream(Generic[T]):
         """
         if not name:
             raise ValueError("group_by needs name=, the repartition topic's name")
-        return Stream(self._source, (*self._ops, (GROUP_BY, (key, name))))
+        return Stream(self._source, (*self._ops, (HOP, Hop(GROUP_BY, name, key))))
+
+    @overload
+    def through(self, topic: Topic[U]) -> Stream[U]: ...
+    @overload
+    def through(self, topic: str) -> Stream[Any]: ...
+    def through(self, topic: Topic[Any] | str) -> Stream[Any]:
+        """This stream moved onto ``topic`` (Faust's ``through``): each value is sent
+        there, with its record's key, headers and timestamp and encoded with the topic's
+        codec, and the agent gets the values that come back from ``topic``, on the
+        partitions its instance owns (so partitioned by key over ``topic``'s partition
+        count). Records that other writers send to ``topic`` come too.
+
+        ``topic`` is a topic declared with ``app.topic()`` or its name. Write the call in
+        the agent's body, naming a module-level topic or a string literal: the agent
+        reads the topic from the start, so it is found when the agent is declared. Only
+        ``filter`` and ``map`` may come before it.
+
+        Delivery: a record's offset is committed once its forwarded copy is acknowledged;
+        after a crash, the records since the last commit are forwarded again
+        (at-least-once).
+        """
+        name = topic if isinstance(topic, str) else getattr(topic, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"through() takes a topic or a topic name, not {topic!r}")
+        return Stream(self._source, (*self._ops, (HOP, Hop(THROUGH, name))))
 
     def enumerate(self, start: int = 0) -> Stream[tuple[int, T]]:
         """Each value with its number: ``(start, v0), (start + 1, v1), ...``.

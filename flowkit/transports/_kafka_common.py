@@ -1,26 +1,38 @@
-"""What the two Kafka clients' transports share: the value checks of their settings, the
-room a dead letter needs, and the partition-count check of existing topics. Imports
-neither client library, so each transport stays the only importer of its own.
+"""What the two Kafka clients' transports share: the checks of their settings (names,
+values, and the heartbeat, SSL and SASL combinations), the room a dead letter needs, and
+the shape of topic creation (create what is missing, check the partition counts before and
+after). Imports neither client library, so each transport stays the only importer of its
+own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
 from .base import TopicSpec
 
 __all__ = [
+    "ACKS",
+    "COMPRESSION",
     "DEAD_LETTER_ROOM",
+    "ISOLATION",
     "NONNEG",
     "POS",
+    "SASL_MECHANISM",
     "SECONDS",
+    "SECURITY_PROTOCOL",
     "STR",
     "Check",
     "check_counts",
+    "check_heartbeat",
+    "check_security",
+    "check_values",
+    "create_missing",
     "int_at_least",
     "one_of",
+    "topic_config",
 ]
 
 # What a dead letter adds to the record it carries: flowkit.* headers with a bounded error
@@ -46,6 +58,50 @@ def one_of(*choices: object) -> Check:
 STR: Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 SECONDS: Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
 POS, NONNEG = int_at_least(1), int_at_least(0)
+SECURITY_PROTOCOL = one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISM = one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+ACKS = one_of(0, 1, -1, "all")
+COMPRESSION = one_of(None, "gzip", "snappy", "lz4", "zstd")
+ISOLATION = one_of("read_uncommitted", "read_committed")
+
+
+def check_values(settings: Mapping[str, Any], checks: Mapping[str, Check], client: str) -> None:
+    """Raise ``ConfigurationError`` for the first setting that ``checks`` does not know,
+    or whose value its check refuses; ``client`` names the settings in the message.
+
+    >>> check_values({"linger": 2}, {"linger_ms": NONNEG}, "Kafka")
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: unknown Kafka setting 'linger' (known: linger_ms)
+    """
+    for name, value in settings.items():
+        if name not in checks:
+            known = ", ".join(sorted(checks))
+            raise ConfigurationError(f"unknown {client} setting {name!r} (known: {known})")
+        ok, expected = checks[name]
+        if not ok(value):
+            raise ConfigurationError(f"{client} setting {name}={value!r}: expected {expected}")
+
+
+def check_heartbeat(settings: Mapping[str, Any], client: str, session_default_ms: int) -> None:
+    """The heartbeat must come more often than the session times out (each client has its
+    own default session timeout)."""
+    if settings.get("heartbeat_interval_ms", 3000) >= settings.get(
+        "session_timeout_ms", session_default_ms
+    ):
+        raise ConfigurationError(
+            f"{client} setting heartbeat_interval_ms must be < session_timeout_ms"
+        )
+
+
+def check_security(settings: Mapping[str, Any]) -> None:
+    """``ssl_*`` files need an SSL protocol, and a SASL protocol needs its credentials."""
+    protocol = settings.get("security_protocol", "PLAINTEXT")
+    if "SSL" not in protocol and any(name.startswith("ssl_") for name in settings):
+        raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
+    if protocol.startswith("SASL") and not (
+        "sasl_plain_username" in settings and "sasl_plain_password" in settings
+    ):
+        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
 
 
 def check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
@@ -58,3 +114,28 @@ def check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> Non
     ]
     if problems:
         raise ConfigurationError("; ".join(dict.fromkeys(problems)))
+
+
+def topic_config(spec: TopicSpec) -> dict[str, str]:
+    """The topic configuration to create ``spec`` with: ``compacted`` sets cleanup.policy."""
+    return {**spec.config, **({"cleanup.policy": "compact"} if spec.compacted else {})}
+
+
+async def create_missing(
+    specs: Sequence[TopicSpec],
+    counts: Callable[[], Awaitable[Mapping[str, int]]],
+    create: Callable[[list[TopicSpec]], Awaitable[None]],
+) -> None:
+    """Create the topics of ``specs`` that do not exist yet, with ``create`` (the client's
+    admin call); ``counts`` reads the partition count of every existing topic.
+
+    Raises ``ConfigurationError`` if one exists with another partition count: before, or
+    after the creation (another worker may have created one meanwhile).
+    """
+    existing = await counts()
+    check_counts(specs, existing)
+    missing = {s.name: s for s in specs if s.name not in existing}
+    if not missing:
+        return
+    await create(list(missing.values()))
+    check_counts(missing.values(), await counts())

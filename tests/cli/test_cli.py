@@ -161,11 +161,11 @@ def test_graph_of_an_instance_a_factory_or_a_nested_attribute(spec: str) -> None
 
 
 def test_graph_contacts_no_broker() -> None:
-    started = time.monotonic()
+    # ``remote`` names a Kafka broker that is not there: any attempt to reach it would end in
+    # an error after the connect timeout, not in a graph.
     code, out, _ = invoke("graph", "ok_app:remote", "-f", "json")
     assert code == 0
     assert json.loads(out)["app"] == "remote"
-    assert time.monotonic() - started < 2  # an unreachable Kafka would take 10 s
 
 
 def test_graph_check_ok() -> None:
@@ -478,6 +478,29 @@ def test_worker_stops_gracefully_on_a_signal(
     assert summary is not None, worker.err[-1]
     assert int(summary[1]) > 0
     assert "Traceback" not in "".join(worker.err)
+
+
+def test_worker_stops_gracefully_when_its_stdout_closes() -> None:
+    # `flowkit worker APP | head -3`: no dead letter per print after head exits, no traceback.
+    env = {k: v for k, v in os.environ.items() if k != "FLOWKIT_BROKER"}
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "flowkit.cli", "worker", CLICKSTREAM]
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as popen:
+        try:
+            assert popen.stdout is not None and popen.stderr is not None
+            lines = [popen.stdout.readline() for _ in range(3)]
+            popen.stdout.close()  # what head does once it has its lines
+            code = popen.wait(timeout=30)
+            err = popen.stderr.read()
+        finally:
+            popen.kill()
+    assert all(re.fullmatch(r"\S+ +\d+ views\n", line) for line in lines), lines
+    assert code == 0, err
+    assert "standard output closed; stopping gracefully" in err
+    assert "BrokenPipe" not in err and "record failed" not in err and "Traceback" not in err
+    assert SUMMARY.match(err.splitlines()[-1]), err
 
 
 def test_a_second_signal_forces_the_stop(spawn: Callable[..., Process]) -> None:

@@ -108,3 +108,22 @@ def test_help_shows_plain_placeholders() -> None:
     for noise in ("{APP}", "<str>", "<int range>"):
         assert noise not in result.stdout
     assert "--web-port PORT" in result.stdout and "--web-host HOST" in result.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
+def test_processes_must_be_a_whole_number_or_auto(value: str) -> None:
+    code, err = _error("worker", "examples.clickstream:app", "--processes", value)
+    assert code == 2
+    assert err == (
+        f"Error: --processes {value!r}: give a whole number of at least 1, or auto (one per core)\n"
+    )
+
+
+@pytest.mark.parametrize("value", ["2", "8"])
+def test_processes_on_the_memory_broker_is_one_line(value: str) -> None:
+    code, err = _error(
+        "worker", "examples.clickstream:app", "--broker", "memory://", "--processes", value
+    )
+    assert code == 2
+    assert err.startswith(f"Error: --processes {value}: the memory:// broker lives inside one")
+    assert err.count("\n") == 1

@@ -284,7 +284,7 @@ async def test_unreachable_broker_is_one_error_line_after_connect_timeout(
     assert lines[-1].endswith("gave up after 3 s, see the connect_timeout setting)")
     assert sum("waiting for a Kafka broker" in line for line in lines) == 1  # not per retry
     assert_clean(worker.err)
-    assert 3 <= took < 12  # gave up at the deadline (plus the interpreter's start-up)
+    assert took >= 3  # not before the deadline (the wait above bounds it from above)
     if server is not None:
         # Each attempt is a TCP probe and a bootstrap; attempts back off 0.05 s, 0.1 s, ...
         # up to 1 s between tries: a handful of them in 3 s, not a busy loop.

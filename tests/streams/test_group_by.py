@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import flowkit
-from flowkit.streams.regroup import regroupings, split
+from flowkit.streams.hops import Hop, found_hops, split
 from tests.conftest import DriverFactory
 
 
@@ -60,14 +60,14 @@ def test_graph_shows_the_hop() -> None:
     graph = app.graph()
     edges = {(e.source, e.target, e.kind) for e in graph.edges}
     rep = "topic:regroup-by-campaign-repartition"
-    assert ("agent:per_campaign", rep, "writes") in edges
+    assert ("agent:per_campaign", rep, "forwards") in edges
     assert (rep, "agent:per_campaign", "reads") in edges
     node = graph.node(rep)
     assert node is not None and node.attrs["internal"] is True
     assert graph.check() == []
 
 
-def test_regroupings_finds_literal_names_only() -> None:
+def test_found_hops_finds_literal_group_names_only() -> None:
     async def agent(stream: flowkit.Stream[Click]) -> None:
         name = "dynamic"
         async for _ in stream.group_by(lambda c: c.user, name="by-user", partitions=8):
@@ -75,13 +75,13 @@ def test_regroupings_finds_literal_names_only() -> None:
         async for _ in stream.group_by(lambda c: c.user, name=name):
             pass
 
-    assert regroupings(agent) == {"by-user": 8}
+    assert found_hops(agent).groups == {"by-user": 8}
 
 
 def test_only_filter_may_come_before_group_by() -> None:
     with pytest.raises(flowkit.DefinitionError, match="only filter"):
-        split((("map", len), ("group_by", (len, "users"))))
-    _, before, after = split((("filter", bool), ("group_by", (len, "u")), ("map", str)))
+        split((("map", len), ("hop", Hop("group_by", "users", len))))
+    _, before, after = split((("filter", bool), ("hop", Hop("group_by", "u", len)), ("map", str)))
     assert [k for k, _ in before] == ["filter"] and [k for k, _ in after] == ["map"]
 
 
@@ -94,5 +94,5 @@ def test_a_decorators_topic_group_by_is_not_the_stream_form() -> None:
         async for _ in stream:
             pass
 
-    assert total.regroups == {}
+    assert total.hops == {}
     assert "deco-by-campaign-repartition" in app.topics

@@ -180,14 +180,13 @@ def test_map_kafka_errors_hides_aiokafka_types() -> None:
 
 async def test_unreachable_broker_raises_broker_unavailable_within_the_deadline() -> None:
     t = KafkaTransport(["127.0.0.1:9"], connect_timeout=0.5)
-    started = time.monotonic()
+    # Each gives up at the deadline: without one, these would wait for ever.
     with pytest.raises(BrokerUnavailable, match=r"no Kafka broker at 127\.0\.0\.1:9 \("):
-        await t.producer().start()
+        await asyncio.wait_for(t.producer().start(), 30)
     with pytest.raises(BrokerUnavailable):
-        await t.consumer(group_id="g").start()
+        await asyncio.wait_for(t.consumer(group_id="g").start(), 30)
     with pytest.raises(BrokerUnavailable):
-        await t.partition_count("x")
-    assert time.monotonic() - started < 3.0
+        await asyncio.wait_for(t.partition_count("x"), 30)
     await t.aclose()
     await t.aclose()  # idempotent
 
@@ -291,13 +290,11 @@ async def test_assign_before_start_and_position(transport: KafkaTransport) -> No
 
 
 async def test_flush_does_not_wait_out_the_linger(kafka_bootstrap: str) -> None:
-    async with KafkaTransport([kafka_bootstrap], linger_ms=5_000) as transport:
+    async with KafkaTransport([kafka_bootstrap], linger_ms=300_000) as transport:
         producer = transport.producer()
         await producer.start()
         pending = await producer.send(unique("linger"), b"x")
-        started = time.monotonic()
-        await producer.flush()
-        assert time.monotonic() - started < 2.0
+        await asyncio.wait_for(producer.flush(), 60)  # not the five minutes of linger
         assert (await pending).offset == 0
 
 
@@ -307,12 +304,10 @@ async def test_aclose_ends_a_getmany_waiting_in_another_task(transport: KafkaTra
     consumer = transport.consumer(group_id=None)
     consumer.assign([TopicPartition(topic, 0)])
     await consumer.start()
-    waiting = asyncio.create_task(consumer.getmany(10.0, 10))
+    waiting = asyncio.create_task(consumer.getmany(300.0, 10))
     await asyncio.sleep(0.1)
-    started = time.monotonic()
     await consumer.aclose()
-    assert await asyncio.wait_for(waiting, 2.0) == {}
-    assert time.monotonic() - started < 2.0
+    assert await asyncio.wait_for(waiting, 60) == {}  # ended by aclose, not its own timeout
     with pytest.raises(TransportError):
         await consumer.getmany(0.1, 10)
 

@@ -12,7 +12,22 @@ import aiokafka
 import structlog
 
 from ...errors import ConfigurationError
-from .._kafka_common import DEAD_LETTER_ROOM, NONNEG, POS, SECONDS, STR, Check, one_of
+from .._kafka_common import (
+    ACKS,
+    COMPRESSION,
+    DEAD_LETTER_ROOM,
+    ISOLATION,
+    NONNEG,
+    POS,
+    SASL_MECHANISM,
+    SECONDS,
+    SECURITY_PROTOCOL,
+    STR,
+    Check,
+    check_heartbeat,
+    check_security,
+    check_values,
+)
 
 __all__ = ["DEAD_LETTER_ROOM", "DEFAULTS", "KINDS", "check_settings"]
 
@@ -33,14 +48,14 @@ KINDS: dict[str, dict[str, Check]] = {
         "request_timeout_ms": POS,
         "retry_backoff_ms": NONNEG,
         "metadata_max_age_ms": NONNEG,
-        "security_protocol": one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-        "sasl_mechanism": one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "security_protocol": SECURITY_PROTOCOL,
+        "sasl_mechanism": SASL_MECHANISM,
         "sasl_plain_username": STR,
         "sasl_plain_password": STR,
     },
     "producer": {
-        "acks": one_of(0, 1, -1, "all"),
-        "compression_type": one_of(None, "gzip", "snappy", "lz4", "zstd"),
+        "acks": ACKS,
+        "compression_type": COMPRESSION,
         "linger_ms": NONNEG,
         "max_batch_size": POS,
         "max_request_size": POS,
@@ -54,7 +69,7 @@ KINDS: dict[str, dict[str, Check]] = {
         "heartbeat_interval_ms": POS,
         "max_poll_interval_ms": POS,
         "rebalance_timeout_ms": POS,
-        "isolation_level": one_of("read_uncommitted", "read_committed"),
+        "isolation_level": ISOLATION,
     },
     "group": {"group_instance_id": STR},  # static membership (KIP-345), group members only
 }
@@ -83,28 +98,15 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     Traceback (most recent call last):
     flowkit.errors.ConfigurationError: unknown Kafka setting 'linger' (known: ...)
     """
-    for name, value in settings.items():
-        if name not in _CHECKS:
-            known = ", ".join(sorted(_CHECKS))
-            raise ConfigurationError(f"unknown Kafka setting {name!r} (known: {known})")
-        ok, expected = _CHECKS[name]
-        if not ok(value):
-            raise ConfigurationError(f"Kafka setting {name}={value!r}: expected {expected}")
+    check_values(settings, _CHECKS, "Kafka")
     s = {**DEFAULTS, **settings}
     if "request_timeout_ms" not in settings:  # outlive broker_timeout, whatever it is
         s["request_timeout_ms"] = max(40_000, int(s["broker_timeout"] * 1000) + 10_000)
-    if s.get("heartbeat_interval_ms", 3000) >= s.get("session_timeout_ms", 10000):
-        raise ConfigurationError("Kafka setting heartbeat_interval_ms must be < session_timeout_ms")
+    check_heartbeat(s, "Kafka", session_default_ms=10_000)
     codec = s.get("compression_type")
     if codec is not None and not getattr(aiokafka.codec, f"has_{codec}")():
         raise ConfigurationError(f"Kafka setting compression_type={codec!r}: codec not installed")
-    protocol = s.get("security_protocol", "PLAINTEXT")
-    if "SSL" not in protocol and any(name.startswith("ssl_") for name in s):
-        raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
-    if protocol.startswith("SASL") and not (
-        "sasl_plain_username" in s and "sasl_plain_password" in s
-    ):
-        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    check_security(s)
     room = s["max_partition_fetch_bytes"] + DEAD_LETTER_ROOM
     if "max_request_size" not in s:
         s["max_request_size"] = room

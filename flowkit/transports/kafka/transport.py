@@ -16,7 +16,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
-from .._kafka_common import check_counts
+from .._kafka_common import create_missing, topic_config
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer
@@ -177,22 +177,12 @@ class KafkaTransport:
 
         Raises ``ConfigurationError`` if one exists with another partition count.
         """
-        existing = await self._partition_counts()
-        check_counts(specs, existing)
-        missing = {s.name: s for s in specs if s.name not in existing}
-        if not missing:
-            return
+        await create_missing(specs, self._partition_counts, self._create)
+
+    async def _create(self, specs: list[TopicSpec]) -> None:
         new = [
-            NewTopic(
-                s.name,
-                s.partitions,
-                s.replication_factor,
-                topic_configs={
-                    **s.config,
-                    **({"cleanup.policy": "compact"} if s.compacted else {}),
-                },
-            )
-            for s in missing.values()
+            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=topic_config(s))
+            for s in specs
         ]
         with map_kafka_errors():
             response = await self._admin.create_topics(new)
@@ -200,8 +190,6 @@ class KafkaTransport:
             if code not in (0, kerr.TopicAlreadyExistsError.errno):
                 detail = f"{kerr.for_code(code).__name__} {rest[0] if rest else ''}".strip()
                 raise TransportError(f"could not create topic {name!r}: {detail}")
-        # Another worker may have created one meanwhile, with other partitions.
-        check_counts(missing.values(), await self._partition_counts())
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""

@@ -8,8 +8,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import ConfigurationError
-from .._kafka_common import DEAD_LETTER_ROOM, NONNEG, POS, SECONDS, STR, Check, one_of
+from .._kafka_common import (
+    ACKS,
+    COMPRESSION,
+    DEAD_LETTER_ROOM,
+    ISOLATION,
+    NONNEG,
+    POS,
+    SASL_MECHANISM,
+    SECONDS,
+    SECURITY_PROTOCOL,
+    STR,
+    Check,
+    check_heartbeat,
+    check_security,
+    check_values,
+)
 
 __all__ = ["DEFAULTS", "SETTINGS", "check_settings", "client_config"]
 
@@ -22,27 +36,15 @@ SETTINGS: dict[str, tuple[Check, str | None, str]] = {
     "request_timeout_ms": (POS, "socket.timeout.ms", "all"),
     "retry_backoff_ms": (NONNEG, "retry.backoff.ms", "all"),
     "metadata_max_age_ms": (POS, "metadata.max.age.ms", "all"),
-    "security_protocol": (
-        one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-        "security.protocol",
-        "all",
-    ),
-    "sasl_mechanism": (
-        one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-        "sasl.mechanism",
-        "all",
-    ),
+    "security_protocol": (SECURITY_PROTOCOL, "security.protocol", "all"),
+    "sasl_mechanism": (SASL_MECHANISM, "sasl.mechanism", "all"),
     "sasl_plain_username": (STR, "sasl.username", "all"),
     "sasl_plain_password": (STR, "sasl.password", "all"),
     "ssl_cafile": (STR, "ssl.ca.location", "all"),
     "ssl_certfile": (STR, "ssl.certificate.location", "all"),
     "ssl_keyfile": (STR, "ssl.key.location", "all"),
-    "acks": (one_of(0, 1, -1, "all"), "acks", "producer"),
-    "compression_type": (
-        one_of(None, "gzip", "snappy", "lz4", "zstd"),
-        "compression.type",
-        "producer",
-    ),
+    "acks": (ACKS, "acks", "producer"),
+    "compression_type": (COMPRESSION, "compression.type", "producer"),
     "linger_ms": (NONNEG, "linger.ms", "producer"),
     "max_batch_size": (POS, "batch.size", "producer"),
     "max_request_size": (POS, "message.max.bytes", "producer"),
@@ -55,13 +57,11 @@ SETTINGS: dict[str, tuple[Check, str | None, str]] = {
     "session_timeout_ms": (POS, "session.timeout.ms", "group"),
     "heartbeat_interval_ms": (POS, "heartbeat.interval.ms", "group"),
     "max_poll_interval_ms": (POS, "max.poll.interval.ms", "group"),
-    "isolation_level": (
-        one_of("read_uncommitted", "read_committed"),
-        "isolation.level",
-        "consumer",
-    ),
+    "isolation_level": (ISOLATION, "isolation.level", "consumer"),
     "group_instance_id": (STR, "group.instance.id", "group"),
 }
+
+_CHECKS = {name: check for name, (check, _, _) in SETTINGS.items()}
 
 # flowkit's defaults, the aiokafka transport's where both clients have the setting.
 # fetch_queue_backoff_ms: librdkafka's default (1000 ms) pauses a partition's fetches for a
@@ -88,25 +88,10 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     Traceback (most recent call last):
     flowkit.errors.ConfigurationError: unknown rdkafka setting 'linger' (known: ...)
     """
-    for name, value in settings.items():
-        if name not in SETTINGS:
-            known = ", ".join(sorted(SETTINGS))
-            raise ConfigurationError(f"unknown rdkafka setting {name!r} (known: {known})")
-        ok, expected = SETTINGS[name][0]
-        if not ok(value):
-            raise ConfigurationError(f"rdkafka setting {name}={value!r}: expected {expected}")
+    check_values(settings, _CHECKS, "rdkafka")
     s = {**DEFAULTS, **settings}
-    if s.get("heartbeat_interval_ms", 3000) >= s.get("session_timeout_ms", 45000):
-        raise ConfigurationError(
-            "rdkafka setting heartbeat_interval_ms must be < session_timeout_ms"
-        )
-    protocol = s.get("security_protocol", "PLAINTEXT")
-    if "SSL" not in protocol and any(name.startswith("ssl_") for name in s):
-        raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
-    if protocol.startswith("SASL") and not (
-        "sasl_plain_username" in s and "sasl_plain_password" in s
-    ):
-        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    check_heartbeat(s, "rdkafka", session_default_ms=45_000)
+    check_security(s)
     # What the worker can read it can dead-letter (as on the aiokafka transport): the
     # producer takes the largest fetched record plus room for the dead-letter headers.
     if "max_request_size" not in s:

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
-from .._kafka_common import check_counts
+from .._kafka_common import create_missing, topic_config
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
@@ -173,19 +173,12 @@ class RdkafkaTransport:
 
         Raises ``ConfigurationError`` if one exists with another partition count.
         """
-        existing = await self._partition_counts()
-        check_counts(specs, existing)
-        missing = {s.name: s for s in specs if s.name not in existing}
-        if not missing:
-            return
+        await create_missing(specs, self._partition_counts, self._create)
+
+    async def _create(self, specs: list[TopicSpec]) -> None:
         new = [
-            NewTopic(
-                s.name,
-                s.partitions,
-                s.replication_factor,
-                config={**s.config, **({"cleanup.policy": "compact"} if s.compacted else {})},
-            )
-            for s in missing.values()
+            NewTopic(s.name, s.partitions, s.replication_factor, config=topic_config(s))
+            for s in specs
         ]
         futures = self._admin.create_topics(new, request_timeout=self._timeout)
         for name, future in futures.items():
@@ -197,8 +190,6 @@ class RdkafkaTransport:
                     raise TransportError(
                         f"could not create topic {name!r}: {error.name()} {error.str()}"
                     ) from exc
-        # Another worker may have created one meanwhile, with other partitions.
-        check_counts(missing.values(), await self._partition_counts())
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""

@@ -1,0 +1,163 @@
+"""``flowkit worker APP --processes N|auto``: one parent, N worker processes, one group.
+
+The parent (``run_group``) starts N ``flowkit worker APP`` children through
+``flowkit.runtime.processes.ProcessGroup``, passes Ctrl-C/SIGTERM on to them, serves one
+web endpoint for all of them and prints one summary. A child (``serve_child``) is an
+ordinary worker that also writes where its private web endpoint listens, names its process
+in its log lines, stops when the parent's pipe closes and prints no summary of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from .._text import count
+from ..errors import ConfigurationError
+from ..runtime import Worker
+from ..runtime.process_metrics import totals
+from ..runtime.process_web import GroupWebServer
+from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..transports import parse_broker_url
+
+__all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
+
+log = structlog.get_logger("flowkit.cli")
+
+
+def parse_processes(value: str, broker: str) -> int:
+    """The number ``--processes`` asks for: a whole number of at least 1, or ``auto`` for
+    the machine's cores. More than one needs Kafka."""
+    text = value.strip().lower()
+    if text == "auto":
+        wanted = os.cpu_count() or 1
+    elif text.isdigit() and int(text) >= 1:
+        wanted = int(text)
+    else:
+        raise ConfigurationError(
+            f"--processes {value!r}: give a whole number of at least 1, or auto (one per core)"
+        )
+    if wanted > 1 and parse_broker_url(broker)[0] == "memory":
+        raise ConfigurationError(
+            f"--processes {value}: the memory:// broker lives inside one process; run "
+            "several worker processes against Kafka (--broker kafka://host:port)"
+        )
+    return wanted
+
+
+def run_group(
+    app: str,
+    broker: str,
+    processes: int,
+    *,
+    log_level: str,
+    log_format: str,
+    web_host: str,
+    web_port: int | None,
+) -> tuple[int, str, str]:
+    """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
+    summary line of the whole group, and which processes did not stop cleanly."""
+    argv = [sys.executable, "-m", "flowkit.cli", "worker", app]
+    argv += ["--log-level", log_level, "--log-format", log_format]
+    if web_port is not None:  # each child serves on a private port the parent asks
+        argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
+    env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password
+    return asyncio.run(_run(argv, env, processes, web_host, web_port))
+
+
+async def _run(
+    argv: list[str], env: dict[str, str], processes: int, host: str, port: int | None
+) -> tuple[int, str, str]:
+    async with ProcessGroup(argv, processes, env=env) as group:
+        web = GroupWebServer(group, host, port) if port is not None else None
+        if web is not None:
+            await web.start()
+            log.info("serving /metrics, /ready, /health and /tables for all", url=web.url)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, group.stop)
+        try:
+            code = await group.run()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+            if web is not None:
+                await web.aclose()
+        return code, summary(group), "; ".join(group.failures())
+
+
+def summary(group: ProcessGroup) -> str:
+    """One line for the group: what every process it ran did (killed ones included)."""
+    figures = totals(group)
+    records, seconds = figures["records_in"], group.elapsed
+    rate = records / seconds if seconds > 0 else 0.0
+    restarts = sum(child.restarts for child in group.children)
+    n = len(group.children)
+    processes = "1 process" if n == 1 else f"{n} processes"
+    return (
+        f"processed {count(int(records), 'record')} in {seconds:.1f} s"
+        f" ({count(rate, 'record', fmt=',.0f')}/s) in {processes}"
+        f"; {count(int(figures['outputs']), 'output')}"
+        f", {count(int(figures['dead_letters']), 'dead letter')}"
+        f", {count(restarts, 'restart')}"
+    )
+
+
+def child_index() -> int | None:
+    """This process's index in its group, when a parent started it (else None)."""
+    value = os.environ.get(INDEX_VAR)
+    return int(value) if value and value.isdigit() and os.environ.get(DIR_VAR) else None
+
+
+async def serve_child(
+    worker: Worker, serve: Callable[[Worker], Awaitable[BaseException | None]]
+) -> BaseException | None:
+    """``serve(worker)`` as a child of a group: report the web endpoint, stop with the
+    parent."""
+    tasks = [asyncio.create_task(_report(worker)), asyncio.create_task(_watch_parent(worker))]
+    try:
+        return await serve(worker)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _report(worker: Worker) -> None:
+    web = worker.web
+    if web is None:
+        return
+    # The web server sets its port when it listens, early in the worker's start; it has
+    # no event to wait on, and this runs once per process.
+    while web.port == 0:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    _write_report(web.url)
+
+
+def _write_report(url: str) -> None:
+    index, directory = os.environ[INDEX_VAR], os.environ[DIR_VAR]
+    path = os.path.join(directory, f"process-{index}.json")
+    with open(path + ".tmp", "w") as out:
+        json.dump({"pid": os.getpid(), "url": url}, out)
+    os.replace(path + ".tmp", path)  # the parent never reads half a file
+
+
+async def _watch_parent(worker: Worker) -> None:
+    """The parent holds the other end of stdin: its end closes when it dies."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    except (OSError, ValueError):  # not a pipe: nothing to watch
+        return
+    while await reader.read(4096):
+        pass
+    if not worker.stopping:
+        log.warning("the parent process is gone; stopping")
+        worker.stop()

@@ -1,0 +1,138 @@
+"""The web endpoint of a group of worker processes, served by the parent.
+
+``flowkit worker APP --processes 2 --web-port 9100``: the parent listens on the address
+given; each child serves its own endpoint on a private port of 127.0.0.1 (listed in
+``/ready``). The parent answers:
+
+- ``/metrics`` every process's metrics as one (see ``process_metrics``);
+- ``/ready`` 200 when every process runs and answers its own ``/ready`` with 200 (joined
+  its group, holds its tables' state), else 503; the body lists each process;
+- ``/health`` 200 while the parent runs and has not given up, else 503;
+- ``/tables...`` passed on to a running child, which finds the process that holds a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from ..errors import ConfigurationError
+from .process_metrics import GroupCollector
+from .processes import Child, ProcessGroup
+
+__all__ = ["GroupWebServer"]
+
+_ASK_TIMEOUT = 2.0  # seconds a child has to answer the parent
+
+
+class GroupWebServer:
+    """Serves a process group's metrics, readiness and health over HTTP."""
+
+    def __init__(self, group: ProcessGroup, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.group = group
+        self.host = host
+        self.port = port
+        self.collector = GroupCollector(group)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        """Where this endpoint answers (the port is known once started)."""
+        return f"http://{self.host}:{self.port}"
+
+    def application(self) -> web.Application:
+        """The aiohttp application (routes only; ``start`` serves it)."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/ready", self._ready)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/tables{tail:.*}", self._tables)
+        return app
+
+    async def start(self) -> None:
+        """Listen; a port in use or a host not of this machine is a ``ConfigurationError``."""
+        self._session = aiohttp.ClientSession()
+        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
+        except OSError as exc:
+            await self.aclose()
+            await runner.cleanup()
+            raise ConfigurationError(f"cannot serve on {self.host}:{self.port} ({exc})") from None
+        self._runner = runner
+        if self.port == 0:
+            self.port = int(runner.addresses[0][1])
+
+    async def aclose(self) -> None:
+        """Stop listening. Idempotent."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "the server is not started"
+        return self._session
+
+    # -- routes ---------------------------------------------------------------------------
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        await self.collector.refresh(self.session)
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        states = await asyncio.gather(*(self._child_ready(c) for c in self.group.children))
+        ready = all(state["ready"] for state in states) and not self.group.stopping
+        body = {"ready": ready, "processes": states}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _child_ready(self, child: Child) -> dict[str, Any]:
+        url = child.url()
+        ready = False
+        if url is not None:
+            try:
+                timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
+                async with self.session.get(url + "/ready", timeout=timeout) as response:
+                    ready = response.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+        return {"process": child.index, "pid": child.pid, "url": url, "ready": ready}
+
+    async def _health(self, request: web.Request) -> web.Response:
+        group = self.group
+        alive = group.failed is None
+        running = sum(child.pid is not None for child in group.children)
+        body: dict[str, Any] = {"alive": alive, "processes": len(group.children)}
+        body["running"] = running
+        if group.failed is not None:
+            body["error"] = group.failed
+        return web.json_response(body, status=200 if alive else 503)
+
+    async def _tables(self, request: web.Request) -> web.Response:
+        for child in self.group.children:
+            url = child.url()
+            if url is None:
+                continue
+            try:
+                timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
+                async with self.session.get(url + request.path_qs, timeout=timeout) as response:
+                    return web.Response(
+                        body=await response.read(),
+                        status=response.status,
+                        content_type=response.content_type,
+                    )
+            except (aiohttp.ClientError, TimeoutError):
+                continue  # that one is going away: ask the next
+        return web.json_response({"error": "no worker process is serving yet"}, status=503)
