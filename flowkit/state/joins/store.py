@@ -51,7 +51,8 @@ DIRTY, LOGGED, GONE = 1, 2, 4  # flags: in ``dirty``; in the changelog; expired
 _encode = msgspec.json.encode
 _key_decoder = msgspec.json.Decoder(tuple[int, bytes, int])
 _entry_decoder = msgspec.json.Decoder(tuple[int, bool, bytes])
-_state_decoder = msgspec.json.Decoder(tuple[int, int, int])  # (stream time, offsets)
+# (stream time, offsets), or the stream time alone (written by the first version)
+_state_decoder = msgspec.json.Decoder(tuple[int, int, int] | int)
 
 
 class Joined(NamedTuple):
@@ -435,7 +436,10 @@ class JoinStore:
                 continue
             if m.key == TIME_KEY:
                 if m.value is not None:
-                    state = part.logged = _state_decoder.decode(m.value)
+                    state = _state_decoder.decode(m.value)
+                    if isinstance(state, int):
+                        state = (state, -1, -1)
+                    part.logged = state
                     part.time = part.done = state[0]
                     part.high = [state[1], state[2]]
                     part.replayed = (state[1], state[2])
