@@ -210,6 +210,7 @@ def main() -> None:
         return
     if args.memory:
         print("RSS (MiB) after each tenth of the run; the broker keeps 20,000 records a partition")
+        peaks = []
         for n in (args.events, args.events * 10):
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.ysb", "--memory-run", str(n)],
@@ -217,7 +218,10 @@ def main() -> None:
                 capture_output=True,
                 text=True,
             )
-            print(f"{n:>12,} events: {out.stdout.split(chr(10))[-2]}")
+            samples = out.stdout.split(chr(10))[-2]
+            peaks.append(max(float(mib) for mib in samples.split()))
+            print(f"{n:>12,} events: {samples}")
+        print(f"peak RSS at 10 N / at N: {peaks[1] / peaks[0]:.3f}")
         return
     data = payloads(args.events)
     size = sum(len(raw) for _, raw in data) / len(data)
