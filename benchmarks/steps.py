@@ -1,10 +1,11 @@
 """What each step of the per-record path costs, in instructions (callgrind).
 
-    python -m benchmarks.steps [--records 50000]     # about 10 minutes; any load
+    python -m benchmarks.steps [--records 20000]     # 13 runs under callgrind, 3 at a time
 
-Every part runs the same setup (YSB events encoded, loaded into a memory broker) and then
-one variant over the records; callgrind counts each run's instructions and the setup's are
-subtracted, so each line is that variant's own instructions per record. Variants:
+Every part runs the same setup (YSB events encoded; as ``Message`` objects for the loops,
+loaded into a memory broker for the workers) and then one variant over the records;
+callgrind counts each run's instructions and the setup's are subtracted, so each line is
+that variant's own instructions per record. Variants:
 
 * decode: msgspec into the 3-field projection (``AdView``) from bytes, from the broker's
   ``Message`` objects, into the full 7-field struct, and into a dict;
@@ -12,10 +13,11 @@ subtracted, so each line is that variant's own instructions per record. Variants
   a lambda (what ``stream.filter`` calls);
 * async generator: every decoded record yielded by an async generator to an ``async for``
   (what the step from a stream to the agent is), without an event loop;
-* worker: a flowkit worker whose agent only iterates (``async for v in stream: pass``),
-  at 10,000, 1,000 and 100 records per fetch (4 partitions: batches of 2,500, 250, 25),
-  and at a fifth of the records (its start and stop cancel out). The difference between
-  fetch sizes is the cost of a batch: fetch, dispatch, queue, commit bookkeeping.
+* worker: a flowkit worker whose agent only iterates (``async for v in stream: pass``)
+  over the records loaded into a memory broker, at 10,000 and 100 records per fetch
+  (4 partitions: batches of 2,500 and 25), and at a fifth of the records (its start and
+  stop cancel out). The difference between the fetch sizes is the cost of a batch: fetch,
+  dispatch, queue, done, commit bookkeeping.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from flowkit.transports import MemoryBroker, MemoryTransport
 
 LOOPS = ["decode-bytes", "decode-messages", "decode-full", "decode-dict"]
 LOOPS += ["filter-inline", "filter-lambda", "async-generator"]
-FETCHES = (10_000, 1_000, 100)
+FETCHES = (10_000, 100)
 
 
 def loops(part: str, raw: list[bytes], messages: list[flowkit.Message]) -> int:
@@ -115,19 +117,25 @@ async def worker(broker: MemoryBroker, n: int, max_fetch: int) -> None:
 
 async def setup_and_run(n: int, part: str) -> None:
     data = payloads(n)
-    broker = await loaded_broker(data)
-    messages = [m for p in range(ysb.PARTITIONS) for m in broker.messages("ysb-events", p)]
-    if part in LOOPS:
-        loops(part, [raw for _, raw in data], messages)
-    elif part.startswith("worker-"):
+    if part == "setup" or part in LOOPS:
+        # The records as a broker holds them: a copy of each value in a Message.
+        messages = [
+            flowkit.Message("ysb-events", 0, i, START_MS, key, bytes(memoryview(raw)))
+            for i, (key, raw) in enumerate(data)
+        ]
+        if part in LOOPS:
+            loops(part, [raw for _, raw in data], messages)
+        return
+    broker = await loaded_broker(data)  # setup-worker, worker-N
+    if part.startswith("worker-"):
         await worker(broker, n, int(part.split("-")[1]))
 
 
 def measure(n: int) -> None:
     small = n // 5
     jobs: dict[tuple[str, int], Any] = {}
-    parts = [(p, n) for p in ["setup", *LOOPS, *(f"worker-{f}" for f in FETCHES)]]
-    parts += [("setup", small), (f"worker-{FETCHES[0]}", small)]
+    parts = [(p, n) for p in ["setup", *LOOPS, "setup-worker", *(f"worker-{f}" for f in FETCHES)]]
+    parts += [("setup-worker", small), (f"worker-{FETCHES[0]}", small)]
     with ThreadPoolExecutor(3) as pool:
         for part, size in parts:
             jobs[part, size] = pool.submit(count, "benchmarks.steps", part, "--records", size)
@@ -136,11 +144,12 @@ def measure(n: int) -> None:
     print(f"{n:,} YSB events, instructions per record (callgrind)")
     for part in LOOPS:
         print(f"{part:<28}: {(got[part, n] - setup) / n:>8,.0f}")
+    setup = got["setup-worker", n]
     for f in FETCHES:
         per = (got[f"worker-{f}", n] - setup) / n
         print(f"{'worker, ' + format(f, ',') + ' a fetch':<28}: {per:>8,.0f}   (whole run)")
     big = got[f"worker-{FETCHES[0]}", n] - setup
-    little = got[f"worker-{FETCHES[0]}", small] - got["setup", small]
+    little = got[f"worker-{FETCHES[0]}", small] - got["setup-worker", small]
     print(f"{'worker, steady state':<28}: {(big - little) / (n - small):>8,.0f}")
     # Batches per run: a fetch of f records is f / 4 records per partition batch.
     per_batch = (got[f"worker-{FETCHES[-1]}", n] - got[f"worker-{FETCHES[0]}", n]) / (
@@ -151,7 +160,7 @@ def measure(n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="instructions per step of the record path")
-    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--part", help="run one part (under callgrind)")
     args = parser.parse_args()
     configure_logging("warning")
