@@ -9,9 +9,9 @@ measured (``--records`` pre-loaded records, the worker timed until all are proce
 then a producer sends records at **half that rate** for ``--seconds``, each stamped with
 the wall clock when it is sent, while the worker runs. The broker acknowledging an output
 is observed at the worker's own producer (the acks of its sends to ``latency-out``), and
-its latency is that moment minus the input record's timestamp. The first second is a
-warm-up and is not counted. On the memory broker the producer runs in the worker's event
-loop (the embedded broker lives there); on Kafka it is a separate process.
+its latency is that moment minus the input record's timestamp. Records sent in the first
+second are a warm-up and are not counted. On the memory broker the producer runs in the
+worker's event loop (the embedded broker lives there); on Kafka it is a separate process.
 """
 
 from __future__ import annotations
@@ -83,15 +83,16 @@ class AckClock:
     def producer(self, **kwargs: Any) -> Any:
         return _AckProducer(self.inner.producer(**kwargs), self.acked)
 
-    def latencies_ms(self, since_ms: float) -> list[float]:
+    def latencies_ms(self, warmup: float) -> list[float]:
+        """Latencies of the records sent ``warmup`` seconds or more after the first one."""
         decode = msgspec.json.Decoder(Stamped).decode
-        out = []
-        for acked, values in self.acked:
-            for raw in values:
-                sent = decode(raw).sent_ms  # type: ignore[arg-type]
-                if sent >= since_ms:
-                    out.append(acked - sent)
-        return out
+        stamped = [
+            (acked, decode(raw).sent_ms)  # type: ignore[arg-type]
+            for acked, values in self.acked
+            for raw in values
+        ]
+        since_ms = min((sent for _, sent in stamped), default=0) + warmup * 1000
+        return [acked - sent for acked, sent in stamped if sent >= since_ms]
 
 
 class _AckProducer:
@@ -172,8 +173,7 @@ async def memory_latency(
     payload = _encoded(1000)
     worker = flowkit.Worker(make_app(), transport=transport, status_interval=None)  # type: ignore[arg-type]
     async with worker:
-        started = time.time()
-        sent = 0
+        started, sent = time.time(), 0
         while (now := time.time()) < started + seconds:
             due = int((now - started) * rate)
             now_ms = int(now * 1000)
@@ -183,7 +183,7 @@ async def memory_latency(
                 sent += 1
             await asyncio.sleep(0.001)
         await _until(worker, lambda: worker.records_in >= sent and worker.is_idle())
-    return transport.latencies_ms((started + warmup) * 1000), sent
+    return transport.latencies_ms(warmup), sent
 
 
 def run_memory(records: int, seconds: float) -> None:
@@ -264,15 +264,17 @@ async def kafka_run(bootstrap: str, client: str, records: int, seconds: float) -
     transport = AckClock(transport_from_url(broker_url(bootstrap, client)))
     worker = flowkit.Worker(make_app(name), transport=transport, status_interval=None)  # type: ignore[arg-type]
     async with worker:
-        await asyncio.sleep(3)  # the group join
+        # The group join: produce only once the worker holds its partitions.
+        await _until(
+            worker, lambda: bool(worker.fetcher and worker.fetcher.consumer.assignment()), 60
+        )
         cmd = [sys.executable, "-m", "benchmarks.latency", "--produce", bootstrap]
         cmd += ["--rate", str(peak / 2), "--seconds", str(seconds)]
-        started = time.time()
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         sent = json.loads(out)["sent"]
         await _until(worker, lambda: worker.records_in >= sent and worker.is_idle(), 120)
-    ms = transport.latencies_ms((started + WARMUP + 0.5) * 1000)
+    ms = transport.latencies_ms(WARMUP)
     print(f"  at {peak / 2:,.0f} records/s for {seconds:.0f} s: {sent:,} sent, {len(ms):,} counted")
     print(f"  timestamp -> output acked: {percentiles(ms)}")
 

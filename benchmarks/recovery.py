@@ -191,10 +191,12 @@ async def preload_kafka(bootstrap: str, table: Any, n: int) -> None:
             batch = producer.create_batch()
             for key, value in records:
                 if batch.append(key=key, value=value, timestamp=None) is None:
-                    pending.append(await producer.send_batch(batch, table.changelog_topic, p))
+                    pending.append(
+                        await producer.send_batch(batch, table.changelog_topic, partition=p)
+                    )
                     batch = producer.create_batch()
                     batch.append(key=key, value=value, timestamp=None)
-            pending.append(await producer.send_batch(batch, table.changelog_topic, p))
+            pending.append(await producer.send_batch(batch, table.changelog_topic, partition=p))
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
@@ -219,11 +221,9 @@ async def hand_kafka(bootstrap: str, table: Any) -> tuple[float, int]:
         # The same stop rule as flowkit's: each partition's position reaches the high
         # watermark its fetches report.
         remaining = set(tps)
-        start = 0.0
+        start = time.perf_counter()  # as flowkit's: from the first fetch asked for
         while remaining:
             batches = await consumer.getmany(timeout_ms=50, max_records=50_000)
-            if batches and not start:
-                start = time.perf_counter()
             for tp, records in batches.items():
                 apply(TopicPartition(tp.topic, tp.partition), records)
                 n += len(records)

@@ -138,11 +138,14 @@ def measure(name: str, run: Any, n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description="bytes per key of a table, beyond keys/values")
     parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--only", choices=["recovered", "written"], help="one of the two")
     args = parser.parse_args()
     configure_logging("warning")
     print(f"a table of {args.keys:,} keys like 'user-0000042' -> int, 4 partitions (tracemalloc)")
-    measure("recovered", recovered, args.keys)
-    measure("written", written, args.keys)
+    if args.only != "written":
+        measure("recovered", recovered, args.keys)
+    if args.only != "recovered":
+        measure("written", written, args.keys)
 
 
 if __name__ == "__main__":
