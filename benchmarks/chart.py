@@ -27,11 +27,13 @@ class Ratio(NamedTuple):
 
 # flowkit / hand-written, same data, same run (docs/benchmarks.md, 2026-11-30).
 RESULTS = [
-    Ratio("YSB, memory broker", 0.71, 0.38, 1.20, 0.8),
-    Ratio("YSB, memory broker", 0.81, 0.81, 0.81, 0.8, "instructions"),
-    Ratio("YSB, Kafka, aiokafka", 0.80, 0.71, 0.86, 0.8),
-    Ratio("YSB, Kafka, librdkafka", 0.61, 0.56, 1.06, 0.8),
-    Ratio("Table recovery, memory", 1.39, 1.38, 1.40, 0.8, "CPU time"),
+    Ratio("YSB, memory broker", 0.797, 0.797, 0.797, 0.8, "instructions"),
+    Ratio("YSB, memory broker", 0.64, 0.46, 0.74, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, aiokafka", 0.88, 0.66, 0.90, 0.8),
+    Ratio("YSB, Kafka, aiokafka", 0.81, 0.74, 0.87, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, librdkafka", 0.87, 0.75, 1.26, 0.8),
+    Ratio("YSB, Kafka, librdkafka", 0.57, 0.55, 0.75, 0.8, "CPU time"),
+    Ratio("Table recovery, memory", 0.96, 0.93, 0.98, 0.8, "CPU time"),
 ]
 
 _ROW = 34
@@ -76,7 +78,7 @@ def svg(results: list[Ratio]) -> str:
                 'stroke="black" stroke-width="1.5"/>'
             )
         parts.append(
-            f'<text x="{_x(r.median) + 4:.1f}" y="{y - 2}" font-size="11">{r.median:.2f}</text>'
+            f'<text x="{_x(r.median) + 4:.1f}" y="{y - 2}" font-size="11">{r.median:.3g}</text>'
         )
         t = _x(r.target)
         parts.append(

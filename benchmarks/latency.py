@@ -35,6 +35,7 @@ APP = "latency-bench"
 IN, OUT = "latency-in", "latency-out"
 PARTITIONS = 4
 WARMUP = 1.0
+FRACTION = 0.5  # --fraction: the rate of the latency run, as a fraction of the peak
 
 
 class Reading(flowkit.Record):
@@ -190,8 +191,9 @@ def run_memory(records: int, seconds: float) -> None:
     peak = asyncio.run(memory_peak(records))
     gc.collect()
     print(f"memory broker: peak {peak:,.0f} records/s ({records:,} pre-loaded records)")
-    ms, sent = asyncio.run(memory_latency(peak / 2, seconds))
-    print(f"  at {peak / 2:,.0f} records/s for {seconds:.0f} s: {sent:,} sent, {len(ms):,} counted")
+    ms, sent = asyncio.run(memory_latency(peak * FRACTION, seconds))
+    rate = f"{peak * FRACTION:,.0f} records/s"
+    print(f"  at {rate} for {seconds:.0f} s: {sent:,} sent, {len(ms):,} counted")
     print(f"  timestamp -> output acked: {percentiles(ms)}")
 
 
@@ -258,24 +260,26 @@ async def kafka_run(bootstrap: str, client: str, records: int, seconds: float) -
         peak = records / (time.perf_counter() - start)
     print(f"Kafka, {client}: peak {peak:,.0f} records/s ({records:,} pre-loaded records)")
     # Latency at half the peak: the producer in a process of its own.
-    await kafka_preload(bootstrap, IN, 0)
+    source = f"{name}-in"  # a topic of this run's own: the group reads from the earliest
+    await kafka_preload(bootstrap, source, 0)
     from flowkit.transports import transport_from_url
 
     transport = AckClock(transport_from_url(broker_url(bootstrap, client)))
-    worker = flowkit.Worker(make_app(name), transport=transport, status_interval=None)  # type: ignore[arg-type]
+    worker = flowkit.Worker(make_app(name, source), transport=transport, status_interval=None)  # type: ignore[arg-type]
     async with worker:
         # The group join: produce only once the worker holds its partitions.
         await _until(
             worker, lambda: bool(worker.fetcher and worker.fetcher.consumer.assignment()), 60
         )
         cmd = [sys.executable, "-m", "benchmarks.latency", "--produce", bootstrap]
-        cmd += ["--rate", str(peak / 2), "--seconds", str(seconds)]
+        cmd += ["--rate", str(peak * FRACTION), "--seconds", str(seconds), "--topic", source]
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         sent = json.loads(out)["sent"]
         await _until(worker, lambda: worker.records_in >= sent and worker.is_idle(), 120)
     ms = transport.latencies_ms(WARMUP)
-    print(f"  at {peak / 2:,.0f} records/s for {seconds:.0f} s: {sent:,} sent, {len(ms):,} counted")
+    rate = f"{peak * FRACTION:,.0f} records/s"
+    print(f"  at {rate} for {seconds:.0f} s: {sent:,} sent, {len(ms):,} counted")
     print(f"  timestamp -> output acked: {percentiles(ms)}")
 
 
@@ -302,12 +306,16 @@ def main() -> None:
     parser.add_argument("--records", type=int, help="records for the peak rate")
     parser.add_argument("--kafka", action="store_true", help="on Kafka (Tansu), both clients")
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (with --kafka)")
+    parser.add_argument("--fraction", type=float, default=0.5, help="of the peak (0.5)")
     parser.add_argument("--produce", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--topic", default=IN, help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
+    global FRACTION
+    FRACTION = args.fraction
     if args.produce:
-        sent = asyncio.run(kafka_produce(args.produce, IN, args.rate, args.seconds))
+        sent = asyncio.run(kafka_produce(args.produce, args.topic, args.rate, args.seconds))
         print(json.dumps({"sent": sent}))
     elif args.kafka:
         run_kafka(args.records or 200_000, args.seconds, args.bootstrap)
