@@ -13,10 +13,11 @@ import subprocess
 import sys
 import tempfile
 
-__all__ = ["compare"]
+__all__ = ["compare", "count"]
 
 
-def _count(module: str, part: str, size_flag: str, size: int) -> int:
+def count(module: str, part: str, size_flag: str, size: int) -> int:
+    """Instructions of ``python -m module --part part size_flag size`` under callgrind."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [
@@ -51,10 +52,10 @@ def compare(module: str, size_flag: str, size: int, unit: str) -> None:
     which a long run makes negligible, cancelled out.
     """
     small = size // 5
-    setup = _count(module, "setup", size_flag, size)
-    hand = _count(module, "hand", size_flag, size) - setup
-    flow = _count(module, "flowkit", size_flag, size) - setup
-    flow_small = _count(module, "flowkit", size_flag, small) - _count(
+    setup = count(module, "setup", size_flag, size)
+    hand = count(module, "hand", size_flag, size) - setup
+    flow = count(module, "flowkit", size_flag, size) - setup
+    flow_small = count(module, "flowkit", size_flag, small) - count(
         module, "setup", size_flag, small
     )
     per_extra = (flow - flow_small) / (size - small)

@@ -7,6 +7,7 @@ argument. Each codec builds its msgspec encoder and decoder once, at declaration
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import msgspec
@@ -72,6 +73,12 @@ class JsonCodec(Generic[T]):
         except msgspec.DecodeError as exc:  # ValidationError is a subclass
             raise DecodeError(decode_error_message(exc)) from None
 
+    @property
+    def raw_decode(self) -> Callable[[bytes], T]:
+        """msgspec's own ``decode``, without the error mapping: for loops over many
+        records (table recovery) that fall back to ``decode`` when anything fails."""
+        return self._decoder.decode
+
 
 class MsgpackCodec(Generic[T]):
     """MessagePack through msgspec, validated against ``type``."""
@@ -91,6 +98,11 @@ class MsgpackCodec(Generic[T]):
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise DecodeError(decode_error_message(exc)) from None
+
+    @property
+    def raw_decode(self) -> Callable[[bytes], T]:
+        """msgspec's own ``decode``, without the error mapping (see ``JsonCodec``)."""
+        return self._decoder.decode
 
 
 class RawCodec:
@@ -124,6 +136,9 @@ class StrCodec:
             return data.decode()
         except UnicodeDecodeError as exc:
             raise DecodeError(f"not UTF-8: {exc}") from None
+
+    raw_decode = staticmethod(bytes.decode)
+    """``bytes.decode`` itself, without the error mapping (see ``JsonCodec``)."""
 
 
 def codec_for(type_: Any, codec: str | Codec[Any] | None = None) -> Codec[Any]:

@@ -12,6 +12,10 @@ from ..scope import require_scope
 
 __all__ = ["TableBase"]
 
+# Keys whose partition is remembered, per table: murmur2 in Python costs about 3 us a key
+# and streams repeat keys, but a cache of every key would cost a table ~100 B a key more.
+_KEY_CACHE = 100_000
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -57,10 +61,13 @@ class TableBase(Generic[K, V]):
 
     def partition_of(self, key: K) -> int:
         """The partition that owns ``key`` (Kafka's murmur2 of the encoded key)."""
-        p = self._key_partition.get(key)
+        cache = self._key_partition
+        p = cache.get(key)
         if p is None:
+            if len(cache) >= _KEY_CACHE:  # bounded: a table of millions of keys
+                cache.clear()
             raw = key if isinstance(key, bytes) else self.key_codec.encode(key)
-            p = self._key_partition[key] = partition_for_key(raw, self.partitions)
+            p = cache[key] = partition_for_key(raw, self.partitions)
         return p
 
     def encode_key(self, key: K) -> bytes:

@@ -1,0 +1,297 @@
+"""Table recovery: how fast a worker rebuilds a table from its changelog.
+
+    python -m benchmarks.recovery [--records 1000000] [--repeat 3]            # memory broker
+    python -m benchmarks.recovery --kafka [--records 1000000] [--repeat 2]    # Tansu, both clients
+
+A table of ``--records`` distinct small keys (``user-0000042`` -> an int) is written
+straight into its compacted changelog (4 partitions), then, in paired rounds:
+
+* hand-written: a group-less consumer reads the changelog to its end and decodes every
+  record into one dict per partition (what any recovery has to do);
+* flowkit: a ``Worker`` of the app that owns the table starts, is assigned the partitions
+  and recovers them; timed by the worker's own recovery progress (from the first fetch of
+  the changelog to the last record applied), so group joins are not counted.
+
+On a terminal the worker draws its recovery progress bar on stderr while it reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import time
+from typing import Any
+
+import msgspec
+
+import flowkit
+from benchmarks.rounds import report
+from flowkit.logs import configure_logging
+from flowkit.records import TopicPartition
+from flowkit.runtime.recovery import RecoveryProgress
+from flowkit.transports import MemoryBroker, MemoryTransport, read_to_end
+
+APP = "recovery-bench"
+PARTITIONS = 4
+
+
+def make_app() -> tuple[flowkit.App, Any]:
+    """The app that owns the table (an agent that writes it, so its partitions are held)."""
+    app = flowkit.App(APP, partitions=PARTITIONS)
+    updates = app.topic(f"{APP}-updates", value_type=int)
+    totals = app.table("totals", default=int, value_type=int)
+
+    @app.agent(updates)
+    async def add(stream: flowkit.Stream[int]) -> None:
+        async for amount in stream:
+            totals["all"] += amount
+
+    return app, totals
+
+
+def changelog(table: Any, n: int) -> list[list[tuple[bytes, bytes]]]:
+    """The encoded changelog records of ``n`` keys, per partition."""
+    out: list[list[tuple[bytes, bytes]]] = [[] for _ in range(table.partitions)]
+    encode = table.value_codec.encode
+    for i in range(n):
+        key = f"user-{i:07d}"
+        out[table.partition_of(key)].append((table.encode_key(key), encode(i)))
+    return out
+
+
+# -- timing ------------------------------------------------------------------------------
+
+
+class RecoveryTimer:
+    """Listens to a worker's recovery progress: seconds and records of its recoveries."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.seconds = 0.0
+        self.cpu = 0.0  # CPU seconds of this process, from its first changelog batch
+        self._cpu_start: float | None = None
+
+    def __call__(self, recovery: RecoveryProgress) -> None:
+        if recovery.active and self._cpu_start is None:
+            # After the first batch: its CPU time is added back pro rata at the end.
+            self._cpu_start, self._first = time.process_time(), recovery.read
+        if not recovery.active and recovery.read:
+            self.records += recovery.read
+            self.seconds += time.monotonic() - recovery.started
+            if self._cpu_start is not None:
+                cpu = time.process_time() - self._cpu_start
+                self.cpu += cpu * recovery.read / max(recovery.read - self._first, 1)
+            self._cpu_start = None
+
+
+async def with_flowkit(n: int, **worker: Any) -> tuple[float, float, int]:
+    """Start a worker, wait until it recovered ``n`` records; (seconds, CPU seconds,
+    table size)."""
+    app, totals = make_app()
+    w = flowkit.Worker(app, **worker)
+    timer = RecoveryTimer()
+    w.state.recovery.listeners.append(timer)
+    async with w:
+        deadline = time.monotonic() + 600
+        while timer.records < n:
+            if w.error is not None:
+                raise SystemExit(f"the worker stopped: {w.error!r}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"recovered {timer.records:,} of {n:,} records in 600 s")
+            await asyncio.sleep(0.005)
+        size = len(w.state.stores[totals])
+    return timer.seconds, timer.cpu, size
+
+
+def hand_loop(table: Any) -> tuple[dict[int, dict[Any, Any]], Any]:
+    """The dicts a hand-written recovery fills, and the ``apply`` that fills them (with
+    msgspec's and ``bytes.decode`` directly: the table's keys are text, its values ints)."""
+    data: dict[int, dict[Any, Any]] = {}
+    decode = msgspec.json.Decoder(int).decode
+    decode_key = bytes.decode
+
+    def apply(tp: TopicPartition, messages: list[Any]) -> None:
+        d = data.setdefault(tp.partition, {})
+        for m in messages:
+            d[decode_key(m.key)] = decode(m.value)
+
+    return data, apply
+
+
+# -- memory broker -----------------------------------------------------------------------
+
+
+def memory_broker(table: Any, n: int) -> MemoryBroker:
+    broker = MemoryBroker(retention_records=None)
+    broker.create_topic(table.changelog_topic, table.partitions, compacted=True)
+    for p, records in enumerate(changelog(table, n)):
+        for key, value in records:
+            broker.append(table.changelog_topic, value, key=key, partition=p)
+    return broker
+
+
+async def hand_memory(broker: MemoryBroker, table: Any) -> tuple[float, float, int]:
+    consumer = MemoryTransport(broker).consumer(group_id=None)
+    tps = [TopicPartition(table.changelog_topic, p) for p in range(table.partitions)]
+    consumer.assign(tps)
+    data, apply = hand_loop(table)
+    start, cpu = time.perf_counter(), time.process_time()
+    await read_to_end(consumer, tps, apply)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    await consumer.aclose()
+    return elapsed, cpu, sum(len(d) for d in data.values())
+
+
+def run_memory(n: int, repeat: int) -> None:
+    _, table = make_app()
+    broker = memory_broker(table, n)
+    print(f"memory broker: a changelog of {n:,} keys in {table.partitions} partitions")
+    rounds, cpu_rounds = [], []
+    for _ in range(repeat):
+        gc.collect()
+        t_hand, c_hand, size_hand = asyncio.run(hand_memory(broker, table))
+        gc.collect()
+        t_flow, c_flow, size = asyncio.run(with_flowkit(n, transport=MemoryTransport(broker)))
+        if size != n or size_hand != n:
+            raise SystemExit(f"recovered {size:,} (hand-written {size_hand:,}) of {n:,} keys")
+        rounds.append({"hand-written": t_hand, "flowkit": t_flow})
+        cpu_rounds.append({"hand-written (CPU time)": c_hand, "flowkit (CPU time)": c_flow})
+    ratio = [("flowkit / hand-written", "flowkit", "hand-written")]
+    report(rounds, n, "record", ratio)
+    print("the same, records per second of CPU time (what an idle core would do):")
+    cpu_ratio = [("flowkit / hand-written", "flowkit (CPU time)", "hand-written (CPU time)")]
+    report(cpu_rounds, n, "record", cpu_ratio)
+
+
+# -- Kafka (Tansu) -----------------------------------------------------------------------
+
+
+async def preload_kafka(bootstrap: str, table: Any, n: int) -> None:
+    import aiokafka
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        topic = NewTopic(
+            table.changelog_topic,
+            table.partitions,
+            1,
+            topic_configs={"cleanup.policy": "compact"},
+        )
+        await admin.create_topics([topic])
+    finally:
+        await admin.close()
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        pending = []
+        for p, records in enumerate(changelog(table, n)):
+            batch = producer.create_batch()
+            for key, value in records:
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    pending.append(
+                        await producer.send_batch(batch, table.changelog_topic, partition=p)
+                    )
+                    batch = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=None)
+            pending.append(await producer.send_batch(batch, table.changelog_topic, partition=p))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+async def hand_kafka(bootstrap: str, table: Any) -> tuple[float, int]:
+    import aiokafka
+
+    consumer = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=50,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    tps = [aiokafka.TopicPartition(table.changelog_topic, p) for p in range(table.partitions)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    data, apply = hand_loop(table)
+    n = 0
+    try:
+        # The same stop rule as flowkit's: each partition's position reaches the high
+        # watermark its fetches report.
+        remaining = set(tps)
+        start = time.perf_counter()  # as flowkit's: from the first fetch asked for
+        while remaining:
+            batches = await consumer.getmany(timeout_ms=50, max_records=50_000)
+            for tp, records in batches.items():
+                apply(TopicPartition(tp.topic, tp.partition), records)
+                n += len(records)
+            for tp in list(remaining):
+                high = consumer.highwater(tp)
+                if high is not None and await consumer.position(tp) >= high:
+                    remaining.discard(tp)
+        return time.perf_counter() - start, sum(len(d) for d in data.values())
+    finally:
+        await consumer.stop()
+
+
+def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
+    from tests.kafka_broker import TansuBroker
+
+    broker = None
+    if bootstrap is None:
+        broker = TansuBroker()
+        broker.start()
+        bootstrap = broker.bootstrap
+    try:
+        _, table = make_app()
+        started = time.perf_counter()
+        asyncio.run(preload_kafka(bootstrap, table, n))
+        print(
+            f"Kafka (Tansu): a changelog of {n:,} keys in {table.partitions} partitions"
+            f" (loaded in {time.perf_counter() - started:.0f} s)"
+        )
+        rounds = []
+        query = "session_timeout_ms=2000&heartbeat_interval_ms=400"
+        for _ in range(repeat):
+            seconds: dict[str, float] = {}
+            gc.collect()
+            seconds["aiokafka hand-written"], size = asyncio.run(hand_kafka(bootstrap, table))
+            for client in ("aiokafka", "rdkafka"):
+                gc.collect()
+                url = f"kafka://{bootstrap}?{query}&client={client}"
+                seconds[f"flowkit {client}"], _, got = asyncio.run(with_flowkit(n, broker=url))
+                if got != n or size != n:
+                    raise SystemExit(f"{client}: recovered {got:,} (hand {size:,}) of {n:,}")
+            rounds.append(seconds)
+        report(
+            rounds,
+            n,
+            "record",
+            [
+                (f"flowkit {c} / aiokafka hand-written", f"flowkit {c}", "aiokafka hand-written")
+                for c in ("aiokafka", "rdkafka")
+            ],
+        )
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="table recovery from a changelog")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--kafka", action="store_true", help="on Kafka (Tansu), both clients")
+    parser.add_argument("--bootstrap", help="host:port of a running Kafka (with --kafka)")
+    args = parser.parse_args()
+    configure_logging("warning")
+    if args.kafka:
+        run_kafka(args.records, args.repeat, args.bootstrap)
+    else:
+        run_memory(args.records, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
