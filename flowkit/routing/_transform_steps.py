@@ -156,7 +156,7 @@ class Shape(Step):
             node[out[-1]] = source
 
     def apply(self, value: Any) -> Any:
-        out: dict[str, Any] = {}
+        out: dict[Any, Any] = {}
         for path, source in _leaves(self.tree):
             if isinstance(source, Literal):
                 found = copy.deepcopy(source.value)
