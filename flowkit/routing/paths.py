@@ -11,6 +11,7 @@ that leads nowhere gives ``MISSING`` instead of raising.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any, Final
@@ -72,8 +73,14 @@ def parse_path(path: PathLike) -> Path:
 
 def path_text(path: Path) -> str | list[str | int]:
     """The path as text when it reads back the same, else as a list of keys."""
+    text = _as_text(path)
+    return list(path) if text is None else text
+
+
+@functools.lru_cache(maxsize=1024)  # a failing record names its path: not parsed each time
+def _as_text(path: Path) -> str | None:
     text = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
-    return text if _parse_or_none(text) == path else list(path)
+    return text if _parse_or_none(text) == path else None
 
 
 def _parse_or_none(text: str) -> Path | None:

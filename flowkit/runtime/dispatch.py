@@ -9,12 +9,13 @@ record after a backoff, dead-letter it, skip it, or stop the worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from ..agents import KEEP_KEY, Agent, Output
+from ..agents import Agent
 from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_topic
@@ -31,15 +32,16 @@ from ..errors import (
 )
 from ..metrics import Metrics
 from ..policies import Retry
-from ..records import Headers, Message
+from ..records import Message
 from ..scope import TaskScope, enter_scope
 from ..sinks import SinkRunner
 from ..streams import Stream, StreamSource
-from ..topics import Topic, accepts
+from ..topics import Topic
+from .emitter import Emitter
 from .letters import Letter, LetterSender
 from .logbudget import LogBudget
 from .routes import Route
-from .targets import Target, Targets
+from .targets import Targets
 
 __all__ = ["Dispatcher"]
 
@@ -82,7 +84,7 @@ class Dispatcher:
         self.sources: list[tuple[Agent[Any], StreamSource]] = []
         self.targets = Targets(app, on_give_up=self._sink_gave_up, spawn=spawn)
         self.runners = self.targets.runners  # id(sink) -> its runner, shared by agents
-        self._targets: dict[str, list[Target]] = {}
+        self.emitters: dict[str, Emitter] = {}  # per agent instance (its source's name)
         self._dlq: dict[str, str] = {}
         self._children: dict[tuple[Any, ...], Any] = {}  # (metric, *labels) -> counter
         # A burst of failing records logs its first lines, then one line per checkpoint.
@@ -103,7 +105,6 @@ class Dispatcher:
         # declared reader, so that a bad record makes one dead letter, not one per reader.
         self._decode_owner: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
-        self.outputs: dict[str, int] = {a.name: 0 for a in app.agents}  # to metrics per commit
         self._reported: dict[str, int] = {}
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
@@ -130,9 +131,20 @@ class Dispatcher:
                 self.routes.setdefault(topic.name, Route(topic)).readers.append((agent, sources))
                 self._decode_owner.setdefault(topic.name, agent.name)
             self.sources.extend((agent, s) for s in sources)
-            self._targets[agent.name] = [self.targets.resolve(agent, s) for s in agent.sinks]
+            targets = [self.targets.resolve(agent, s) for s in agent.sinks]
+            for s in sources:
+                self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publish, relieve)
+                s.undecodable = functools.partial(self._undecodable, agent, s)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
         self.default_dlq = default_dlq
+
+    @property
+    def outputs(self) -> dict[str, int]:
+        """Outputs sent so far, per agent."""
+        out = {agent.name: 0 for agent in self.app.agents}
+        for emitter in self.emitters.values():
+            out[emitter.agent.name] += emitter.count
+        return out
 
     def dead_letter_topics(self) -> set[str]:
         """Every dead-letter topic the agents use."""
@@ -239,9 +251,9 @@ class Dispatcher:
                 if agent.per_record:
                     await self._drive_per_record(agent, source)
                 elif agent.yields:
-                    emit = self._emit
+                    emit = self.emitters[source.name].emit
                     async for out in agent.fn(Stream(source)):
-                        pending = emit(agent, source, out)
+                        pending = emit(out)
                         if pending is not None:  # a sink to feed, or the publisher is full
                             await pending
                 else:
@@ -289,16 +301,50 @@ class Dispatcher:
             )
 
     async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
+        # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
+        # restart. One that is retried, or stops the worker, is drive's to handle.
         fn = agent.fn
         is_async = agent.is_async
+        many = agent.many
+        emit = self.emitters[source.name].emit
         async for value in source.iterate(()):
-            out = fn(value)
-            if is_async:
-                out = await out
-            if out is not None:
-                pending = self._emit(agent, source, out)
-                if pending is not None:
-                    await pending
+            try:
+                out = fn(value)
+                if is_async:
+                    out = await out
+                if many:  # a generator: its outputs in order, each as it comes
+                    for one in out:
+                        pending = emit(one)
+                        if pending is not None:
+                            await pending
+                elif out is not None:
+                    pending = emit(out)
+                    if pending is not None:
+                        await pending
+            except Exception as exc:
+                message = source.current_message()
+                if message is None or not self._in_place(agent, exc):
+                    raise
+                await self._failed(agent, source, message, exc)
+
+    def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
+        # Whether a per-record agent's failed record is dealt with where it failed: not
+        # if it is to be retried or stop the worker, nor for errors that are not the
+        # record's fault (a wrong declaration, the broker away).
+        if self.fail_fast or isinstance(exc, DefinitionError | NotRunningError | TransportError):
+            return False
+        action = agent.on_error.action_for(exc)
+        return action == "dead_letter" or action == "skip"
+
+    async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
+        # The current record of ``source`` does not decode: dead-lettered where the stream
+        # found it, so the agent goes on without being restarted (True); with fail_fast it
+        # raises through the agent instead (False).
+        message = source.current_message()
+        if self.fail_fast or message is None:
+            return False
+        await self._failed(agent, source, message, exc, retry=False)
+        return True
 
     async def _failed_or_raise(
         self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
@@ -308,72 +354,6 @@ class Dispatcher:
         if message is None:
             raise exc  # sent outside any record: nothing to dead-letter in its place
         await self._failed(agent, source, message, exc)
-
-    async def emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> None:
-        """Send one output to the agent's sinks (or the ones ``Output.to`` names)."""
-        pending = self._emit(agent, source, out)
-        if pending is not None:
-            await pending
-
-    def _emit(self, agent: Agent[Any], source: StreamSource, out: Any) -> Awaitable[None] | None:
-        # Per output, so no coroutine: topic outputs are only buffered by the publisher.
-        # Returns what must still be awaited (sink submits, a full publisher), or None.
-        targets = self._targets[agent.name]
-        self.outputs[agent.name] += 1
-        key: Any = KEEP_KEY
-        headers: Headers = ()
-        value = out
-        if isinstance(out, Output):
-            value, key, headers = out.value, out.key, out.headers
-            if type(headers) is not tuple:
-                headers = tuple(headers)
-            if out.to is not None:
-                targets = self.targets.routed(agent, out.to)
-        message = source.current_message()
-        origin = None if message is None else (message, agent.name)
-        relieve = False
-        runners: list[SinkRunner] | None = None
-        encode: Any = None
-        data: bytes | None = None
-        publish = self._publish
-        for target in targets:
-            topic = target.topic
-            if topic is not None:
-                vt = target.checked  # a type check that costs one compare when it passes
-                if (
-                    vt is not None
-                    and value.__class__ is not vt
-                    and value is not None
-                    and not accepts(vt, value.__class__)
-                ):
-                    raise TypeError(
-                        f"agent {agent.name!r} yielded {type(value).__qualname__}, but "
-                        f"topic {topic.name!r} takes {topic.value_type_name}"
-                    )
-                if key is KEEP_KEY:
-                    raw_key = message.key if message is not None else None
-                else:
-                    raw_key = topic.encode_key(key)
-                if target.encode is not encode:  # a fan-out encodes a value once
-                    encode = target.encode
-                    data = None if value is None else encode(value)
-                if publish(topic.name, data, raw_key, headers, origin):
-                    relieve = True
-            elif target.runner is not None:
-                if runners is None:
-                    runners = []
-                runners.append(target.runner)
-        if runners is None and not relieve:
-            return None
-        return self._emit_slow(runners, value, origin, relieve)
-
-    async def _emit_slow(
-        self, runners: list[SinkRunner] | None, value: Any, origin: Any, relieve: bool
-    ) -> None:
-        if relieve:
-            await self._relieve()
-        for runner in runners or ():
-            await runner.submit(value, origin)
 
     # -- failures -------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ be dead-lettered must not stop every restart of the worker on the same offset.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -28,15 +27,20 @@ __all__ = ["Letter", "LetterSender"]
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
 
-@dataclass(frozen=True, slots=True)
 class Letter:
     """The origin of a dead-letter send: what to do if the broker refuses it."""
 
-    message: Message
-    topic: str
-    stage: str
-    headers: Headers  # the dead letter's headers, before any truncation marks
-    valueless: bool = False  # sent again without the value, after the broker refused it
+    # A plain class: one per dead letter, and a frozen dataclass's __init__ costs twice this.
+    __slots__ = ("headers", "message", "stage", "topic", "valueless")
+
+    def __init__(
+        self, message: Message, topic: str, stage: str, headers: Headers, valueless: bool = False
+    ) -> None:
+        self.message = message
+        self.topic = topic
+        self.stage = stage
+        self.headers = headers  # the dead letter's headers, before any truncation marks
+        self.valueless = valueless  # sent again without the value, after the broker refused it
 
 
 class LetterSender:

@@ -97,11 +97,17 @@ class Targets:
             self.runners[id(sink)] = runner
         return Target(runner=runner)
 
-    def routed(self, agent: Agent[Any], to: Any) -> list[Target]:
-        """The targets an ``Output(to=...)`` names, resolved once per distinct ``to``."""
+    def seen(self, agent: Agent[Any]) -> dict[Any, list[Target]]:
+        """The ``Output(to=...)`` choices of ``agent`` resolved so far (a tuple or a name ->
+        its targets); ``routed`` adds to it."""
         seen = self._route_seen.get(agent.name)
         if seen is None:
             seen = self._route_seen[agent.name] = {}
+        return seen
+
+    def routed(self, agent: Agent[Any], to: Any) -> list[Target]:
+        """The targets an ``Output(to=...)`` names, resolved once per distinct ``to``."""
+        seen = self.seen(agent)
         try:
             return seen[to]  # the same tuple or name again: no key to build
         except (KeyError, TypeError):

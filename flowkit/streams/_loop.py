@@ -123,7 +123,12 @@ async def loop(source, {", ".join(["SKIP", *params])}):
             try:
                 v = decode(m.value)
             except Exception as exc:
-                raise batch.topic.decode_error(exc) from None
+                # The agent never sees a record that does not decode: the worker dead-letters
+                # it here and the loop goes on, so the agent is not restarted for it.
+                error = batch.topic.decode_error(exc)
+                if source.undecodable is None or not await source.undecodable(error):
+                    raise error from None
+                continue
             source.value = v
 {inner}
         source.records += len(messages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DefinitionError
@@ -83,6 +83,9 @@ class StreamSource(TaskScope):
         self.chunk: list[Message] | None = None  # records of the list batches() handed out
         self.value: Any = None  # the decoded value of the current record
         self.records = 0  # values handed to the agent
+        # Set by the worker: takes a record that does not decode (the current one) and
+        # returns True once it is dealt with (dead-lettered), so the stream goes on.
+        self.undecodable: Callable[[Exception], Awaitable[bool]] | None = None
         # Called when the agent has taken every queued batch and is about to wait for more.
         self.on_drained: Callable[[], None] | None = None
         # Windowed tables this agent adds to -> their store here: each finished batch moves
@@ -118,10 +121,12 @@ class StreamSource(TaskScope):
         batch = self.batch
         if batch is None:
             return None
-        pos = self.pos
-        if not 0 <= pos < len(batch.messages):
+        it = self._it  # ``pos``, inlined: an agent's outputs ask this once per output
+        pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
+        messages = batch.messages
+        if pos < 0 or pos >= len(messages):
             return None
-        return batch.messages[pos]
+        return messages[pos]
 
     def event_time(self) -> int:
         """The timestamp (ms) of the record being processed."""

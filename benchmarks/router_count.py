@@ -1,0 +1,154 @@
+"""The router's own cost, without a broker's noise: ``examples/router.py`` on the memory broker.
+
+    python -m benchmarks.router_count --orders 20000                 # time, and compare outputs
+    python -m benchmarks.router_count --instructions --orders 20000  # callgrind, clean orders
+    python -m benchmarks.router_count --instructions --bad-orders 20000  # with 2.7 % bad
+
+The same orders as ``benchmarks/router_kafka.py`` (keyed by one of 5,000 customers, on 4
+partitions as a Kafka producer would place them; with ``--bad-orders``, 2 % lack their
+customer and 0.7 % are not JSON) are loaded into the memory broker, then routed by:
+
+* hand-written: the broker's logs -> ``msgspec.json.decode`` -> ``route_by_hand`` (the three
+  routes written by hand) -> encoded outputs appended to one list per destination
+  partition, a dead letter (its value and four headers) for each bad record;
+* flowkit: ``make_app(demo_traffic=False)`` in a ``flowkit.Worker`` until every order is
+  processed and every output and dead letter stored.
+
+Both produce the same outputs (checked). ``--instructions`` counts each under callgrind
+(``benchmarks/callgrind.py``): instructions per order, the steady state of flowkit, and
+the ratios; counts are deterministic, so a loaded machine does not move them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+
+import msgspec
+
+import flowkit
+from benchmarks.callgrind import compare
+from benchmarks.router_kafka import PARTITIONS, ROUTE_TOPICS, orders, route_by_hand
+from examples import router
+from flowkit.logs import configure_logging
+from flowkit.partitioning import partition_for_key
+from flowkit.transports import MemoryBroker, MemoryTransport
+
+SOURCE = "orders-in"
+DLQ = "router-dlq"
+
+
+async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
+    """The orders in a 4-partition topic, each on its key's partition."""
+    broker = MemoryBroker(retention_records=None)
+    broker.create_topic(SOURCE, PARTITIONS)
+    for topic in ROUTE_TOPICS:
+        broker.create_topic(topic, PARTITIONS)
+    broker.create_topic(DLQ, 1)
+    producer = MemoryTransport(broker).producer()
+    for key, value in data:
+        await producer.send(SOURCE, value, key=key, partition=partition_for_key(key, PARTITIONS))
+    return broker
+
+
+def hand_written(broker: MemoryBroker) -> Counter[str]:
+    """Route every stored order by hand; the number of records per destination."""
+    decode, encode = msgspec.json.decode, msgspec.json.Encoder().encode
+    out: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
+    letters: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+    partition_of: dict[bytes | None, int] = {}
+    for p in range(PARTITIONS):
+        for m in broker.messages(SOURCE, p):
+            try:
+                outs = route_by_hand(decode(m.value))
+            except Exception as exc:
+                headers = [
+                    ("error.type", type(exc).__name__.encode()),
+                    ("source.topic", m.topic.encode()),
+                    ("source.partition", str(m.partition).encode()),
+                    ("source.offset", str(m.offset).encode()),
+                ]
+                letters.append((m.key, m.value, headers))
+                continue
+            if not outs:
+                continue
+            q = partition_of.get(m.key)
+            if q is None:
+                q = partition_of[m.key] = partition_for_key(m.key, PARTITIONS)  # type: ignore[arg-type]
+            for topic, value in outs:
+                out.setdefault((topic, q), []).append((m.key, encode(value)))
+    counts: Counter[str] = Counter({DLQ: len(letters)})
+    for (topic, _), records in out.items():
+        counts[topic] += len(records)
+    return counts
+
+
+async def with_flowkit(broker: MemoryBroker, n: int) -> Counter[str]:
+    """Run the router example over the broker until all ``n`` orders are routed."""
+    app = router.make_app(demo_traffic=False, source=SOURCE)
+    worker = flowkit.Worker(app, transport=MemoryTransport(broker))
+    async with worker:
+        # Polling the worker is the point: it says when every record is processed.
+        while worker.records_in < n or not worker.is_idle():
+            if worker.error is not None:
+                raise SystemExit(f"the flowkit worker stopped: {worker.error!r}")
+            await asyncio.sleep(0.001)
+    counts: Counter[str] = Counter()
+    for topic in [*ROUTE_TOPICS, DLQ]:
+        for p in range(broker.partition_count(topic) or 0):
+            counts[topic] += len(broker.messages(topic, p))
+    return counts
+
+
+async def _part(data: list[tuple[bytes, bytes]], part: str) -> None:
+    broker = await loaded_broker(data)  # in every part: the differences are the loops alone
+    if part == "hand":
+        hand_written(broker)
+    elif part == "flowkit":
+        await with_flowkit(broker, len(data))
+
+
+async def _timed(data: list[tuple[bytes, bytes]]) -> None:
+    n = len(data)
+    hand_broker = await loaded_broker(data)
+    start = time.perf_counter()
+    expected = hand_written(hand_broker)
+    t_hand = time.perf_counter() - start
+    broker = await loaded_broker(data)
+    start = time.perf_counter()
+    got = await with_flowkit(broker, n)
+    t_flow = time.perf_counter() - start
+    if got != expected:
+        raise SystemExit(f"outputs differ: flowkit {dict(got)}, hand-written {dict(expected)}")
+    outs = sum(v for k, v in got.items() if k != DLQ)
+    print(f"{n:,} orders, {outs / n:.2f} outputs per order, {got[DLQ]} dead letters")
+    print(f"hand-written {n / t_hand:,.0f}/s, flowkit {n / t_flow:,.0f}/s: {t_hand / t_flow:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--orders", type=int, help="clean orders (default 20,000)")
+    size.add_argument("--bad-orders", type=int, help="orders of which 2.7 %% are bad")
+    parser.add_argument(
+        "--instructions", action="store_true", help="compare instruction counts under valgrind"
+    )
+    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    configure_logging("critical")  # the bad records' log lines are not what is measured
+    bad = args.bad_orders is not None
+    n: int = args.bad_orders if bad else (args.orders or 20_000)
+    if args.instructions:
+        compare("benchmarks.router_count", "--bad-orders" if bad else "--orders", n, "order")
+        return
+    data = orders(n, bad=bad)
+    if args.part:
+        asyncio.run(_part(data, args.part))
+        return
+    asyncio.run(_timed(data))
+
+
+if __name__ == "__main__":
+    main()
