@@ -427,7 +427,7 @@ class Process:
     def signal(self, signum: int) -> None:
         self.popen.send_signal(signum)
 
-    def finish(self, timeout: float = 15.0) -> int:
+    def finish(self, timeout: float = 60.0) -> int:
         code = self.popen.wait(timeout=timeout)
         for reader in self._readers:
             reader.join(timeout=5)
