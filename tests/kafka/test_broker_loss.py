@@ -2,9 +2,10 @@
 
 A worker process relays items (outputs, a table, dead letters: tests/kafka/apps/relay_app.py)
 while the broker is SIGKILLed and restarted. At-least-once: after de-duplication by
-sequence number, every output, table entry and dead letter is there exactly; a record may
-appear twice (processed again after a commit the outage held back, or a send in flight at
-the kill stored twice), never three times, and never goes missing.
+sequence number, every output, table entry and dead letter is there exactly, and none goes
+missing. A record may appear more than once: it is processed again after a commit the outage
+held back, and each of those two sends, if it was in flight at the kill, may be stored twice
+(the producer retries it). So up to four copies, never more.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ async def outcome(client: Client, total: int) -> tuple[Counter[int], Counter[int
 
 def assert_exact(counts: Counter[int], expected: set[int], what: str) -> None:
     assert set(counts) == expected, (what, sorted(expected ^ set(counts))[:20])
-    assert max(counts.values(), default=1) <= 2, (what, counts.most_common(3))
+    assert max(counts.values(), default=1) <= 4, (what, counts.most_common(3))
 
 
 def assert_no_client_noise(err: str) -> None:
