@@ -32,7 +32,7 @@ __all__ = ["Publisher", "Rejected"]
 
 MAX_IN_FLIGHT = 10_000  # unacknowledged sends or batches before a sender waits
 MAX_BUFFERED = 20_000  # published records held before the publisher sends them
-_KEY_CACHE = 100_000  # keys whose partition is remembered, per topic
+_KEY_CACHE = 100_000  # keys whose partition is remembered, per partition count
 
 Rejected = Callable[[Any, RecordRejected], Awaitable[None]]
 PartitionCount = Callable[[str], Awaitable[int | None]]
@@ -71,7 +71,9 @@ class Publisher:
         self._flush_lock = asyncio.Lock()
         self._error: BaseException | None = None  # a background flush failed: raised next
         self._partitions: dict[str, int | None] = {}
-        self._key_partitions: dict[str, dict[bytes, int]] = {}
+        # A key's partition depends only on the key and the partition count: topics of the
+        # same size share one cache, so a record fanned out to several is hashed once.
+        self._key_partitions: dict[int, dict[bytes, int]] = {}
         self._spread: dict[str, int] = {}  # keyless records: the partition of the next flush
         limit = producer.max_record_bytes
         self._limit = limit if limit is not None else 1 << 62
@@ -153,9 +155,9 @@ class Publisher:
             for (key, value, headers, ts), origin in zip(records, origins, strict=True):
                 await self._send_one(topic, value, key, headers, None, ts, origin)
             return
-        cache = self._key_partitions.get(topic)
+        cache = self._key_partitions.get(count)
         if cache is None or len(cache) >= _KEY_CACHE:
-            cache = self._key_partitions[topic] = {}
+            cache = self._key_partitions[count] = {}
         spread = self._spread.get(topic, 0)
         self._spread[topic] = (spread + 1) % count  # keyless: one partition per flush
         by_partition: dict[int, tuple[list[OutRecord], list[Any]]] = {}
