@@ -98,15 +98,7 @@ class Publisher:
 
         Raises ``RecordRejected`` at once for a record over the producer's size limit.
         """
-        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
-        if headers:
-            for name, data in headers:
-                size += len(name) + len(data)
-        if size > self._limit:
-            raise RecordRejected(
-                f"a record of {size} bytes to {topic!r} is over the producer's limit "
-                f"({self._limit} bytes)"
-            )
+        self._check_size(topic, key, value, headers)
         buffer = self._buffers.get(topic)
         if buffer is None:
             buffer = self._buffers[topic] = ([], [])
@@ -174,41 +166,44 @@ class Publisher:
                 group = by_partition[p] = ([], [])
             group[0].append(record)
             group[1].append(origin)
-        producer = self.producer
         for p, (batch, causes) in by_partition.items():
-            start = 0
-            for n, ack in await producer.send_batch(topic, p, batch):
-                if isinstance(ack, Ack):
-                    self._stored(ack)
-                else:
-                    end = start + n
-                    self._in_flight.append(ack)
-                    self._origins.append(_Batch(topic, p, batch[start:end], causes[start:end]))
-                start += n
+            await self._send_partition(topic, p, batch, causes)
 
     async def send_batch(self, topic: str, partition: int, records: list[OutRecord]) -> None:
         """Send records (of no agent: changelogs) to one partition as broker batches; the
         acks are awaited before the next commit. Raises ``RecordRejected`` at once for a
         record over the producer's size limit."""
         for key, value, headers, _ in records:
-            size = (0 if value is None else len(value)) + (0 if key is None else len(key))
-            for name, data in headers:
-                size += len(name) + len(data)
-            if size > self._limit:
-                raise RecordRejected(
-                    f"a record of {size} bytes to {topic!r} is over the producer's limit "
-                    f"({self._limit} bytes)"
-                )
+            self._check_size(topic, key, value, headers)
         if topic in self._buffers:
             await self.flush()  # published records of this topic first: keep the order
+        await self._send_partition(topic, partition, records, [None] * len(records))
+
+    def _check_size(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers
+    ) -> None:
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+        if headers:
+            for name, data in headers:
+                size += len(name) + len(data)
+        if size > self._limit:
+            raise RecordRejected(
+                f"a record of {size} bytes to {topic!r} is over the producer's limit "
+                f"({self._limit} bytes)"
+            )
+
+    async def _send_partition(
+        self, topic: str, partition: int, batch: list[OutRecord], causes: list[Any]
+    ) -> None:
+        """Send ``batch`` (caused by ``causes``, one each) and track its acks."""
         start = 0
-        for n, ack in await self.producer.send_batch(topic, partition, records):
+        for n, ack in await self.producer.send_batch(topic, partition, batch):
             if isinstance(ack, Ack):
                 self._stored(ack)
             else:
                 end = start + n
                 self._in_flight.append(ack)
-                self._origins.append(_Batch(topic, partition, records[start:end], [None] * n))
+                self._origins.append(_Batch(topic, partition, batch[start:end], causes[start:end]))
             start += n
 
     # -- single sends ---------------------------------------------------------------------
