@@ -98,7 +98,14 @@ class Publisher:
 
         Raises ``RecordRejected`` at once for a record over the producer's size limit.
         """
-        self._check_size(topic, key, value, headers)
+        # The check of _check_size, inlined: this runs per output, and the call alone added
+        # ~1 % to the router's instructions per order.
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+        if headers:
+            for name, data in headers:
+                size += len(name) + len(data)
+        if size > self._limit:
+            self._check_size(topic, key, value, headers)  # raises, with the message
         buffer = self._buffers.get(topic)
         if buffer is None:
             buffer = self._buffers[topic] = ([], [])
