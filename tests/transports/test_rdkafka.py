@@ -17,11 +17,13 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Message as RdMessage
 
-from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError
-from flowkit.records import TopicPartition
+from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, TransportError
+from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
 from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
+from flowkit.transports.rdkafka.consumer import _messages
 from flowkit.transports.rdkafka.settings import client_config
 
 
@@ -86,6 +88,33 @@ def test_librdkafka_errors_map_to_the_flowkit_tree() -> None:
         raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing"))
     with pytest.raises(CommitFailed), map_rdkafka_errors(commit=True):
         raise KafkaException(KafkaError(KafkaError.UNKNOWN, "odd"))
+
+
+def rd(partition: int, offset: int, error: KafkaError | None = None) -> Any:
+    return RdMessage(
+        topic="t",
+        partition=partition,
+        offset=offset,
+        key=b"k",
+        value=b"v%d" % offset,
+        timestamp=(1, 1000 + offset),
+        headers=[("h", b"1")] if offset == 2 else None,
+        error=error,
+    )
+
+
+def test_librdkafka_messages_become_flowkit_messages_per_partition_in_order() -> None:
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    got = _messages([rd(0, 1), rd(1, 7), rd(0, 2), rd(1, 8, eof), rd(0, 3)])
+    assert list(got) == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert got[TopicPartition("t", 0)] == [
+        Message("t", 0, 1, 1001, b"k", b"v1", ()),
+        Message("t", 0, 2, 1002, b"k", b"v2", (("h", b"1"),)),
+        Message("t", 0, 3, 1003, b"k", b"v3", ()),
+    ]
+    assert [m.offset for m in got[TopicPartition("t", 1)]] == [7]  # the end-of-partition skipped
+    with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PART"):
+        _messages([rd(0, 1), rd(0, 2, KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))])
 
 
 async def test_unreachable_broker_is_broker_unavailable() -> None:
