@@ -386,8 +386,8 @@ class RdkafkaConsumer:
 def _messages(records: list[Any]) -> dict[TopicPartition, list[Message]]:
     # In the consume thread, right after ``consume``: one Message per record, runs of one
     # partition appended together. About 0.5 us of CPU a record on YSB, the same here as
-    # on the event loop (measured in paired rounds, benchmarks.rdkafka_split); here, the
-    # loop's own thread is free of it and only files whole partitions (_owned_only).
+    # on the event loop (paired rounds of both, docs/benchmarks.md); here, the event
+    # loop's thread is free of it and only files whole partitions (_owned_only).
     out: dict[TopicPartition, list[Message]] = {}
     topic: Any = None
     partition, batch = -1, []
