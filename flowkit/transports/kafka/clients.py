@@ -15,6 +15,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from ...errors import CommitFailed, ConfigurationError, TransportError
 from ...records import Headers, Message, TopicPartition
 from ..base import Ack, OutRecord, RebalanceListener
+from .draining import drain, usable
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
 
 log = structlog.get_logger(__name__)
@@ -68,6 +69,7 @@ class KafkaConsumer:
         self._deferred: list[tuple[str, set[TopicPartition], asyncio.Future[None]]] = []
         self._wakeup: asyncio.Future[None] | None = None
         self._closed = False
+        self._drain = False  # group-less: records straight from the fetches (draining.py)
 
     async def start(self) -> None:
         """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
@@ -77,6 +79,7 @@ class KafkaConsumer:
             kafka = aiokafka.AIOKafkaConsumer(**self._options)
             await self._transport._connect(kafka.start, kafka.stop)
             self._kafka = kafka
+            self._drain = usable(kafka, self._options)
             replay, self._replay = self._replay, []
             for call in replay:
                 call()
@@ -165,15 +168,27 @@ class KafkaConsumer:
                 return {}
             if not subscription.reassignment_in_progress:
                 # Fast path: records the background fetcher already has; nothing waits.
-                try:
-                    raw = await kafka.getmany(timeout_ms=0, max_records=max_records)
-                except KAFKA_ERRORS as exc:
-                    raise translate(exc) from exc
-                if raw:
-                    return _convert(raw)
+                drained = None
+                if self._drain:
+                    try:
+                        drained = drain(kafka, max_records)
+                    except KAFKA_ERRORS as exc:
+                        raise translate(exc) from exc
+                    if drained:
+                        return drained
+                if drained is None:
+                    try:
+                        raw = await kafka.getmany(timeout_ms=0, max_records=max_records)
+                    except KAFKA_ERRORS as exc:
+                        raise translate(exc) from exc
+                    if raw:
+                        return _convert(raw)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return {}
+            if self._drain:
+                await self._wait_fetch(kafka, remaining)
+                continue  # and drain what came
             raw = await self._wait(kafka, remaining, max_records)
             if raw:
                 # Records of newly assigned partitions only after on_partitions_assigned.
@@ -205,6 +220,23 @@ class KafkaConsumer:
         if (exc := fetch.exception()) is not None:
             raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
         return fetch.result()
+
+    async def _wait_fetch(self, kafka: Any, limit: float) -> None:
+        # A group-less consumer waits for the fetcher's next answer (what aiokafka's getmany
+        # waits for inside), an aclose from another task, or the deadline.
+        loop = asyncio.get_running_loop()
+        fetched = kafka._fetcher._create_fetch_waiter()
+        self._wakeup = wakeup = loop.create_future()
+        try:
+            await asyncio.wait(
+                (fetched, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            self._wakeup = None
+            if not fetched.done():
+                fetched.cancel()
+        if fetched.done() and not fetched.cancelled() and (exc := fetched.exception()):
+            raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record ``getmany`` returns for ``tp``.
