@@ -13,9 +13,8 @@ straight into its compacted changelog (4 partitions), then, in paired rounds:
   the changelog to the last record applied), so group joins are not counted.
 
 On Kafka each round also reads the changelog with aiokafka alone (``getmany`` to the end,
-nothing applied: the client's own ceiling), and both hand-written loops run with the
-garbage collector paused as flowkit's recovery does, so the ratios measure flowkit. Every
-contender is reported in wall-clock and in CPU time, with the broker's CPU time while it
+nothing applied: what the client's own records cost) and runs the worker on both clients.
+Every contender is reported in wall-clock and in CPU time, with the broker's CPU time while it
 read (from ``/proc``, when the script started the broker): a broker that is not the limit
 uses a small fraction of what the reader uses.
 
@@ -40,7 +39,7 @@ import flowkit
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.records import TopicPartition
-from flowkit.runtime.recovery import RecoveryProgress, collector_paused
+from flowkit.runtime.recovery import RecoveryProgress
 from flowkit.transports import MemoryBroker, MemoryTransport, read_to_end
 
 APP = "recovery-bench"
@@ -147,10 +146,9 @@ async def hand_memory(broker: MemoryBroker, table: Any) -> tuple[float, float, i
     tps = [TopicPartition(table.changelog_topic, p) for p in range(table.partitions)]
     consumer.assign(tps)
     data, apply = hand_loop(table)
-    with collector_paused():  # as flowkit's recovery
-        start, cpu = time.perf_counter(), time.process_time()
-        await read_to_end(consumer, tps, apply)
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    start, cpu = time.perf_counter(), time.process_time()
+    await read_to_end(consumer, tps, apply)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     await consumer.aclose()
     return elapsed, cpu, sum(len(d) for d in data.values())
 
@@ -236,19 +234,18 @@ async def hand_kafka(bootstrap: str, table: Any, *, apply: bool = True) -> tuple
         # The same stop rule as flowkit's: each partition's position reaches the high
         # watermark its fetches report.
         remaining = set(tps)
-        with collector_paused():
-            start, cpu = time.perf_counter(), time.process_time()  # from the first fetch
-            while remaining:
-                batches = await consumer.getmany(timeout_ms=50, max_records=50_000)
-                for tp, records in batches.items():
-                    if apply:
-                        fill(TopicPartition(tp.topic, tp.partition), records)
-                    n += len(records)
-                for tp in list(remaining):
-                    high = consumer.highwater(tp)
-                    if high is not None and await consumer.position(tp) >= high:
-                        remaining.discard(tp)
-            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        start, cpu = time.perf_counter(), time.process_time()  # from the first fetch
+        while remaining:
+            batches = await consumer.getmany(timeout_ms=50, max_records=50_000)
+            for tp, records in batches.items():
+                if apply:
+                    fill(TopicPartition(tp.topic, tp.partition), records)
+                n += len(records)
+            for tp in list(remaining):
+                high = consumer.highwater(tp)
+                if high is not None and await consumer.position(tp) >= high:
+                    remaining.discard(tp)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         return elapsed, cpu, sum(len(d) for d in data.values()) if apply else n
     finally:
         await consumer.stop()

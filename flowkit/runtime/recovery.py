@@ -4,18 +4,12 @@
 ``RecoveryProgress`` watches that reading once per batch (never per record) so that
 ``/metrics``, the web page and the console can say how far it got. Records left are
 what the fetches' high watermarks say is still ahead of the consumer's positions.
-
-``collector_paused`` keeps Python's cyclic garbage collector off while changelogs are read:
-a recovery allocates millions of short-lived, acyclic objects (the Kafka client's records),
-and the collector walking them cost about a fifth of its CPU time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -23,7 +17,7 @@ from ..records import Message, TopicPartition
 from ..transports import Consumer
 from ..transports.reading import Apply
 
-__all__ = ["RecoveryProgress", "collector_paused"]
+__all__ = ["RecoveryProgress"]
 
 log = structlog.get_logger(__name__)
 
@@ -77,31 +71,3 @@ class RecoveryProgress:
         self.left = 0
         for listener in self.listeners:
             listener(self)
-
-
-_pauses = 0  # recoveries under way in this process (several workers may recover at once)
-_was_enabled = False  # the collector's state before the first of them paused it
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector off while the block runs (reference counting still
-    frees everything acyclic at once); back as it was when the last such block ends.
-
-    Reading a changelog from Kafka makes an object the collector tracks for every record
-    (aiokafka's ``ConsumerRecord``), and a batch holds tens of thousands of them until it is
-    applied: the collector walked them again and again, 0.56-0.73 s of CPU per million
-    records, a fifth of the recovery. Cycles made meanwhile (by agents of partitions already
-    held) are collected once the recovery ends.
-    """
-    global _pauses, _was_enabled
-    if _pauses == 0:
-        _was_enabled = gc.isenabled()
-        gc.disable()
-    _pauses += 1
-    try:
-        yield
-    finally:
-        _pauses -= 1
-        if _pauses == 0 and _was_enabled:
-            gc.enable()

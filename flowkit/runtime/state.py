@@ -22,7 +22,7 @@ from ..deadletter import dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
 from ..transports import OutRecord, TopicSpec, Transport, read_to_end
-from .recovery import RecoveryProgress, collector_paused
+from .recovery import RecoveryProgress
 
 __all__ = ["StateKeeper"]
 
@@ -139,8 +139,7 @@ class StateKeeper:
             consumer, tps, lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
         )
         try:
-            with collector_paused():
-                total = await read_to_end(consumer, set(tps), apply)
+            total = await read_to_end(consumer, set(tps), apply)
         finally:
             self.recovery.finish()
         return total, round(self.clock.monotonic() - started, 3)
