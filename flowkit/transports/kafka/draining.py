@@ -10,8 +10,9 @@ consumer that reads uncommitted records: batches with a bad CRC raise, control b
 skipped, records before the fetch position are skipped, and the position moves past each
 batch. It reads aiokafka's fetcher from the inside, so ``usable`` checks that the parts it
 needs are there, and ``drain`` returns None whenever something is not as it expects (an
-error waiting in the fetcher, a batch aiokafka already started): the caller then asks
-aiokafka's own ``getmany``, which gives the same records.
+error waiting in the fetcher, a fetch aiokafka already started reading): the caller then
+asks aiokafka's own ``getmany``, which gives the same records. ``Drainer`` keeps the part
+of a fetch that one ``getmany`` could not take, rather than fetch it again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ try:
 except ImportError:  # another aiokafka layout: aiokafka's getmany does it all
     FetchResult = PartitionRecords = CorruptRecordException = None
 
-__all__ = ["drain", "usable"]
+__all__ = ["Drainer", "drain", "usable"]
 
 _FETCHER_PARTS = ("_records", "_notify", "_wait_consume_future", "_check_crcs")
 
@@ -43,11 +44,57 @@ def usable(kafka: Any, options: dict[str, Any]) -> bool:
     return fetcher is not None and all(hasattr(fetcher, name) for name in _FETCHER_PARTS)
 
 
+class Drainer:
+    """Reads the fetches of one group-less aiokafka consumer for ``getmany``; a fetch is
+    read whole, and what one ``getmany`` could not take is kept for the next (so no fetch
+    is asked for twice). ``position`` counts what is kept as not read yet."""
+
+    def __init__(self, kafka: Any) -> None:
+        self._kafka = kafka
+        self._rest: dict[TopicPartition, list[Message]] = {}
+
+    def take(self, max_records: int) -> dict[TopicPartition, list[Message]] | None:
+        """Up to ``max_records`` records, kept ones first, in offset order per partition;
+        None when aiokafka's ``getmany`` must answer instead."""
+        out: dict[TopicPartition, list[Message]] = {}
+        budget = max_records
+        for tp, kept in list(self._rest.items()):
+            if len(kept) > budget:
+                out[tp], self._rest[tp] = kept[:budget], kept[budget:]
+                return out
+            out[tp] = kept
+            del self._rest[tp]
+            budget -= len(kept)
+        if budget == 0:
+            return out
+        fresh = drain(self._kafka, budget)
+        if fresh is None:
+            return out or None
+        for tp, messages in fresh.items():
+            if budget < len(messages):
+                self._rest[tp] = messages[budget:]
+                messages = messages[:budget]
+            if messages:
+                out.setdefault(tp, []).extend(messages)
+                budget -= len(messages)
+        return out
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """The offset of the first record kept for ``tp``, or None."""
+        kept = self._rest.get(tp)
+        return kept[0].offset if kept else None
+
+    def forget(self) -> None:
+        """Drop what is kept (after a new assignment: it is fetched again if wanted)."""
+        self._rest.clear()
+
+
 def drain(kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] | None:
-    """The records aiokafka's fetcher holds, up to ``max_records``, as ``getmany`` with no
-    wait would return them; None when aiokafka's ``getmany`` must answer instead."""
+    """Every record of aiokafka's completed fetches, taken whole until at least
+    ``max_records`` are read; None when aiokafka's ``getmany`` must answer instead."""
     fetcher = kafka._fetcher
     out: dict[TopicPartition, list[Message]] = {}
+    count = 0
     for tp, result in list(fetcher._records.items()):
         if type(result) is not FetchResult:
             # An error to raise: aiokafka's getmany raises it (after what we return now).
@@ -63,22 +110,21 @@ def drain(kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] |
             or getgeneratorstate(records._records_iterator) != GEN_CREATED
         ):
             return out or None  # aiokafka started this one: let it finish it
-        messages = _unpack(tp, records, max_records, fetcher._check_crcs)
+        messages = _unpack(tp, records, fetcher._check_crcs)
         result._update_position()
         result._partition_records = None
-        del fetcher._records[tp]  # all of it read, or the rest fetched again from here
-        fetcher._notify(fetcher._wait_consume_future)
+        del fetcher._records[tp]
+        fetcher._notify(fetcher._wait_consume_future)  # the fetcher asks for more
         if messages:
             out[TopicPartition(tp.topic, tp.partition)] = messages
-            max_records -= len(messages)
-            if max_records <= 0:
+            count += len(messages)
+            if count >= max_records:
                 break
     return out
 
 
-def _unpack(tp: Any, records: Any, max_records: int, check_crcs: bool) -> list[Message]:
-    """Up to ``max_records`` records of one fetch result; moves its ``next_fetch_offset``
-    past what was read (past a whole batch when all of it was)."""
+def _unpack(tp: Any, records: Any, check_crcs: bool) -> list[Message]:
+    """Every record of one fetch result; moves its ``next_fetch_offset`` past them."""
     topic, partition = tp.topic, tp.partition
     messages: list[Message] = []
     append = messages.append
@@ -105,10 +151,6 @@ def _unpack(tp: Any, records: Any, max_records: int, check_crcs: bool) -> list[M
                         tuple(headers) if headers else (),
                     )
                 )
-                position = offset + 1
-                if len(messages) >= max_records:
-                    records.next_fetch_offset = position
-                    return messages
         # Past the whole batch, as aiokafka: a compacted batch may end after its last record.
         position = batch.next_offset
     records.next_fetch_offset = position
