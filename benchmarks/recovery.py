@@ -12,6 +12,12 @@ straight into its compacted changelog (4 partitions), then, in paired rounds:
   and recovers them; timed by the worker's own recovery progress (from the first fetch of
   the changelog to the last record applied), so group joins are not counted.
 
+On Kafka each round also reads the changelog with aiokafka alone (``getmany`` to the end,
+nothing applied: what the client's own records cost) and runs the worker on both clients.
+Every contender is reported in wall-clock and in CPU time, with the broker's CPU time while it
+read (from ``/proc``, when the script started the broker): a broker that is not the limit
+uses a small fraction of what the reader uses.
+
 On a terminal the worker draws its recovery progress bar on stderr while it reads.
 """
 
@@ -20,7 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
+import statistics
 import time
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -202,7 +212,10 @@ async def preload_kafka(bootstrap: str, table: Any, n: int) -> None:
         await producer.stop()
 
 
-async def hand_kafka(bootstrap: str, table: Any) -> tuple[float, int]:
+async def hand_kafka(bootstrap: str, table: Any, *, apply: bool = True) -> tuple[float, float, int]:
+    """Read the changelog with aiokafka alone, to the end; (seconds, CPU seconds, records or
+    keys). With ``apply`` it fills one dict per partition (a hand-written recovery);
+    without, it only counts what ``getmany`` returns (the client's own ceiling)."""
     import aiokafka
 
     consumer = aiokafka.AIOKafkaConsumer(
@@ -215,25 +228,59 @@ async def hand_kafka(bootstrap: str, table: Any) -> tuple[float, int]:
     tps = [aiokafka.TopicPartition(table.changelog_topic, p) for p in range(table.partitions)]
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
-    data, apply = hand_loop(table)
+    data, fill = hand_loop(table)
     n = 0
     try:
         # The same stop rule as flowkit's: each partition's position reaches the high
         # watermark its fetches report.
         remaining = set(tps)
-        start = time.perf_counter()  # as flowkit's: from the first fetch asked for
+        start, cpu = time.perf_counter(), time.process_time()  # from the first fetch
         while remaining:
             batches = await consumer.getmany(timeout_ms=50, max_records=50_000)
             for tp, records in batches.items():
-                apply(TopicPartition(tp.topic, tp.partition), records)
+                if apply:
+                    fill(TopicPartition(tp.topic, tp.partition), records)
                 n += len(records)
             for tp in list(remaining):
                 high = consumer.highwater(tp)
                 if high is not None and await consumer.position(tp) >= high:
                     remaining.discard(tp)
-        return time.perf_counter() - start, sum(len(d) for d in data.values())
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return elapsed, cpu, sum(len(d) for d in data.values()) if apply else n
     finally:
         await consumer.stop()
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) of process ``pid`` so far; 0.0 when it is
+    unknown or not readable (a broker this script did not start, not Linux)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def kafka_round(
+    runs: dict[str, Callable[[], Coroutine[Any, Any, tuple[float, float, int]]]],
+    n: int,
+    pid: int | None,
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """One paired round: seconds, CPU seconds and the broker's CPU seconds per contender."""
+    seconds: dict[str, float] = {}
+    cpus: dict[str, float] = {}
+    brokers: dict[str, float] = {}
+    for label, run in runs.items():
+        gc.collect()
+        before = process_cpu(pid)
+        seconds[label], cpus[label], got = asyncio.run(run())
+        brokers[label] = process_cpu(pid) - before
+        if got != n:
+            raise SystemExit(f"{label}: read {got:,} of {n:,} records")
+    return seconds, cpus, brokers
 
 
 def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
@@ -244,36 +291,55 @@ def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
         broker = TansuBroker()
         broker.start()
         bootstrap = broker.bootstrap
+    pid = broker.proc.pid if broker is not None and broker.proc is not None else None
     try:
         _, table = make_app()
-        started = time.perf_counter()
+        started, cpu, broker_cpu = time.perf_counter(), time.process_time(), process_cpu(pid)
         asyncio.run(preload_kafka(bootstrap, table, n))
         print(
-            f"Kafka (Tansu): a changelog of {n:,} keys in {table.partitions} partitions"
-            f" (loaded in {time.perf_counter() - started:.0f} s)"
+            f"Kafka (Tansu): a changelog of {n:,} keys in {table.partitions} partitions, loaded"
+            f" in {time.perf_counter() - started:.1f} s (loader CPU"
+            f" {time.process_time() - cpu:.1f} s, broker CPU"
+            f" {process_cpu(pid) - broker_cpu:.1f} s)"
         )
-        rounds = []
+        clients = ("aiokafka", "rdkafka")
+        rounds: list[dict[str, float]] = []
+        cpu_rounds: list[dict[str, float]] = []
+        broker_rounds: list[dict[str, float]] = []
         query = "session_timeout_ms=2000&heartbeat_interval_ms=400"
         for _ in range(repeat):
-            seconds: dict[str, float] = {}
-            gc.collect()
-            seconds["aiokafka hand-written"], size = asyncio.run(hand_kafka(bootstrap, table))
-            for client in ("aiokafka", "rdkafka"):
-                gc.collect()
+            runs: dict[str, Callable[[], Coroutine[Any, Any, tuple[float, float, int]]]] = {
+                "aiokafka getmany alone": lambda: hand_kafka(bootstrap, table, apply=False),
+                "aiokafka hand-written": lambda: hand_kafka(bootstrap, table),
+            }
+            for client in clients:
                 url = f"kafka://{bootstrap}?{query}&client={client}"
-                seconds[f"flowkit {client}"], _, got = asyncio.run(with_flowkit(n, broker=url))
-                if got != n or size != n:
-                    raise SystemExit(f"{client}: recovered {got:,} (hand {size:,}) of {n:,}")
+                runs[f"flowkit {client}"] = partial(with_flowkit, n, broker=url)
+            seconds, cpus, brokers = kafka_round(runs, n, pid)
             rounds.append(seconds)
-        report(
-            rounds,
-            n,
-            "record",
-            [
+            cpu_rounds.append(cpus)
+            broker_rounds.append(brokers)
+        ratios = [
+            (
+                "aiokafka hand-written / getmany alone",
+                "aiokafka hand-written",
+                "aiokafka getmany alone",
+            ),
+            *(
                 (f"flowkit {c} / aiokafka hand-written", f"flowkit {c}", "aiokafka hand-written")
-                for c in ("aiokafka", "rdkafka")
-            ],
-        )
+                for c in clients
+            ),
+        ]
+        report(rounds, n, "record", ratios)
+        print("the same, records per second of this process's CPU time:")
+        report(cpu_rounds, n, "record", ratios)
+        if pid is not None:
+            print("the broker's CPU time while each read (median of rounds), and its share of")
+            print("the reader's CPU time:")
+            for label in rounds[0]:
+                b = statistics.median(r[label] for r in broker_rounds)
+                c = statistics.median(r[label] for r in cpu_rounds)
+                print(f"  {label:<24}: broker {b:5.2f} s, {b / c:4.0%} of the reader's {c:.2f} s")
     finally:
         if broker is not None:
             broker.stop()

@@ -4,8 +4,10 @@ This package is the only part of flowkit that imports aiokafka, and ``import flo
 does not import it: ``transport_from_url`` imports this package for ``kafka://`` URLs only.
 Its modules: ``settings`` (the settings table, defaults and checks), ``errors`` (aiokafka's
 exceptions translated into ``flowkit.errors`` in one place, ``map_kafka_errors``),
-``transport`` (``KafkaTransport``: connecting and topic administration) and ``clients``
-(``KafkaConsumer`` and ``KafkaProducer``). aiokafka's types never leak out of it.
+``transport`` (``KafkaTransport``: connecting and topic administration), ``clients``
+(``KafkaConsumer`` and ``KafkaProducer``) and ``draining`` (group-less reads, such as table
+recovery, built straight from the fetched record batches). aiokafka's types never leak out
+of it.
 
 >>> transport = KafkaTransport(["127.0.0.1:9092"], linger_ms=2)
 >>> transport.url

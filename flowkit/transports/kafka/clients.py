@@ -15,6 +15,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from ...errors import CommitFailed, ConfigurationError, TransportError
 from ...records import Headers, Message, TopicPartition
 from ..base import Ack, OutRecord, RebalanceListener
+from .draining import Drainer, usable
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
 
 log = structlog.get_logger(__name__)
@@ -68,6 +69,8 @@ class KafkaConsumer:
         self._deferred: list[tuple[str, set[TopicPartition], asyncio.Future[None]]] = []
         self._wakeup: asyncio.Future[None] | None = None
         self._closed = False
+        # Group-less: records straight from the fetches (draining.py); None otherwise.
+        self._drainer: Drainer | None = None
 
     async def start(self) -> None:
         """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
@@ -77,6 +80,7 @@ class KafkaConsumer:
             kafka = aiokafka.AIOKafkaConsumer(**self._options)
             await self._transport._connect(kafka.start, kafka.stop)
             self._kafka = kafka
+            self._drainer = Drainer(kafka) if usable(kafka, self._options) else None
             replay, self._replay = self._replay, []
             for call in replay:
                 call()
@@ -109,8 +113,12 @@ class KafkaConsumer:
         # aiokafka restarts every partition of a new assignment; Kafka's keeps the old ones.
         states = [(tp, self._state(tp)) for tp in wanted]
         kept = [
-            (_KTP(*tp), s.position) for tp, s in states if s is not None and s.has_valid_position
+            (_KTP(*tp), s.position if (k := self._kept(tp)) is None else k)
+            for tp, s in states
+            if s is not None and s.has_valid_position
         ]
+        if self._drainer is not None:
+            self._drainer.forget()  # fetched again from the positions kept
         with map_kafka_errors():
             self._kafka.assign([_KTP(*tp) for tp in wanted])
             for tp, position in kept:
@@ -165,15 +173,27 @@ class KafkaConsumer:
                 return {}
             if not subscription.reassignment_in_progress:
                 # Fast path: records the background fetcher already has; nothing waits.
-                try:
-                    raw = await kafka.getmany(timeout_ms=0, max_records=max_records)
-                except KAFKA_ERRORS as exc:
-                    raise translate(exc) from exc
-                if raw:
-                    return _convert(raw)
+                drained = None
+                if self._drainer is not None:
+                    try:
+                        drained = self._drainer.take(max_records)
+                    except KAFKA_ERRORS as exc:
+                        raise translate(exc) from exc
+                    if drained:
+                        return drained
+                if drained is None:
+                    try:
+                        raw = await kafka.getmany(timeout_ms=0, max_records=max_records)
+                    except KAFKA_ERRORS as exc:
+                        raise translate(exc) from exc
+                    if raw:
+                        return _convert(raw)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return {}
+            if self._drainer is not None:
+                await self._wait_fetch(kafka, remaining)
+                continue  # and drain what came
             raw = await self._wait(kafka, remaining, max_records)
             if raw:
                 # Records of newly assigned partitions only after on_partitions_assigned.
@@ -206,6 +226,23 @@ class KafkaConsumer:
             raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
         return fetch.result()
 
+    async def _wait_fetch(self, kafka: Any, limit: float) -> None:
+        # A group-less consumer waits for the fetcher's next answer (what aiokafka's getmany
+        # waits for inside), an aclose from another task, or the deadline.
+        loop = asyncio.get_running_loop()
+        fetched = kafka._fetcher._create_fetch_waiter()
+        self._wakeup = wakeup = loop.create_future()
+        try:
+            await asyncio.wait(
+                (fetched, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            self._wakeup = None
+            if not fetched.done():
+                fetched.cancel()
+        if fetched.done() and not fetched.cancelled() and (exc := fetched.exception()):
+            raise (translate(exc) if isinstance(exc, KAFKA_ERRORS) else exc) from exc
+
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record ``getmany`` returns for ``tp``.
 
@@ -219,7 +256,13 @@ class KafkaConsumer:
             raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned to this consumer")
         if not state.has_valid_position:
             raise TransportError(f"the position of {tp.topic}[{tp.partition}] is not known yet")
-        return int(state.position)
+        kept = self._kept(tp)
+        return int(state.position) if kept is None else kept
+
+    def _kept(self, tp: TopicPartition) -> int | None:
+        # Records drained from a fetch but not handed out yet start here (aiokafka's
+        # position is already past them).
+        return None if self._drainer is None else self._drainer.position(tp)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The log end offset of ``tp`` from the last fetch response, or None."""
@@ -259,6 +302,8 @@ class KafkaConsumer:
             if not done.done():
                 done.set_result(None)  # aiokafka's stop() waits for its coordinator task
         self._deferred.clear()
+        if self._drainer is not None:
+            self._drainer.forget()
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)  # a getmany waiting in another task returns {}
         kafka, self._kafka = self._kafka, None
