@@ -242,9 +242,7 @@ class Worker:
             fail_fast=settings.fail_fast,
             queue_batches=settings.queue_batches,
             spawn=spawn,
-            publish=publisher.publish,
-            relieve=publisher.relieve,
-            max_record_bytes=publisher.max_record_bytes,
+            publisher=publisher,
         )
         publisher.on_rejected = dispatcher.rejected
         dispatcher.start_sinks()
