@@ -135,6 +135,8 @@ class Dispatcher:
                 s.undecodable = functools.partial(self._undecodable, agent, s)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
         self.default_dlq = default_dlq
+        for dlq in self.dead_letter_topics():
+            publisher.lane(dlq)  # known before the first dead letter: placed at once
 
     @property
     def outputs(self) -> dict[str, int]:

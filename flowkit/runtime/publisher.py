@@ -217,17 +217,29 @@ class Publisher:
                 for p, records, origins in placed:
                     await self._send_partition(lane.topic, p, records, origins)
 
+    async def prepare(self) -> None:
+        """Ask the partition count of every topic that has a lane, so their records are
+        placed from the first one on (a count not known yet is asked again by a flush)."""
+        for lane in list(self._lanes.values()):
+            if lane.count == 0:
+                await self._learn(lane, keep_unknown=False)
+
+    async def _learn(self, lane: Lane, *, keep_unknown: bool = True) -> None:
+        count = await self._partition_count(lane.topic) if self._partition_count else None
+        if count is None:
+            if keep_unknown:
+                lane.count = None  # the producer places each record
+            return
+        keys = self._key_partitions.get(count)
+        if keys is None:
+            keys = self._key_partitions[count] = {}
+        lane.count, lane.keys = count, keys
+        lane.parts = [([], []) for _ in range(count)]  # from now on, placed at once
+
     async def _send_loose(self, lane: Lane, records: list[OutRecord], origins: list[Any]) -> None:
         topic = lane.topic
         if lane.count == 0:
-            count = await self._partition_count(topic) if self._partition_count else None
-            lane.count = count
-            if count is not None:
-                keys = self._key_partitions.get(count)
-                if keys is None:
-                    keys = self._key_partitions[count] = {}
-                lane.keys = keys
-                lane.parts = [([], []) for _ in range(count)]  # from now on, placed at once
+            await self._learn(lane)
         count = lane.count
         if count is None:  # unknown topic: the producer places each record
             for (key, value, headers, ts), origin in zip(records, origins, strict=True):

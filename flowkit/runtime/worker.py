@@ -245,6 +245,7 @@ class Worker:
             publisher=publisher,
         )
         publisher.on_rejected = dispatcher.rejected
+        await publisher.prepare()  # the partition counts of the topics the agents write
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
         await run_startup_hooks(app.startup_hooks, self._context)
