@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+from types import CodeType, TracebackType
 
 from .records import Headers, Message, record_size
 
@@ -52,21 +53,22 @@ def dead_letter_headers(
     failed_at_ms: int,
 ) -> Headers:
     """The original headers followed by ``flowkit.*`` headers describing the failure."""
-    tb_bytes = short_traceback(error).encode()[-MAX_TRACEBACK:]
-    extra: list[tuple[str, bytes]] = [
-        ("error.type", type(error).__name__.encode()),
-        ("error.message", str(error).encode()[:MAX_TRACEBACK]),
-        ("error.stage", stage.encode()),
-        ("error.traceback", tb_bytes),
-        ("source.topic", message.topic.encode()),
-        ("source.partition", str(message.partition).encode()),
-        ("source.offset", str(message.offset).encode()),
-        ("source.timestamp", str(message.timestamp).encode()),
-        ("agent", (agent or "").encode()),
-        ("attempts", str(attempts).encode()),
-        ("failed_at", str(failed_at_ms).encode()),
-    ]
-    return (*message.headers, *((HEADER_PREFIX + k, v) for k, v in extra))
+    # The names are written out whole (each is HEADER_PREFIX + its suffix): one tuple,
+    # no generator and no string concatenation per header of every dead letter.
+    return (
+        *message.headers,
+        ("flowkit.error.type", type(error).__name__.encode()),
+        ("flowkit.error.message", str(error).encode()[:MAX_TRACEBACK]),
+        ("flowkit.error.stage", stage.encode()),
+        ("flowkit.error.traceback", short_traceback(error).encode()[-MAX_TRACEBACK:]),
+        ("flowkit.source.topic", message.topic.encode()),
+        ("flowkit.source.partition", str(message.partition).encode()),
+        ("flowkit.source.offset", str(message.offset).encode()),
+        ("flowkit.source.timestamp", str(message.timestamp).encode()),
+        ("flowkit.agent", (agent or "").encode()),
+        ("flowkit.attempts", str(attempts).encode()),
+        ("flowkit.failed_at", str(failed_at_ms).encode()),
+    )
 
 
 def short_traceback(error: BaseException) -> str:
@@ -93,13 +95,14 @@ def short_traceback(error: BaseException) -> str:
             frames.append(tb)
             tb = tb.tb_next
         lines = ["Traceback (most recent call last):\n"]
-        for frame in frames[-TRACEBACK_FRAMES:]:
-            code = frame.tb_frame.f_code
-            where = (code.co_filename, frame.tb_lineno, code.co_name)
-            text = _frames.get(where)
-            if text is None:
-                text = _frame_text(*where)
-            lines.append(text)
+        for tb in frames[-TRACEBACK_FRAMES:]:
+            code = tb.tb_frame.f_code
+            # Keyed by the code and the instruction, not the line: ``tb_lineno`` decodes
+            # the code's line table on every read, which was most of what a frame cost.
+            entry = _frames.get((id(code), tb.tb_lasti))
+            if entry is None or entry[0] is not code:
+                entry = _frame_entry(code, tb)
+            lines.append(entry[1])
         text = str(current)
         name = type(current).__name__
         lines.append(f"{name}: {text}\n" if text else f"{name}\n")
@@ -117,19 +120,21 @@ def short_traceback(error: BaseException) -> str:
     return "".join(reversed(parts))
 
 
-_frames: dict[tuple[str, int, str], str] = {}  # where -> its lines: formatted once
+# (id(code), instruction) -> the code (which keeps the id from being reused) and its lines
+_frames: dict[tuple[int, int], tuple[CodeType, str]] = {}
 
 
-def _frame_text(filename: str, lineno: int, name: str) -> str:
+def _frame_entry(code: CodeType, tb: TracebackType) -> tuple[CodeType, str]:
     # A burst of bad records fails in the same few places: each is formatted once.
+    filename, lineno = code.co_filename, tb.tb_lineno
     source = linecache.getline(filename, lineno).strip()
-    text = f'  File "{filename}", line {lineno}, in {name}\n'
+    text = f'  File "{filename}", line {lineno}, in {code.co_name}\n'
     if source:
         text += f"    {source}\n"
     if len(_frames) >= 10_000:
         _frames.clear()
-    _frames[(filename, lineno, name)] = text
-    return text
+    entry = _frames[(id(code), tb.tb_lasti)] = (code, text)
+    return entry
 
 
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

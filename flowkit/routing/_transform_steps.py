@@ -154,10 +154,12 @@ class Shape(Step):
             if not isinstance(node, dict) or out[-1] in node:
                 raise ConfigurationError(f"{kind}: output path {path_text(out)!r} overlaps another")
             node[out[-1]] = source
+        # Walked once here: `apply` runs for each record the generated code cannot handle.
+        self.leaves = list(_leaves(self.tree))
 
     def apply(self, value: Any) -> Any:
         out: dict[Any, Any] = {}
-        for path, source in _leaves(self.tree):
+        for path, source in self.leaves:
             if isinstance(source, Literal):
                 found = copy.deepcopy(source.value)
             else:

@@ -40,6 +40,7 @@ from ..topics import Topic
 from .emitter import Emitter
 from .letters import Letter, LetterSender
 from .logbudget import LogBudget
+from .publisher import Publisher
 from .routes import Route
 from .targets import Targets
 
@@ -48,8 +49,6 @@ __all__ = ["Dispatcher"]
 log = structlog.get_logger(__name__)
 
 SendBytes = Callable[..., Awaitable[Any]]
-# Publisher.publish(topic, value, key, headers, origin, timestamp_ms=None) -> "relieve me"
-Publish = Callable[..., bool]
 Spawn = Callable[[Any, str], Any]
 
 
@@ -67,15 +66,14 @@ class Dispatcher:
         fail_fast: bool,
         queue_batches: int,
         spawn: Spawn,
-        publish: Publish,
-        relieve: Callable[[], Awaitable[None]],
-        max_record_bytes: int | None,
+        publisher: Publisher,
     ) -> None:
         self.app = app
-        self.max_record_bytes = max_record_bytes  # the producer's: dead letters fit in it
+        # The producer's limit: dead letters fit in it.
+        self.max_record_bytes = max_record_bytes = publisher.max_record_bytes
         self._send = send
-        self._publish = publish  # outputs and dead letters: buffered, sent in batches
-        self._relieve = relieve
+        self.publisher = publisher  # outputs and dead letters: buffered, sent in batches
+        publish, relieve = publisher.publish, publisher.relieve
         self._spawn = spawn
         self.clock = clock
         self.metrics = metrics
@@ -133,10 +131,12 @@ class Dispatcher:
             self.sources.extend((agent, s) for s in sources)
             targets = [self.targets.resolve(agent, s) for s in agent.sinks]
             for s in sources:
-                self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publish, relieve)
+                self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publisher)
                 s.undecodable = functools.partial(self._undecodable, agent, s)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
         self.default_dlq = default_dlq
+        for dlq in self.dead_letter_topics():
+            publisher.lane(dlq)  # known before the first dead letter: placed at once
 
     @property
     def outputs(self) -> dict[str, int]:

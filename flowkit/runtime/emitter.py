@@ -3,27 +3,32 @@
 Made once, when the worker is built: it holds the agent's targets, the ``Output(to=...)``
 choices already resolved, and its count of outputs, so an output costs no lookup by agent
 name. The record that caused an output (its origin, for the key and for a refusal) is
-asked of the stream source once per record, not once per output. Topic outputs are only
-buffered by the publisher, with no coroutine per output; ``emit`` returns what must still
-be awaited (a sink's submit, a full publisher), or None.
+asked of the stream source once per output and reused for the record's other outputs.
+
+A topic output is placed straight into the publisher's buffer of its destination
+partition (the topic's ``Lane``), with no call per output into the publisher and nothing
+left to group when it flushes; ``emit`` returns what must still be awaited (a sink's
+submit, a full publisher), or None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from ..agents import KEEP_KEY, Agent, Output
 from ..records import Headers
 from ..sinks import SinkRunner
 from ..streams import StreamSource
-from ..topics import accepts
+from ..topics import Topic, accepts
+from .publisher import Lane, Publisher
 from .targets import Target, Targets
 
 __all__ = ["Emitter"]
 
-# Publisher.publish(topic, value, key, headers, origin, timestamp_ms=None) -> "relieve me"
-Publish = Callable[..., bool]
+# Where one output goes, flat, so the loop over a fan-out reads no attributes:
+# (lane, checked type, encode, topic) for a topic, (None, None, None, runner) for a sink.
+Dest = tuple[Any, Any, Any, Any]
 
 
 class Emitter:
@@ -31,9 +36,9 @@ class Emitter:
 
     __slots__ = (
         "_cause",
+        "_dests",
         "_origin",
-        "_publish",
-        "_relieve",
+        "_publisher",
         "_resolver",
         "_routed",
         "agent",
@@ -48,75 +53,111 @@ class Emitter:
         source: StreamSource,
         targets: list[Target],
         resolver: Targets,
-        publish: Publish,
-        relieve: Callable[[], Awaitable[None]],
+        publisher: Publisher,
     ) -> None:
         self.agent = agent
         self.source = source
         self.targets = targets  # the agent's sinks
         self._resolver = resolver
-        self._routed = resolver.seen(agent)  # Output.to -> its targets (shared by instances)
-        self._publish = publish
-        self._relieve = relieve
+        self._publisher = publisher
+        self._dests = self._flat(targets)
+        self._routed: dict[Any, tuple[Dest, ...]] = {}  # Output.to -> where it goes
         self.count = 0  # outputs so far: moved to the metrics once per checkpoint
         self._cause: Any = None  # the message of the last output, and its origin
         self._origin: Any = None
 
+    def _flat(self, targets: list[Target]) -> tuple[Dest, ...]:
+        lane = self._publisher.lane
+        return tuple(
+            (lane(t.topic.name), t.checked, t.encode, t.topic)
+            if t.topic is not None
+            else (None, None, None, t.runner)
+            for t in targets
+        )
+
+    def _route(self, to: Any) -> tuple[Dest, ...]:
+        dests = self._flat(self._resolver.routed(self.agent, to))
+        if isinstance(to, tuple | str | Topic):  # as Targets.routed: bounded, hashable
+            self._routed[to] = dests
+        return dests
+
     def emit(self, out: Any) -> Awaitable[None] | None:
         """Send one output (a value, or an ``Output``) to the agent's sinks, or to the ones
         ``Output.to`` names."""
-        targets = self.targets
+        dests = self._dests
         self.count += 1
         key: Any = KEEP_KEY
         headers: Headers = ()
         value = out
         if isinstance(out, Output):
-            value, key, headers, to = out
+            value, key, headers, to = out.value, out.key, out.headers, out.to
             if type(headers) is not tuple:
                 headers = tuple(headers)
             if to is not None:
                 try:
-                    targets = self._routed[to]
+                    dests = self._routed[to]
                 except (KeyError, TypeError):  # not seen yet, or not hashable (a list)
-                    targets = self._resolver.routed(self.agent, to)
+                    dests = self._route(to)
         message = self.source.current_message()
         if message is self._cause:  # another output of the same record
             origin = self._origin
         else:
             self._cause = message
             origin = self._origin = None if message is None else (message, self.agent.name)
+        kept = message.key if message is not None else None  # the key, if KEEP_KEY
+        publisher = self._publisher
+        limit = publisher.limit
+        placed = 0
         relieve = False
         runners: list[SinkRunner] | None = None
         encode: Any = None
         data: bytes | None = None
-        publish = self._publish
-        for target in targets:
-            topic = target.topic
-            if topic is not None:
-                vt = target.checked  # a type check that costs one compare when it passes
-                if (
-                    vt is not None
-                    and value.__class__ is not vt
-                    and value is not None
-                    and not accepts(vt, value.__class__)
-                ):
-                    raise TypeError(
-                        f"agent {self.agent.name!r} yielded {type(value).__qualname__}, but "
-                        f"topic {topic.name!r} takes {topic.value_type_name}"
-                    )
-                if key is KEEP_KEY:
-                    raw_key = message.key if message is not None else None
-                else:
-                    raw_key = topic.encode_key(key)
-                if target.encode is not encode:  # a fan-out encodes a value once
-                    encode = target.encode
-                    data = None if value is None else encode(value)
-                if publish(topic.name, data, raw_key, headers, origin):
-                    relieve = True
-            elif target.runner is not None:
+        size = 0
+        lane: Lane | None
+        for lane, vt, enc, sink in dests:
+            if lane is None:
                 if runners is None:
                     runners = []
-                runners.append(target.runner)
+                runners.append(sink)
+                continue
+            # a type check that costs one compare when it passes
+            if (
+                vt is not None
+                and value.__class__ is not vt
+                and value is not None
+                and not accepts(vt, value.__class__)
+            ):
+                raise TypeError(
+                    f"agent {self.agent.name!r} yielded {type(value).__qualname__}, but "
+                    f"topic {sink.name!r} takes {sink.value_type_name}"
+                )
+            if enc is not encode:  # a fan-out encodes a value once
+                encode = enc
+                data = None if value is None else enc(value)
+                size = 0 if data is None else len(data)
+                for name, raw in headers:
+                    size += len(name) + len(raw)
+            raw_key = kept if key is KEEP_KEY else sink.encode_key(key)
+            parts = lane.parts
+            if parts is None or size + (0 if raw_key is None else len(raw_key)) > limit:
+                # Not placed here: a topic whose partition count is not known yet, or a
+                # record the publisher refuses (with its message).
+                if placed and publisher.placed(placed):
+                    relieve = True
+                placed = 0
+                if publisher.publish(lane.topic, data, raw_key, headers, origin):
+                    relieve = True
+                continue
+            if raw_key is None:
+                group = parts[lane.spread]
+            else:
+                p = lane.keys.get(raw_key)
+                group = parts[lane.place(raw_key) if p is None else p]
+            group[0].append((raw_key, data, headers, None))
+            group[1].append(origin)
+            placed += 1
+        if placed and publisher.placed(placed):
+            relieve = True
         if runners is None and not relieve:
             return None
         return self._slow(runners, value, origin, relieve)
@@ -125,6 +166,6 @@ class Emitter:
         self, runners: list[SinkRunner] | None, value: Any, origin: Any, relieve: bool
     ) -> None:
         if relieve:
-            await self._relieve()
+            await self._publisher.relieve()
         for runner in runners or ():
             await runner.submit(value, origin)

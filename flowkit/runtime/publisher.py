@@ -3,12 +3,13 @@ dead letters. It keeps the unacknowledged sends, so a checkpoint can wait for th
 before it commits, and the end offset written per partition, so the worker knows when its
 own writes to a topic it also reads have been read back (``is_idle``).
 
-Agent outputs and dead letters are *published*: buffered per topic, and sent as one batch
-per destination partition when the agent yields to the event loop (at the end of its
-input batch, or when it waits), when a buffer is full, and before every checkpoint. The
-partition of a key is looked up once per key (a cache per topic), and acks are tracked
-per broker batch, not per record. Other sends (``send_bytes``) go one by one, after the
-buffered records of their topic, so each partition keeps the order of the sends.
+Agent outputs and dead letters are *published*: placed in their destination partition's
+buffer as they come (a ``Lane`` per topic), and sent as one batch per partition when the
+agent yields to the event loop (at the end of its input batch, or when it waits), when
+the buffers are full, and before every checkpoint. The partition of a key is computed
+once per key (a cache per partition count), and acks are tracked per broker batch, not
+per record. Other sends (``send_bytes``) go one by one, after the buffered records of
+their topic, so each partition keeps the order of the sends.
 
 A send the broker refuses for good (``RecordRejected``, found when its ack fails) is handed
 with its ``origin`` to ``on_rejected``, which applies the error policy of the record that
@@ -28,7 +29,7 @@ from ..partitioning import partition_for_key
 from ..records import Headers
 from ..transports import Ack, OutRecord, Producer
 
-__all__ = ["Publisher", "Rejected"]
+__all__ = ["Lane", "Publisher", "Rejected"]
 
 MAX_IN_FLIGHT = 10_000  # unacknowledged sends or batches before a sender waits
 MAX_BUFFERED = 20_000  # published records held before the publisher sends them
@@ -36,6 +37,59 @@ _KEY_CACHE = 100_000  # keys whose partition is remembered, per partition count
 
 Rejected = Callable[[Any, RecordRejected], Awaitable[None]]
 PartitionCount = Callable[[str], Awaitable[int | None]]
+
+
+class Lane:
+    """The records published to one topic and not sent yet, placed by partition.
+
+    Once the topic's partition count is known, ``parts[p]`` holds partition ``p``'s records
+    and, beside them, what caused each (their origins): a record is placed when it is
+    published, so a flush has nothing left to group. ``keys`` maps a key to its partition
+    (``place`` fills it; shared by the lanes of one partition count, so a record fanned
+    out to several topics is hashed once) and ``spread`` is the partition of this round's
+    keyless records. Until the count is known (the first records to a topic) ``parts`` is
+    None and records wait in ``loose``, placed by the flush that asks for the count.
+    """
+
+    __slots__ = ("count", "keys", "loose", "parts", "spread", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.count: int | None = 0  # 0: not known yet; None: the producer places records
+        self.parts: list[tuple[list[OutRecord], list[Any]]] | None = None
+        self.loose: tuple[list[OutRecord], list[Any]] = ([], [])
+        self.keys: dict[bytes, int] = {}
+        self.spread = 0
+
+    def place(self, key: bytes) -> int:
+        """The partition of ``key`` (not in ``keys`` yet): computed, and remembered."""
+        keys = self.keys
+        if len(keys) >= _KEY_CACHE:
+            keys.clear()  # in place: the other lanes of this count hold the same dict
+        p = keys[key] = partition_for_key(key, self.count)  # type: ignore[arg-type]
+        return p
+
+    def queued(self) -> bool:
+        """True if records wait to be sent."""
+        if self.loose[0]:
+            return True
+        return self.parts is not None and any(records for records, _ in self.parts)
+
+    def take(self) -> tuple[tuple[list[OutRecord], list[Any]], list[tuple[int, Any, Any]]]:
+        """The waiting records (loose, and per partition), leaving the lane empty."""
+        loose = self.loose
+        if loose[0]:
+            self.loose = ([], [])
+        placed: list[tuple[int, Any, Any]] = []
+        parts = self.parts
+        if parts is not None:
+            for p, (records, origins) in enumerate(parts):
+                if records:
+                    placed.append((p, records, origins))
+                    parts[p] = ([], [])
+            if placed:
+                self.spread = (self.spread + 1) % len(parts)  # keyless: one partition a round
+        return loose, placed
 
 
 class _Batch:
@@ -64,19 +118,16 @@ class Publisher:
         self.sent_end: dict[tuple[str, int], int] = {}  # (topic, partition) -> end offset
         self._in_flight: list[Awaitable[Any]] = []
         self._origins: list[Any] = []  # beside _in_flight: what caused each send, or None
-        # Published, not yet sent: per topic, the records and (beside them) their origins.
-        self._buffers: dict[str, tuple[list[OutRecord], list[Any]]] = {}
-        self._buffered = 0
+        self._lanes: dict[str, Lane] = {}  # published, not yet sent: per topic
+        self.buffered = 0  # records published since the last flush round began
         self._flushing: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._error: BaseException | None = None  # a background flush failed: raised next
-        self._partitions: dict[str, int | None] = {}
         # A key's partition depends only on the key and the partition count: topics of the
         # same size share one cache, so a record fanned out to several is hashed once.
         self._key_partitions: dict[int, dict[bytes, int]] = {}
-        self._spread: dict[str, int] = {}  # keyless records: the partition of the next flush
         limit = producer.max_record_bytes
-        self._limit = limit if limit is not None else 1 << 62
+        self.limit = limit if limit is not None else 1 << 62  # bytes a record may have
 
     @property
     def max_record_bytes(self) -> int | None:
@@ -84,6 +135,13 @@ class Publisher:
         return self.producer.max_record_bytes
 
     # -- published records: buffered, sent in batches --------------------------------------
+
+    def lane(self, topic: str) -> Lane:
+        """The buffer of records published to ``topic``."""
+        lane = self._lanes.get(topic)
+        if lane is None:
+            lane = self._lanes[topic] = Lane(topic)
+        return lane
 
     def publish(
         self,
@@ -104,21 +162,32 @@ class Publisher:
         if headers:
             for name, data in headers:
                 size += len(name) + len(data)
-        if size > self._limit:
+        if size > self.limit:
             self._check_size(topic, key, value, headers)  # raises, with the message
-        buffer = self._buffers.get(topic)
-        if buffer is None:
-            buffer = self._buffers[topic] = ([], [])
-        buffer[0].append((key, value, headers, timestamp_ms))
-        buffer[1].append(origin)
-        self._buffered += 1
+        lane = self._lanes.get(topic) or self.lane(topic)
+        parts = lane.parts
+        if parts is None:
+            group = lane.loose
+        elif key is None:
+            group = parts[lane.spread]
+        else:
+            p = lane.keys.get(key)
+            group = parts[lane.place(key) if p is None else p]
+        group[0].append((key, value, headers, timestamp_ms))
+        group[1].append(origin)
+        return self.placed(1)
+
+    def placed(self, n: int) -> bool:
+        """``n`` records were put in lanes' ``parts`` (by ``publish``, or by an emitter
+        directly): the flush is scheduled; True when the caller should ``await relieve()``."""
+        self.buffered += n
         if self._flushing is None:
             if self._error is not None:  # the last flush failed: stop sending
                 raise TransportError(f"a send failed: {self._error!r}") from self._error
             # Runs when the agent next yields to the loop: at the end of its input batch,
             # or sooner if it waits. One flush task at a time keeps each partition in order.
             self._flushing = asyncio.get_running_loop().create_task(self._flush_soon())
-        return self._buffered >= MAX_BUFFERED or len(self._in_flight) >= MAX_IN_FLIGHT
+        return self.buffered >= MAX_BUFFERED or len(self._in_flight) >= MAX_IN_FLIGHT
 
     async def relieve(self) -> None:
         """Send what is buffered and, if too much is unacknowledged, wait for acks."""
@@ -128,7 +197,7 @@ class Publisher:
 
     async def _flush_soon(self) -> None:
         try:
-            while self._buffers:  # what the agent publishes meanwhile, too
+            while self.buffered:  # what the agent publishes meanwhile, too
                 await self.flush()
         except Exception as exc:  # raised by the next checkpoint, which stops the worker
             self._error = exc
@@ -140,34 +209,51 @@ class Publisher:
         async with self._flush_lock:  # batches of one partition leave in order
             # One round: the records published while it sends go in the next one, so a
             # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
-            buffers, self._buffers, self._buffered = self._buffers, {}, 0
-            for topic, (records, origins) in buffers.items():
-                await self._send_topic(topic, records, origins)
+            self.buffered = 0
+            rounds = [(lane, lane.take()) for lane in self._lanes.values()]
+            for lane, (loose, placed) in rounds:
+                if loose[0]:  # published before the count was known: they came first
+                    await self._send_loose(lane, *loose)
+                for p, records, origins in placed:
+                    await self._send_partition(lane.topic, p, records, origins)
 
-    async def _send_topic(self, topic: str, records: list[OutRecord], origins: list[Any]) -> None:
-        count = self._partitions.get(topic, 0)
-        if count == 0:
-            count = self._partitions[topic] = (
-                await self._partition_count(topic) if self._partition_count else None
-            )
+    async def prepare(self) -> None:
+        """Ask the partition count of every topic that has a lane, so their records are
+        placed from the first one on (a count not known yet is asked again by a flush)."""
+        for lane in list(self._lanes.values()):
+            if lane.count == 0:
+                await self._learn(lane, keep_unknown=False)
+
+    async def _learn(self, lane: Lane, *, keep_unknown: bool = True) -> None:
+        count = await self._partition_count(lane.topic) if self._partition_count else None
+        if count is None:
+            if keep_unknown:
+                lane.count = None  # the producer places each record
+            return
+        keys = self._key_partitions.get(count)
+        if keys is None:
+            keys = self._key_partitions[count] = {}
+        lane.count, lane.keys = count, keys
+        lane.parts = [([], []) for _ in range(count)]  # from now on, placed at once
+
+    async def _send_loose(self, lane: Lane, records: list[OutRecord], origins: list[Any]) -> None:
+        topic = lane.topic
+        if lane.count == 0:
+            await self._learn(lane)
+        count = lane.count
         if count is None:  # unknown topic: the producer places each record
             for (key, value, headers, ts), origin in zip(records, origins, strict=True):
                 await self._send_one(topic, value, key, headers, None, ts, origin)
             return
-        cache = self._key_partitions.get(count)
-        if cache is None or len(cache) >= _KEY_CACHE:
-            cache = self._key_partitions[count] = {}
-        spread = self._spread.get(topic, 0)
-        self._spread[topic] = (spread + 1) % count  # keyless: one partition per flush
         by_partition: dict[int, tuple[list[OutRecord], list[Any]]] = {}
         for record, origin in zip(records, origins, strict=True):
             key = record[0]
             if key is None:
-                p = spread
+                p = lane.spread
             else:
-                p = cache.get(key, -1)
+                p = lane.keys.get(key, -1)
                 if p < 0:
-                    p = cache[key] = partition_for_key(key, count)
+                    p = lane.place(key)
             group = by_partition.get(p)
             if group is None:
                 group = by_partition[p] = ([], [])
@@ -176,13 +262,18 @@ class Publisher:
         for p, (batch, causes) in by_partition.items():
             await self._send_partition(topic, p, batch, causes)
 
+    def _queued(self, topic: str) -> bool:
+        # Records of ``topic`` wait to be sent, or a flush round that may hold some is on.
+        lane = self._lanes.get(topic)
+        return self._flush_lock.locked() or (lane is not None and lane.queued())
+
     async def send_batch(self, topic: str, partition: int, records: list[OutRecord]) -> None:
         """Send records (of no agent: changelogs) to one partition as broker batches; the
         acks are awaited before the next commit. Raises ``RecordRejected`` at once for a
         record over the producer's size limit."""
         for key, value, headers, _ in records:
             self._check_size(topic, key, value, headers)
-        if topic in self._buffers:
+        if self._queued(topic):
             await self.flush()  # published records of this topic first: keep the order
         await self._send_partition(topic, partition, records, [None] * len(records))
 
@@ -193,10 +284,10 @@ class Publisher:
         if headers:
             for name, data in headers:
                 size += len(name) + len(data)
-        if size > self._limit:
+        if size > self.limit:
             raise RecordRejected(
                 f"a record of {size} bytes to {topic!r} is over the producer's limit "
-                f"({self._limit} bytes)"
+                f"({self.limit} bytes)"
             )
 
     async def _send_partition(
@@ -231,7 +322,7 @@ class Publisher:
         Raises ``RecordRejected`` if the producer refuses the record at once (too large);
         if the broker refuses it later, ``on_rejected(origin, error)`` is called then.
         """
-        if topic in self._buffers:
+        if self._queued(topic):
             await self.flush()  # published records of this topic first: keep the order
         # Inlined (not _send_one): changelogs and partials come here, one coroutine each.
         ack = await self.producer.send(
@@ -332,7 +423,9 @@ class Publisher:
     def all_acked(self) -> bool:
         """True when nothing is buffered and every send so far is acknowledged (and none
         failed)."""
-        if self._buffered or self._buffers or self._error is not None:
+        if self.buffered or self._error is not None or self._flush_lock.locked():
+            return False
+        if any(lane.queued() for lane in self._lanes.values()):
             return False
         for ack in self._in_flight:
             if isinstance(ack, Ack):

@@ -242,11 +242,10 @@ class Worker:
             fail_fast=settings.fail_fast,
             queue_batches=settings.queue_batches,
             spawn=spawn,
-            publish=publisher.publish,
-            relieve=publisher.relieve,
-            max_record_bytes=publisher.max_record_bytes,
+            publisher=publisher,
         )
         publisher.on_rejected = dispatcher.rejected
+        await publisher.prepare()  # the partition counts of the topics the agents write
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
         await run_startup_hooks(app.startup_hooks, self._context)

@@ -87,3 +87,30 @@ async def test_a_burst_of_bad_records_logs_a_few_lines_and_dead_letters_every_on
     assert trace.splitlines()[-1] == "KeyError: 'n'"
     assert trace.count('  File "') <= TRACEBACK_FRAMES
     assert "^^^" not in trace
+
+
+async def test_outputs_to_a_topic_first_named_at_run_time_are_placed_by_key(
+    make_driver: DriverFactory,
+) -> None:
+    # Not among the agent's sinks: its partition count is asked by the first flush, and the
+    # outputs published before it is known are placed then, ahead of the later ones.
+    name = f"late-{uuid.uuid4().hex[:8]}"
+    app = flowkit.App(name)
+    orders = app.topic(f"{name}-in", value_type=int, partitions=1)
+    late = app.topic(f"{name}-late", value_type=int, partitions=3)
+
+    @app.agent(orders, per_record=True)
+    def route(n: int) -> flowkit.Output:
+        return flowkit.Output(n, to=late.name)
+
+    async with make_driver(app) as driver:
+        for n in range(60):
+            await driver.send(orders, n, key=f"k{n % 5}")
+        await driver.run_until_idle()
+        got = await driver.messages(late)
+    assert len(got) == 60
+    for m in got:
+        assert m.key is not None and m.partition == partition_for_key(m.key, 3)
+    for key in {m.key for m in got}:
+        numbers = [late.decode(m.value or b"") for m in got if m.key == key]
+        assert numbers == sorted(numbers)

@@ -15,14 +15,14 @@ import asyncio
 import bisect
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING
 
 from ..._text import count as plural
 from ...errors import ConfigurationError, TransportError
 from ...partitioning import partition_for_key
 from ...records import Headers, Message, TopicPartition
-from ..base import Ack
+from ..base import Ack, OutRecord
 
 if TYPE_CHECKING:
     from .clients import MemoryConsumer
@@ -305,6 +305,45 @@ class MemoryBroker:
         if log.waiters:
             _wake(log.waiters)
         return _done_ack(topic, partition, offset)
+
+    def _append_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> _DoneAck | None:
+        """Append ``records`` to one partition, as one producer batch; the ack of the last.
+
+        A router's outputs arrive here by the thousand: one call, one clock reading, one
+        trim check and one wake-up per batch, not per record.
+        """
+        t = self._topics.get(topic) or self._topic(topic)
+        logs = t.logs
+        if not 0 <= partition < len(logs):
+            raise TransportError(
+                f"topic {topic!r} has no partition {partition} (it has {len(logs)})"
+            )
+        if not records:
+            return None
+        log = logs[partition]
+        messages = log.messages
+        first = offset = log.next_offset
+        now: int | None = None
+        append = messages.append
+        for key, value, headers, timestamp_ms in records:
+            if timestamp_ms is None:
+                if now is None:
+                    now = int(self._clock() * 1000)
+                timestamp_ms = now
+            append(Message(topic, partition, offset, timestamp_ms, key, value, headers))
+            offset += 1
+        log.next_offset = offset
+        if len(messages) > log.trim_at:
+            if t.compacted:
+                log.compact()
+                log.trim_at = max(2 * len(log.messages), _COMPACT_AT)
+            else:
+                self._trim(TopicPartition(topic, partition), log)
+        if log.waiters:
+            _wake(log.waiters)
+        return _done_ack(topic, partition, offset - 1) if offset > first else None
 
     def _trim(self, tp: TopicPartition, log: _Log) -> None:
         assert self.retention_records is not None

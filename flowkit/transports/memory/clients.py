@@ -291,6 +291,7 @@ class MemoryProducer:
 
     def __init__(self, broker: MemoryBroker, max_record_bytes: int | None = None) -> None:
         self._append = broker._append
+        self._append_batch = broker._append_batch
         self._closed = False
         self.max_record_bytes = max_record_bytes
 
@@ -327,10 +328,7 @@ class MemoryProducer:
         """Append the records to ``partition``; one already done ``Ack``, of the last."""
         if self._closed:
             raise TransportError(f"cannot send to {topic!r}: producer is closed")
-        append = self._append
-        ack = None
-        for key, value, headers, timestamp_ms in records:
-            ack = append(topic, value, key, headers, partition, timestamp_ms)
+        ack = self._append_batch(topic, partition, records)
         return [] if ack is None else [(len(records), ack)]
 
     async def flush(self) -> None:
