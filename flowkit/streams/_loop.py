@@ -5,8 +5,10 @@ record on top of the user's own functions, nor a generator hop per operator. So 
 is compiled, once per *shape* (the sequence of operator kinds), into a single async
 generator: the batch loop and every operator inlined, each user function passed in as an
 argument (never pasted into the source), the way ``collections.namedtuple`` and
-``dataclasses`` build their methods. The generated source is registered with
-``linecache``, so a traceback through the loop shows its lines.
+``dataclasses`` build their methods; only the simplest lambdas (``lambda v: v.kind ==
+"view"``, see ``_inline.py``) are written into the loop as the expression they compute.
+The generated source is registered with ``linecache``, so a traceback through the loop
+shows its lines.
 
 ``interpreted(ops)`` is the same semantics written plainly, one operator at a time: the
 reference the compiled loop is tested against, and what ``batches()`` uses.
@@ -18,6 +20,8 @@ import itertools
 import linecache
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
+
+from ._inline import NO_CONSTANT, inline_form, key_form
 
 if TYPE_CHECKING:
     from ..records import Message
@@ -37,19 +41,44 @@ _cache: dict[tuple[tuple[str, str], ...], Loop] = {}
 _serial = itertools.count()
 
 
-def _shape(ops: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((kind, fn[2] if kind == JOIN else "") for kind, fn in ops)
+Form = tuple[str, Any] | None  # an inlined lambda: (expression, constant)
 
 
-def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]:
-    args: list[Any] = []
+def _forms(ops: tuple[tuple[str, Any], ...]) -> list[Form]:
+    forms: list[Form] = []
     for kind, fn in ops:
+        if kind in (FILTER, MAP):
+            forms.append(inline_form(fn))
+        elif kind == JOIN:
+            key = key_form(fn[1])
+            forms.append(None if key is None else (key, NO_CONSTANT))
+        else:
+            forms.append(None)
+    return forms
+
+
+def _shape(ops: tuple[tuple[str, Any], ...], forms: list[Form]) -> tuple[tuple[str, str], ...]:
+    # What goes into the source: an inlined lambda's expression; a join's missing mode,
+    # then its inlined key after a space (``"skip v.ad_id"``).
+    shape: list[tuple[str, str]] = []
+    for (kind, fn), form in zip(ops, forms, strict=True):
+        expr = "" if form is None else form[0]
+        shape.append((kind, f"{fn[2]} {expr}".rstrip() if kind == JOIN else expr))
+    return tuple(shape)
+
+
+def _args(ops: tuple[tuple[str, Any], ...], forms: list[Form], stores: dict[Any, Any]) -> list[Any]:
+    args: list[Any] = []
+    for (kind, fn), form in zip(ops, forms, strict=True):
         if kind == JOIN:
             table, on, _ = fn
             # The worker's own state for the table, with its fastest get (a dict's own).
             store = stores.get(table)
             get = getattr(store, "fast_get", None) or table.get
             args += [get, on, table.name]
+        elif form is not None:  # an inlined lambda: its constant, if it has one
+            if form[1] is not NO_CONSTANT:
+                args.append(form[1])
         elif kind in (FILTER, MAP, ECHO):
             args.append(fn)
     return args
@@ -58,19 +87,32 @@ def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]
 def fused_loop(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> tuple[Loop, list[Any]]:
     """The compiled loop for this chain's shape, and the arguments to call it with:
     ``loop(source, SKIP, *args)``; joined tables are looked up in ``stores``."""
-    shape = _shape(ops)
+    forms = _forms(ops)
+    shape = _shape(ops, forms)
     loop = _cache.get(shape)
     if loop is None:
         loop = _cache[shape] = _compile(shape)
-    return loop, _args(ops, stores)
+    return loop, _args(ops, forms, stores)
 
 
 def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
     params: list[str] = []
     body: list[str] = []
     uses_events = any(kind == EVENTS for kind, _ in shape)
-    for n, (kind, missing) in enumerate(shape):
-        if kind == FILTER:
+    # The decoded value is stored for the agent (``source.value``: a table's time, the
+    # stream's ``current``) after the filters written in as expressions, which cannot read
+    # it: a record they drop costs no store.
+    store_at = next((n for n, (k, d) in enumerate(shape) if k != FILTER or not d), len(shape))
+    for n, (kind, detail) in enumerate(shape):
+        if n == store_at:
+            body.append("source.value = v")
+        if kind in (FILTER, MAP) and detail:  # an inlined lambda: its expression
+            expr = detail
+            if "{c}" in expr:
+                params.append(f"c{n}")
+                expr = expr.replace("{c}", f"c{n}")
+            body += [f"if not ({expr}):", "    continue"] if kind == FILTER else [f"v = {expr}"]
+        elif kind == FILTER:
             params.append(f"f{n}")
             body += [f"if not f{n}(v):", "    continue"]
         elif kind == MAP:
@@ -83,7 +125,8 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append(f"await f{n}(source, v, m)")
         elif kind == JOIN:
             params += [f"get{n}", f"on{n}", f"name{n}"]
-            body.append(f"match = get{n}(on{n}(v), SKIP)")
+            missing, _, key = detail.partition(" ")
+            body.append(f"match = get{n}({key or f'on{n}(v)'}, SKIP)")
             if missing == "skip":
                 body += ["if match is SKIP:", "    continue"]
             elif missing == "none":
@@ -96,6 +139,8 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append("v = (v, match)")
         else:  # pragma: no cover - the Stream methods only build the kinds above
             raise ValueError(f"unknown operator {kind!r}")
+    if store_at == len(shape):
+        body.append("source.value = v")
     inner = "\n".join("            " + line for line in [*body, "yield v"])
     events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
@@ -129,7 +174,6 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 if source.undecodable is None or not await source.undecodable(error):
                     raise error from None
                 continue
-            source.value = v
 {inner}
         source.records += len(messages)
         finish(batch)

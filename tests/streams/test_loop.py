@@ -1,6 +1,7 @@
 """The compiled stream loop agrees with the interpreted reference, for any operator chain.
 
-Hypothesis draws operator chains (filter, map, events, join with each ``missing`` mode),
+Hypothesis draws operator chains (filter, map, events, join with each ``missing`` mode;
+functions the loop calls and lambdas it writes in as expressions),
 records (some that do not decode), batch boundaries and whether a failed record is
 retried once; the compiled loop, driven the way the dispatcher drives it (a failure
 restarts the agent on the next record, a retry on the same one), must yield the same
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import traceback
 from typing import Any
 
@@ -49,10 +51,24 @@ class FakeTable:
 TABLE = FakeTable()
 
 
+# Lambdas of the forms the compiled loop writes in as expressions (see _inline.py): on an
+# int they read its attributes, on a join's tuple or an event they raise AttributeError.
+INLINED_FILTERS = [
+    lambda v: v.real > 2,
+    lambda v: v.real not in (1, 3, -4),
+    lambda v: v.numerator.real,
+]
+INLINED_MAPS = [lambda v: v.real, lambda v: v.numerator <= 0, lambda v: v.imag is not None]
+
+
 def make_op(kind: str, k: int) -> tuple[str, Any]:
     if kind == FILTER:
+        if k % 2:
+            return (FILTER, INLINED_FILTERS[k // 2])
         return (FILTER, lambda v: num(v) % (k + 2) != 0)
     if kind == MAP:
+        if k >= 3:
+            return (MAP, INLINED_MAPS[k - 3])
 
         def fn(v: Any) -> int:
             if num(v) % 7 == k:
@@ -63,7 +79,8 @@ def make_op(kind: str, k: int) -> tuple[str, Any]:
     if kind == EVENTS:
         return (EVENTS, None)
     missing = ("skip", "none", "error")[k % 3]
-    return (JOIN, (TABLE, lambda v: num(v) % 5, missing))
+    on = operator.attrgetter("real") if k >= 3 else lambda v: num(v) % 5  # "real": inlined
+    return (JOIN, (TABLE, on, missing))
 
 
 ops_strategy = st.lists(
@@ -97,6 +114,9 @@ async def run_compiled(
         try:
             async for value in source.iterate(ops):
                 out.append(("value", value))
+                # What a table reads for the record's time: its decoded value.
+                message = source.current_message()
+                assert message is not None and source.value == int(message.value)
             break
         except Exception as exc:  # what Dispatcher.drive does with a failed record
             message = source.current_message()
@@ -169,3 +189,19 @@ def test_a_traceback_through_the_loop_shows_its_source() -> None:
     text = asyncio.run(main())
     assert "<flowkit stream loop" in text
     assert "v = f0(v)" in text  # the generated line, not an empty frame
+
+
+def test_an_inlined_lambda_shows_as_its_expression_in_a_traceback() -> None:
+    async def main() -> str:
+        topic: Topic[int] = Topic("t", value_type=int)
+        source = StreamSource("agent")
+        await source.put(Batch(topic, TP, messages_of([b"1"]), lambda: None))
+        try:
+            async for _ in source.iterate(((FILTER, lambda v: v.kind == "view"),)):
+                pass
+        except AttributeError:
+            return traceback.format_exc()
+        raise AssertionError("the filter did not raise")
+
+    text = asyncio.run(main())
+    assert "if not (v.kind == c0):" in text  # written in, not called
