@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ._inline import NO_CONSTANT, inline_form, key_form
@@ -27,7 +27,17 @@ if TYPE_CHECKING:
     from ..records import Message
     from ..topics import Topic
 
-__all__ = ["ECHO", "EVENTS", "FILTER", "JOIN", "MAP", "SKIP", "fused_loop", "interpreted"]
+__all__ = [
+    "ECHO",
+    "EVENTS",
+    "FILTER",
+    "JOIN",
+    "MAP",
+    "SKIP",
+    "call_loop",
+    "fused_loop",
+    "interpreted",
+]
 
 ECHO = "echo"
 FILTER = "filter"
@@ -38,6 +48,7 @@ SKIP: Any = object()
 
 Loop = Callable[..., AsyncIterator[Any]]
 _cache: dict[tuple[tuple[str, str], ...], Loop] = {}
+_calls: dict[tuple[bool, bool], Callable[..., Awaitable[None]]] = {}
 _serial = itertools.count()
 
 
@@ -95,8 +106,43 @@ def fused_loop(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> tupl
     return loop, _args(ops, forms, stores)
 
 
-def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
-    params: list[str] = []
+def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
+    """The loop of a per-record agent: ``await loop(source, SKIP, fn, emit, failed)`` calls
+    ``fn`` on each value from inside the loop, so no generator hands the values over.
+
+    ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` an
+    iterable of outputs; ``emit(output)`` returns None or something to await. When the
+    call or its outputs raise, ``await failed(exc)`` says whether the record was dealt
+    with in place (the loop goes on) or the exception is to be raised out of the loop."""
+    loop = _calls.get((is_async, many))
+    if loop is None:
+        call = "out = await fn(v)" if is_async else "out = fn(v)"
+        each = "for one in out:" if many else "if out is not None:"
+        tail = [
+            "try:",
+            f"    {call}",
+            f"    {each}",
+            f"        pending = emit({'one' if many else 'out'})",
+            "        if pending is not None:",
+            "            await pending",
+            "except Exception as exc:",
+            "    if not await failed(exc):",
+            "        raise",
+        ]
+        # A loop without ``yield``: a coroutine function, not an async generator's.
+        compiled: Any = _compile((), tail, ["fn", "emit", "failed"])
+        loop = _calls[is_async, many] = compiled
+    return loop
+
+
+def _compile(
+    shape: tuple[tuple[str, str], ...],
+    tail: list[str] | None = None,
+    params: list[str] | None = None,
+) -> Loop:
+    # ``tail``: what each value that passes the operators meets (default: ``yield v``),
+    # with ``params`` of its own.
+    params = list(params or [])
     body: list[str] = []
     uses_events = any(kind == EVENTS for kind, _ in shape)
     # The decoded value is stored for the agent (``source.value``: a table's time, the
@@ -141,7 +187,7 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             raise ValueError(f"unknown operator {kind!r}")
     if store_at == len(shape):
         body.append("source.value = v")
-    inner = "\n".join("            " + line for line in [*body, "yield v"])
+    inner = "\n".join("            " + line for line in [*body, *(tail or ["yield v"])])
     events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
 async def loop(source, {", ".join(["SKIP", *params])}):
@@ -178,7 +224,8 @@ async def loop(source, {", ".join(["SKIP", *params])}):
         source.records += len(messages)
         finish(batch)
 """
-    filename = f"<flowkit stream loop {next(_serial)}: {' '.join(k for k, _ in shape) or 'plain'}>"
+    what = " ".join(k for k, _ in shape) or ("per record" if tail else "plain")
+    filename = f"<flowkit stream loop {next(_serial)}: {what}>"
     # Registered like dataclasses' generated methods, so tracebacks show the lines.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     namespace: dict[str, Any] = {}
