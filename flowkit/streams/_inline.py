@@ -26,12 +26,15 @@ import inspect
 import keyword
 import operator
 import types
+import weakref
 from typing import Any
 
 __all__ = ["NO_CONSTANT", "inline_form", "key_form"]
 
 NO_CONSTANT: Any = object()
 
+_known: weakref.WeakKeyDictionary[types.CodeType, tuple[str, Any] | None]
+_known = weakref.WeakKeyDictionary()
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 _IGNORED = {"RESUME", "NOP", "CACHE", "EXTENDED_ARG"}
 _NOT_PLAIN = (
@@ -53,6 +56,16 @@ def inline_form(fn: Any) -> tuple[str, Any] | None:
     if type(fn) is not types.FunctionType:
         return None
     code = fn.__code__
+    # Read once per code object: an agent started again after each failed record would
+    # otherwise disassemble its lambdas each time.
+    try:
+        return _known[code]
+    except KeyError:
+        form = _known[code] = _read(code)
+        return form
+
+
+def _read(code: types.CodeType) -> tuple[str, Any] | None:
     if (
         code.co_argcount != 1
         or code.co_kwonlyargcount
