@@ -1,6 +1,6 @@
 """What each step of the per-record path costs, in instructions (callgrind).
 
-    python -m benchmarks.steps [--records 20000]     # 13 runs under callgrind, 3 at a time
+    python -m benchmarks.steps [--records 20000]     # 14 runs under callgrind, 3 at a time
 
 Every part runs the same setup (YSB events encoded; as ``Message`` objects for the loops,
 loaded into a memory broker for the workers) and then one variant over the records;
@@ -17,7 +17,9 @@ that variant's own instructions per record. Variants:
   over the records loaded into a memory broker, at 10,000 and 100 records per fetch
   (4 partitions: batches of 2,500 and 25), and at a fifth of the records (its start and
   stop cancel out). The difference between the fetch sizes is the cost of a batch: fetch,
-  dispatch, queue, done, commit bookkeeping.
+  dispatch, queue, done, commit bookkeeping;
+* per-record worker: the same worker with a per-record agent (``per_record=True``, a
+  function that returns None), which the stream loop calls without a generator step.
 """
 
 from __future__ import annotations
@@ -92,14 +94,22 @@ def loops(part: str, raw: list[bytes], messages: list[flowkit.Message]) -> int:
     return n
 
 
-async def worker(broker: MemoryBroker, n: int, max_fetch: int) -> None:
+async def worker(broker: MemoryBroker, n: int, max_fetch: int, per_record: bool = False) -> None:
     app = flowkit.App("steps", partitions=ysb.PARTITIONS)
     events = app.topic("ysb-events", value_type=ysb.AdView)
 
-    @app.agent(events)
-    async def read(stream: flowkit.Stream[ysb.AdView]) -> None:
-        async for _ in stream:
-            pass
+    if per_record:
+
+        @app.agent(events, per_record=True)
+        def each(v: ysb.AdView) -> None:
+            return None
+
+    else:
+
+        @app.agent(events)
+        async def read(stream: flowkit.Stream[ysb.AdView]) -> None:
+            async for _ in stream:
+                pass
 
     clock = FakeClock(START_MS / 1000)
     w = flowkit.Worker(
@@ -126,9 +136,11 @@ async def setup_and_run(n: int, part: str) -> None:
         if part in LOOPS:
             loops(part, [raw for _, raw in data], messages)
         return
-    broker = await loaded_broker(data)  # setup-worker, worker-N
+    broker = await loaded_broker(data)  # setup-worker, worker-N, record-N
     if part.startswith("worker-"):
         await worker(broker, n, int(part.split("-")[1]))
+    elif part.startswith("record-"):
+        await worker(broker, n, int(part.split("-")[1]), per_record=True)
 
 
 def measure(n: int) -> None:
@@ -136,6 +148,7 @@ def measure(n: int) -> None:
     jobs: dict[tuple[str, int], Any] = {}
     parts = [(p, n) for p in ["setup", *LOOPS, "setup-worker", *(f"worker-{f}" for f in FETCHES)]]
     parts += [("setup-worker", small), (f"worker-{FETCHES[0]}", small)]
+    parts += [(f"record-{FETCHES[0]}", n)]
     with ThreadPoolExecutor(3) as pool:
         for part, size in parts:
             jobs[part, size] = pool.submit(count, "benchmarks.steps", part, "--records", size)
@@ -148,6 +161,8 @@ def measure(n: int) -> None:
     for f in FETCHES:
         per = (got[f"worker-{f}", n] - setup) / n
         print(f"{'worker, ' + format(f, ',') + ' a fetch':<28}: {per:>8,.0f}   (whole run)")
+    per = (got[f"record-{FETCHES[0]}", n] - setup) / n
+    print(f"{'worker, per-record agent':<28}: {per:>8,.0f}   (whole run, 10,000 a fetch)")
     big = got[f"worker-{FETCHES[0]}", n] - setup
     little = got[f"worker-{FETCHES[0]}", small] - got["setup-worker", small]
     print(f"{'worker, steady state':<28}: {(big - little) / (n - small):>8,.0f}")

@@ -307,7 +307,19 @@ class Dispatcher:
         is_async = agent.is_async
         many = agent.many
         emit = self.emitters[source.name].emit
-        async for value in source.iterate(()):
+
+        async def failed(exc: Exception) -> bool:
+            message = source.current_message()
+            if message is None or not self._in_place(agent, exc):
+                return False
+            await self._failed(agent, source, message, exc)
+            return True
+
+        if source.join is None:
+            # The stream's loop calls the function itself: no generator step per record.
+            await source.call_each(fn, emit, failed, is_async=is_async, many=many)
+            return
+        async for value in source.iterate(()):  # a stream-stream join's own loop
             try:
                 out = fn(value)
                 if is_async:
@@ -322,10 +334,8 @@ class Dispatcher:
                     if pending is not None:
                         await pending
             except Exception as exc:
-                message = source.current_message()
-                if message is None or not self._in_place(agent, exc):
+                if not await failed(exc):
                     raise
-                await self._failed(agent, source, message, exc)
 
     def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
         # Whether a per-record agent's failed record is dealt with where it failed: not

@@ -5,8 +5,10 @@ record on top of the user's own functions, nor a generator hop per operator. So 
 is compiled, once per *shape* (the sequence of operator kinds), into a single async
 generator: the batch loop and every operator inlined, each user function passed in as an
 argument (never pasted into the source), the way ``collections.namedtuple`` and
-``dataclasses`` build their methods. The generated source is registered with
-``linecache``, so a traceback through the loop shows its lines.
+``dataclasses`` build their methods; only the simplest lambdas (``lambda v: v.kind ==
+"view"``, see ``_inline.py``) are written into the loop as the expression they compute.
+The generated source is registered with ``linecache``, so a traceback through the loop
+shows its lines.
 
 ``interpreted(ops)`` is the same semantics written plainly, one operator at a time: the
 reference the compiled loop is tested against, and what ``batches()`` uses.
@@ -16,14 +18,26 @@ from __future__ import annotations
 
 import itertools
 import linecache
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from ._inline import NO_CONSTANT, inline_form, key_form
 
 if TYPE_CHECKING:
     from ..records import Message
     from ..topics import Topic
 
-__all__ = ["ECHO", "EVENTS", "FILTER", "JOIN", "MAP", "SKIP", "fused_loop", "interpreted"]
+__all__ = [
+    "ECHO",
+    "EVENTS",
+    "FILTER",
+    "JOIN",
+    "MAP",
+    "SKIP",
+    "call_loop",
+    "fused_loop",
+    "interpreted",
+]
 
 ECHO = "echo"
 FILTER = "filter"
@@ -34,22 +48,48 @@ SKIP: Any = object()
 
 Loop = Callable[..., AsyncIterator[Any]]
 _cache: dict[tuple[tuple[str, str], ...], Loop] = {}
+_calls: dict[tuple[bool, bool], Callable[..., Awaitable[None]]] = {}
 _serial = itertools.count()
 
 
-def _shape(ops: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((kind, fn[2] if kind == JOIN else "") for kind, fn in ops)
+Form = tuple[str, Any] | None  # an inlined lambda: (expression, constant)
 
 
-def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]:
-    args: list[Any] = []
+def _forms(ops: tuple[tuple[str, Any], ...]) -> list[Form]:
+    forms: list[Form] = []
     for kind, fn in ops:
+        if kind in (FILTER, MAP):
+            forms.append(inline_form(fn))
+        elif kind == JOIN:
+            key = key_form(fn[1])
+            forms.append(None if key is None else (key, NO_CONSTANT))
+        else:
+            forms.append(None)
+    return forms
+
+
+def _shape(ops: tuple[tuple[str, Any], ...], forms: list[Form]) -> tuple[tuple[str, str], ...]:
+    # What goes into the source: an inlined lambda's expression; a join's missing mode,
+    # then its inlined key after a space (``"skip v.ad_id"``).
+    shape: list[tuple[str, str]] = []
+    for (kind, fn), form in zip(ops, forms, strict=True):
+        expr = "" if form is None else form[0]
+        shape.append((kind, f"{fn[2]} {expr}".rstrip() if kind == JOIN else expr))
+    return tuple(shape)
+
+
+def _args(ops: tuple[tuple[str, Any], ...], forms: list[Form], stores: dict[Any, Any]) -> list[Any]:
+    args: list[Any] = []
+    for (kind, fn), form in zip(ops, forms, strict=True):
         if kind == JOIN:
             table, on, _ = fn
             # The worker's own state for the table, with its fastest get (a dict's own).
             store = stores.get(table)
             get = getattr(store, "fast_get", None) or table.get
             args += [get, on, table.name]
+        elif form is not None:  # an inlined lambda: its constant, if it has one
+            if form[1] is not NO_CONSTANT:
+                args.append(form[1])
         elif kind in (FILTER, MAP, ECHO):
             args.append(fn)
     return args
@@ -58,19 +98,67 @@ def _args(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> list[Any]
 def fused_loop(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> tuple[Loop, list[Any]]:
     """The compiled loop for this chain's shape, and the arguments to call it with:
     ``loop(source, SKIP, *args)``; joined tables are looked up in ``stores``."""
-    shape = _shape(ops)
+    forms = _forms(ops)
+    shape = _shape(ops, forms)
     loop = _cache.get(shape)
     if loop is None:
         loop = _cache[shape] = _compile(shape)
-    return loop, _args(ops, stores)
+    return loop, _args(ops, forms, stores)
 
 
-def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
-    params: list[str] = []
+def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
+    """The loop of a per-record agent: ``await loop(source, SKIP, fn, emit, failed)`` calls
+    ``fn`` on each value from inside the loop, so no generator hands the values over.
+
+    ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` an
+    iterable of outputs; ``emit(output)`` returns None or something to await. When the
+    call or its outputs raise, ``await failed(exc)`` says whether the record was dealt
+    with in place (the loop goes on) or the exception is to be raised out of the loop."""
+    loop = _calls.get((is_async, many))
+    if loop is None:
+        call = "out = await fn(v)" if is_async else "out = fn(v)"
+        each = "for one in out:" if many else "if out is not None:"
+        tail = [
+            "try:",
+            f"    {call}",
+            f"    {each}",
+            f"        pending = emit({'one' if many else 'out'})",
+            "        if pending is not None:",
+            "            await pending",
+            "except Exception as exc:",
+            "    if not await failed(exc):",
+            "        raise",
+        ]
+        # A loop without ``yield``: a coroutine function, not an async generator's.
+        compiled: Any = _compile((), tail, ["fn", "emit", "failed"])
+        loop = _calls[is_async, many] = compiled
+    return loop
+
+
+def _compile(
+    shape: tuple[tuple[str, str], ...],
+    tail: list[str] | None = None,
+    params: list[str] | None = None,
+) -> Loop:
+    # ``tail``: what each value that passes the operators meets (default: ``yield v``),
+    # with ``params`` of its own.
+    params = list(params or [])
     body: list[str] = []
     uses_events = any(kind == EVENTS for kind, _ in shape)
-    for n, (kind, missing) in enumerate(shape):
-        if kind == FILTER:
+    # The decoded value is stored for the agent (``source.value``: a table's time, the
+    # stream's ``current``) after the filters written in as expressions, which cannot read
+    # it: a record they drop costs no store.
+    store_at = next((n for n, (k, d) in enumerate(shape) if k != FILTER or not d), len(shape))
+    for n, (kind, detail) in enumerate(shape):
+        if n == store_at:
+            body.append("source.value = v")
+        if kind in (FILTER, MAP) and detail:  # an inlined lambda: its expression
+            expr = detail
+            if "{c}" in expr:
+                params.append(f"c{n}")
+                expr = expr.replace("{c}", f"c{n}")
+            body += [f"if not ({expr}):", "    continue"] if kind == FILTER else [f"v = {expr}"]
+        elif kind == FILTER:
             params.append(f"f{n}")
             body += [f"if not f{n}(v):", "    continue"]
         elif kind == MAP:
@@ -83,7 +171,8 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append(f"await f{n}(source, v, m)")
         elif kind == JOIN:
             params += [f"get{n}", f"on{n}", f"name{n}"]
-            body.append(f"match = get{n}(on{n}(v), SKIP)")
+            missing, _, key = detail.partition(" ")
+            body.append(f"match = get{n}({key or f'on{n}(v)'}, SKIP)")
             if missing == "skip":
                 body += ["if match is SKIP:", "    continue"]
             elif missing == "none":
@@ -96,7 +185,9 @@ def _compile(shape: tuple[tuple[str, str], ...]) -> Loop:
             body.append("v = (v, match)")
         else:  # pragma: no cover - the Stream methods only build the kinds above
             raise ValueError(f"unknown operator {kind!r}")
-    inner = "\n".join("            " + line for line in [*body, "yield v"])
+    if store_at == len(shape):
+        body.append("source.value = v")
+    inner = "\n".join("            " + line for line in [*body, *(tail or ["yield v"])])
     events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
 async def loop(source, {", ".join(["SKIP", *params])}):
@@ -129,12 +220,12 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 if source.undecodable is None or not await source.undecodable(error):
                     raise error from None
                 continue
-            source.value = v
 {inner}
         source.records += len(messages)
         finish(batch)
 """
-    filename = f"<flowkit stream loop {next(_serial)}: {' '.join(k for k, _ in shape) or 'plain'}>"
+    what = " ".join(k for k, _ in shape) or ("per record" if tail else "plain")
+    filename = f"<flowkit stream loop {next(_serial)}: {what}>"
     # Registered like dataclasses' generated methods, so tracebacks show the lines.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     namespace: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DefinitionError
 from ..records import Message, TopicPartition
 from ..scope import Sender, TaskScope
-from ._loop import SKIP, fused_loop, interpreted
+from ._loop import SKIP, call_loop, fused_loop, interpreted
 from .hops import HOP, hop
 from .joining import joined
 
@@ -286,6 +286,20 @@ class StreamSource(TaskScope):
             return hop(self, ops)
         loop, args = fused_loop(ops, self.stores)
         return loop(self, SKIP, *args)
+
+    async def call_each(
+        self,
+        fn: Callable[[Any], Any],
+        emit: Callable[[Any], Awaitable[None] | None],
+        failed: Callable[[Exception], Awaitable[bool]],
+        *,
+        is_async: bool,
+        many: bool,
+    ) -> None:
+        """Call ``fn`` on each value from the current position on, from inside the stream's
+        loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emit``;
+        when it raises, ``failed(exc)`` says whether the loop goes on."""
+        await call_loop(is_async, many)(self, SKIP, fn, emit, failed)
 
     async def chunks(
         self,

@@ -1,6 +1,7 @@
 """The compiled stream loop agrees with the interpreted reference, for any operator chain.
 
-Hypothesis draws operator chains (filter, map, events, join with each ``missing`` mode),
+Hypothesis draws operator chains (filter, map, events, join with each ``missing`` mode;
+functions the loop calls and lambdas it writes in as expressions),
 records (some that do not decode), batch boundaries and whether a failed record is
 retried once; the compiled loop, driven the way the dispatcher drives it (a failure
 restarts the agent on the next record, a retry on the same one), must yield the same
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import traceback
 from typing import Any
 
@@ -49,10 +51,24 @@ class FakeTable:
 TABLE = FakeTable()
 
 
+# Lambdas of the forms the compiled loop writes in as expressions (see _inline.py): on an
+# int they read its attributes, on a join's tuple or an event they raise AttributeError.
+INLINED_FILTERS = [
+    lambda v: v.real > 2,
+    lambda v: v.real not in (1, 3, -4),
+    lambda v: v.numerator.real,
+]
+INLINED_MAPS = [lambda v: v.real, lambda v: v.numerator <= 0, lambda v: v.imag is not None]
+
+
 def make_op(kind: str, k: int) -> tuple[str, Any]:
     if kind == FILTER:
+        if k % 2:
+            return (FILTER, INLINED_FILTERS[k // 2])
         return (FILTER, lambda v: num(v) % (k + 2) != 0)
     if kind == MAP:
+        if k >= 3:
+            return (MAP, INLINED_MAPS[k - 3])
 
         def fn(v: Any) -> int:
             if num(v) % 7 == k:
@@ -63,7 +79,8 @@ def make_op(kind: str, k: int) -> tuple[str, Any]:
     if kind == EVENTS:
         return (EVENTS, None)
     missing = ("skip", "none", "error")[k % 3]
-    return (JOIN, (TABLE, lambda v: num(v) % 5, missing))
+    on = operator.attrgetter("real") if k >= 3 else lambda v: num(v) % 5  # "real": inlined
+    return (JOIN, (TABLE, on, missing))
 
 
 ops_strategy = st.lists(
@@ -97,6 +114,9 @@ async def run_compiled(
         try:
             async for value in source.iterate(ops):
                 out.append(("value", value))
+                # What a table reads for the record's time: its decoded value.
+                message = source.current_message()
+                assert message is not None and source.value == int(message.value)
             break
         except Exception as exc:  # what Dispatcher.drive does with a failed record
             message = source.current_message()
@@ -169,3 +189,109 @@ def test_a_traceback_through_the_loop_shows_its_source() -> None:
     text = asyncio.run(main())
     assert "<flowkit stream loop" in text
     assert "v = f0(v)" in text  # the generated line, not an empty frame
+
+
+def test_an_inlined_lambda_shows_as_its_expression_in_a_traceback() -> None:
+    async def main() -> str:
+        topic: Topic[int] = Topic("t", value_type=int)
+        source = StreamSource("agent")
+        await source.put(Batch(topic, TP, messages_of([b"1"]), lambda: None))
+        try:
+            async for _ in source.iterate(((FILTER, lambda v: v.kind == "view"),)):
+                pass
+        except AttributeError:
+            return traceback.format_exc()
+        raise AssertionError("the filter did not raise")
+
+    text = asyncio.run(main())
+    assert "if not (v.kind == c0):" in text  # written in, not called
+
+
+async def run_per_record(
+    messages: list[Message], cuts: list[int], is_async: bool, many: bool, compiled: bool
+) -> tuple[list[Any], int]:
+    """A per-record agent over ``messages``, the way the dispatcher drives one: its function
+    called from the compiled loop (``call_each``), or from an ``async for`` over the stream."""
+    topic: Topic[int] = Topic("t", value_type=int)
+    source = StreamSource("agent", maxsize=len(messages) + 1)
+    done: list[int] = []
+    bounds = sorted({0, len(messages), *(c % len(messages) for c in cuts)})
+    for start, end in itertools.pairwise(bounds):
+        await source.put(Batch(topic, TP, messages[start:end], lambda: done.append(1)))
+    source.close()
+    log: list[Any] = []
+
+    def sync_fn(v: int) -> Any:
+        if v % 5 == 0:
+            raise ValueError(v)  # dealt with in place
+        if v % 7 == 3:
+            raise KeyError(v)  # raised out of the loop: the agent starts again
+        return None if v % 3 == 0 else v * 2
+
+    def gen_fn(v: int) -> Any:
+        yield v
+        sync_fn(v)
+        yield v + 1
+
+    async def async_fn(v: int) -> Any:
+        await asyncio.sleep(0)
+        return sync_fn(v)
+
+    fn = async_fn if is_async else gen_fn if many else sync_fn
+
+    def emit(out: Any) -> Any:
+        log.append(("out", out))
+        return asyncio.sleep(0) if out % 2 else None
+
+    async def failed(exc: Exception) -> bool:
+        message = source.current_message()
+        assert message is not None
+        log.append(("failed", message.offset, type(exc).__name__))
+        return isinstance(exc, ValueError)
+
+    async def generic() -> None:  # what _drive_per_record does for a stream-stream join
+        async for value in source.iterate(()):
+            try:
+                out = fn(value)
+                if is_async:
+                    out = await out
+                if many:
+                    for one in out:
+                        pending = emit(one)
+                        if pending is not None:
+                            await pending
+                elif out is not None:
+                    pending = emit(out)
+                    if pending is not None:
+                        await pending
+            except Exception as exc:
+                if not await failed(exc):
+                    raise
+
+    while True:
+        try:
+            if compiled:
+                await source.call_each(fn, emit, failed, is_async=is_async, many=many)
+            else:
+                await generic()
+            break
+        except Exception as exc:
+            message = source.current_message()
+            log.append(("raised", None if message is None else message.offset, type(exc).__name__))
+    assert source.ended()
+    return log, len(done)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=records_strategy,
+    cuts=st.lists(st.integers(0, 30), max_size=4),
+    form=st.sampled_from([(False, False), (True, False), (False, True)]),
+)
+def test_a_per_record_function_called_from_the_loop_matches_the_async_for(
+    values: list[bytes], cuts: list[int], form: tuple[bool, bool]
+) -> None:
+    messages = messages_of(values)
+    is_async, many = form
+    compiled = asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=True))
+    assert compiled == asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=False))

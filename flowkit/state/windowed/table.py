@@ -138,36 +138,18 @@ class WindowedTable(TableBase[K, V]):
         agent is processing (the table's ``time`` function, else the record timestamp).
         """
         scope = current_scope()
-        if scope is None:
-            raise NotRunningError(
-                f"table {self.name!r}: add() works inside a running worker (outside an agent "
-                "it also needs ts=, the event time in ms)"
-            )
-        batch = scope.batch
-        st: WindowedStore
-        if batch is not None:
-            # The store and its partition state, found once per batch (memo on the batch).
-            memo = batch.memo
-            if memo is not None and memo[0] is self:
-                _, st, part = memo
-            else:
-                st = scope.stores[self]
-                part = st.part_of_batch(batch)
-                batch.memo = (self, st, part)
-                if self.time is not None or ts is None:
-                    # This stream now moves the table's stream time with every record it
-                    # reads, added or filtered out (see follow()); once per batch.
-                    scope.follow(self, st)
-            if ts is None:
-                ts = self._time_of(scope)
-        else:
-            if ts is None:
-                raise NotRunningError(
-                    f"table {self.name!r}: outside an agent, add() needs ts= (event time, ms)"
-                )
-            st = scope.stores[self]
-            part = st.part_of_key(key)
+        try:
+            memo = scope.batch.memo  # type: ignore[union-attr]
+        except AttributeError:  # no worker, or no record (a timer, a task): found below
+            memo = None
+        if memo is None or memo[0] is not self:
+            memo, ts = self._locate(scope, key, ts)
+        elif ts is None:
+            ts = self._time_of(scope)
+        # memo: (self, the store, the partition's state), found once per batch.
+        part = memo[2]
         if ts > part.max_ts:  # inlined Stage1.advance: event time mostly moves forward
+            st: WindowedStore = memo[1]
             if ts > st.future_limit:
                 st.check_future(ts)
             part.max_ts = ts
@@ -175,7 +157,7 @@ class WindowedTable(TableBase[K, V]):
             if wm > part.wm:
                 part.wm = wm
                 if wm >= part.next_end:
-                    st.close_partials(part)
+                    memo[1].close_partials(part)
         if self._tumbling_sum:  # the common case, without a loop or a call
             window: dict[Any, Any]
             if ts < part.hot_end and ts >= part.hot_start:
@@ -183,14 +165,15 @@ class WindowedTable(TableBase[K, V]):
             else:
                 start = ts - ts % self._size
                 if start + self._size <= part.wm:
-                    self._late(st, key, start, amount)
+                    self._late(memo[1], key, start, amount)
                     return
-                window = st.window_for_add(part, start, key, amount)
+                window = memo[1].window_for_add(part, start, key, amount)
             try:
                 window[key] = window[key] + amount
             except KeyError:
                 window[key] = amount
             return
+        st = memo[1]
         for start in self.spec.starts(ts):
             if start + self._size <= part.wm:
                 self._late(st, key, start, amount)
@@ -201,6 +184,32 @@ class WindowedTable(TableBase[K, V]):
             old = partial.get(key, _MISSING)
             partial[key] = amount if old is _MISSING else self.combine(old, amount)
             part.dirty.add(start)
+
+    def _locate(self, scope: Any, key: Any, ts: int | None) -> tuple[Any, int]:
+        # add()'s (self, store, partition state) and time when the batch's memo does not
+        # have them: the first add of a batch, or an add outside an agent.
+        if scope is None:
+            raise NotRunningError(
+                f"table {self.name!r}: add() works inside a running worker (outside an agent "
+                "it also needs ts=, the event time in ms)"
+            )
+        batch = scope.batch
+        if batch is None:
+            if ts is None:
+                raise NotRunningError(
+                    f"table {self.name!r}: outside an agent, add() needs ts= (event time, ms)"
+                )
+            st = scope.stores[self]
+            return (self, st, st.part_of_key(key)), ts
+        memo = batch.memo
+        if memo is None or memo[0] is not self:
+            st = scope.stores[self]
+            memo = batch.memo = (self, st, st.part_of_batch(batch))
+            if self.time is not None or ts is None:
+                # This stream now moves the table's stream time with every record it
+                # reads, added or filtered out (see follow()); once per batch.
+                scope.follow(self, st)
+        return memo, self._time_of(scope) if ts is None else ts
 
     def follow(self, st: WindowedStore, batch: Any) -> None:
         """Stream time: the last record of a batch an agent has finished (added or
