@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
+import aiokafka
 import pytest
 
 from flowkit.records import Message, TopicPartition
@@ -191,3 +192,44 @@ async def test_group_members_drain_the_same_records_across_a_rebalance(
     finally:
         for t in transports:
             await t.aclose()
+
+
+async def test_kept_records_of_a_paused_or_moved_partition_are_read_again(
+    transport: KafkaTransport,
+) -> None:
+    # As aiokafka drops a buffered fetch of a paused partition (and of one moved by a
+    # seek), kept records are dropped; a paused partition is read again from the first
+    # of them once resumed, a moved one from where it was moved to.
+    topic = f"drain-pause-{uuid.uuid4().hex[:10]}"
+    await transport.create_topics([TopicSpec(topic, 1)])
+    producer = transport.producer()
+    records = [(b"k%d" % i, b"v%d" % i, (), 1_700_000_000_000 + i) for i in range(100)]
+    for _, ack in await producer.send_batch(topic, 0, records):
+        await ack
+    await producer.aclose()
+    tp, ktp = TopicPartition(topic, 0), aiokafka.TopicPartition(topic, 0)
+    consumer = transport.consumer(group_id=None, client_id="drain-pause")
+    await consumer.start()
+    assert consumer._drainer is not None
+    consumer.assign([tp])
+    got: list[Message] = []
+    deadline = time.monotonic() + 10
+    while not got:
+        assert time.monotonic() < deadline
+        got.extend(m for ms in (await consumer.getmany(0.05, 7)).values() for m in ms)
+    assert consumer._drainer.position(tp) == 7  # the rest of the fetch is kept
+    consumer._kafka.pause(ktp)
+    assert consumer.position(tp) == 7
+    assert await consumer.getmany(0.05, 7) == {}
+    consumer._kafka.resume(ktp)
+    while len(got) < 30:
+        assert time.monotonic() < deadline
+        got.extend(m for ms in (await consumer.getmany(0.05, 7)).values() for m in ms)
+    before = len(got)
+    consumer._kafka.seek(ktp, 90)  # records kept from before are not handed out
+    while got[-1].offset != 99:
+        assert time.monotonic() < deadline
+        got.extend(m for ms in (await consumer.getmany(0.05, 7)).values() for m in ms)
+    assert [m.offset for m in got] == [*range(before), *range(90, 100)]
+    assert [m.value for m in got[:3]] == [b"v0", b"v1", b"v2"]
+    await consumer.aclose()
