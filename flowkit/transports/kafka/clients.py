@@ -69,7 +69,7 @@ class KafkaConsumer:
         self._deferred: list[tuple[str, set[TopicPartition], asyncio.Future[None]]] = []
         self._wakeup: asyncio.Future[None] | None = None
         self._closed = False
-        # Group-less: records straight from the fetches (draining.py); None otherwise.
+        # Records straight from the fetches (draining.py); None: aiokafka's getmany.
         self._drainer: Drainer | None = None
 
     async def start(self) -> None:
@@ -148,8 +148,13 @@ class KafkaConsumer:
             try:
                 if kind == "revoked":
                     self._owned -= partitions
-                    if self._listener is not None:
-                        await self._listener.on_partitions_revoked(partitions)
+                    try:
+                        if self._listener is not None:
+                            await self._listener.on_partitions_revoked(partitions)
+                    finally:
+                        # After the listener: its commit counts what is kept as not read.
+                        if self._drainer is not None:
+                            self._drainer.forget(partitions)
                 else:
                     self._owned = set(partitions)
                     if self._listener is not None:
@@ -175,10 +180,7 @@ class KafkaConsumer:
                 # Fast path: records the background fetcher already has; nothing waits.
                 drained = None
                 if self._drainer is not None:
-                    try:
-                        drained = self._drainer.take(max_records)
-                    except KAFKA_ERRORS as exc:
-                        raise translate(exc) from exc
+                    drained = self._drain(kafka, max_records)
                     if drained:
                         return drained
                 if drained is None:
@@ -191,7 +193,7 @@ class KafkaConsumer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return {}
-            if self._drainer is not None:
+            if self._drainer is not None and not subscription.reassignment_in_progress:
                 await self._wait_fetch(kafka, remaining)
                 continue  # and drain what came
             raw = await self._wait(kafka, remaining, max_records)
@@ -200,6 +202,19 @@ class KafkaConsumer:
                 if self._deferred and self._deferred[0][0] == "assigned":
                     await self._run_deferred()
                 return _convert(raw)
+
+    def _drain(self, kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] | None:
+        # What aiokafka's getmany does around its fetcher, then draining.py: a group
+        # member raises its coordinator's errors, counts as reading (max_poll_interval_ms)
+        # and is handed records only of partitions on_partitions_assigned was told of.
+        try:
+            if self._group_id is None:
+                return self._drainer.take(max_records) if self._drainer else None
+            kafka._coordinator.check_errors()
+            with kafka._subscription.fetch_context():
+                return self._drainer.take(max_records, self._owned) if self._drainer else None
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
 
     async def _wait(self, kafka: Any, limit: float, max_records: int) -> Any:
         # aiokafka's getmany may block on a rebalance that waits for our listener, which
@@ -227,15 +242,17 @@ class KafkaConsumer:
         return fetch.result()
 
     async def _wait_fetch(self, kafka: Any, limit: float) -> None:
-        # A group-less consumer waits for the fetcher's next answer (what aiokafka's getmany
-        # waits for inside), an aclose from another task, or the deadline.
+        # Wait for the fetcher's next answer (what aiokafka's getmany waits for inside),
+        # a rebalance callback, an aclose from another task, or the deadline; counted as
+        # reading, as aiokafka's getmany counts its wait.
         loop = asyncio.get_running_loop()
         fetched = kafka._fetcher._create_fetch_waiter()
         self._wakeup = wakeup = loop.create_future()
         try:
-            await asyncio.wait(
-                (fetched, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED
-            )
+            with kafka._subscription.fetch_context():
+                await asyncio.wait(
+                    (fetched, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                )
         finally:
             self._wakeup = None
             if not fetched.done():

@@ -1,5 +1,5 @@
-"""Group-less reads (table recovery, global tables, dead letters) without aiokafka's
-per-record objects.
+"""Kafka reads without aiokafka's per-record objects: group-less consumers (table recovery,
+global tables, dead letters) and group members alike.
 
 aiokafka's ``getmany`` turns every record of a fetch into a Python ``ConsumerRecord``
 (a dataclass built in Python, one generator step a record), and ``KafkaConsumer`` then
@@ -12,11 +12,14 @@ batch. It reads aiokafka's fetcher from the inside, so ``usable`` checks that th
 needs are there, and ``drain`` returns None whenever something is not as it expects (an
 error waiting in the fetcher, a fetch aiokafka already started reading): the caller then
 asks aiokafka's own ``getmany``, which gives the same records. ``Drainer`` keeps the part
-of a fetch that one ``getmany`` could not take, rather than fetch it again.
+of a fetch that one ``getmany`` could not take, rather than fetch it again; kept records
+are checked as aiokafka checks a buffered fetch (its assignment still active, the partition
+not paused, its position not moved by a seek) before they are handed out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from inspect import GEN_CREATED, getgeneratorstate
 from typing import Any
 
@@ -25,54 +28,73 @@ from ...records import Message, TopicPartition
 try:
     from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
     from aiokafka.errors import CorruptRecordException
+    from aiokafka.structs import TopicPartition as _KTP
 except ImportError:  # another aiokafka layout: aiokafka's getmany does it all
-    FetchResult = PartitionRecords = CorruptRecordException = None
+    FetchResult = PartitionRecords = CorruptRecordException = _KTP = None
 
 __all__ = ["Drainer", "drain", "usable"]
 
 _FETCHER_PARTS = ("_records", "_notify", "_wait_consume_future", "_check_crcs")
+# What aiokafka's getmany does around the fetcher: raise the (group) coordinator's errors,
+# and count the time between reads (a group member's max_poll_interval_ms).
+_GROUP_PARTS = (("_coordinator", "check_errors"), ("_subscription", "fetch_context"))
 
 
 def usable(kafka: Any, options: dict[str, Any]) -> bool:
-    """True when ``drain`` can read the fetches of this (started) aiokafka consumer: a
-    group-less consumer of uncommitted records, with an aiokafka whose fetcher it knows."""
-    if FetchResult is None or options.get("group_id") is not None:
+    """True when ``drain`` can read the fetches of this (started) aiokafka consumer: one
+    that reads uncommitted records, with an aiokafka whose fetcher (and, for a group
+    member, coordinator and subscription) it knows."""
+    if FetchResult is None:
         return False
     if options.get("isolation_level", "read_uncommitted") != "read_uncommitted":
         return False  # aborted transactions are filtered by aiokafka's own path
+    if not all(hasattr(getattr(kafka, part, None), name) for part, name in _GROUP_PARTS):
+        return False
     fetcher = getattr(kafka, "_fetcher", None)
     return fetcher is not None and all(hasattr(fetcher, name) for name in _FETCHER_PARTS)
 
 
 class Drainer:
-    """Reads the fetches of one group-less aiokafka consumer for ``getmany``; a fetch is
-    read whole, and what one ``getmany`` could not take is kept for the next (so no fetch
-    is asked for twice). ``position`` counts what is kept as not read yet."""
+    """Reads the fetches of one aiokafka consumer for ``getmany``; a fetch is read whole,
+    and what one ``getmany`` could not take is kept for the next (so no fetch is asked for
+    twice, and the fetcher asks for the next one at once). ``position`` counts what is
+    kept as not read yet."""
 
     def __init__(self, kafka: Any) -> None:
         self._kafka = kafka
-        self._rest: dict[TopicPartition, list[Message]] = {}
+        # Per partition: the records kept, aiokafka's assignment and the position they
+        # came with (aiokafka's position is already past them).
+        self._rest: dict[TopicPartition, tuple[list[Message], Any, int]] = {}
 
-    def take(self, max_records: int) -> dict[TopicPartition, list[Message]] | None:
-        """Up to ``max_records`` records, kept ones first, in offset order per partition;
-        None when aiokafka's ``getmany`` must answer instead."""
+    def take(
+        self, max_records: int, owned: Container[Any] | None = None
+    ) -> dict[TopicPartition, list[Message]] | None:
+        """Up to ``max_records`` records, kept ones first, in offset order per partition,
+        only of ``owned`` partitions if given; None when aiokafka's ``getmany`` must
+        answer instead."""
         out: dict[TopicPartition, list[Message]] = {}
         budget = max_records
-        for tp, kept in list(self._rest.items()):
+        for tp in list(self._rest):
+            if not self._check(tp):
+                continue
+            kept, assignment, end = self._rest[tp]
+            if owned is not None and tp not in owned:
+                continue
             if len(kept) > budget:
-                out[tp], self._rest[tp] = kept[:budget], kept[budget:]
+                out[tp] = kept[:budget]
+                self._rest[tp] = (kept[budget:], assignment, end)
                 return out
             out[tp] = kept
             del self._rest[tp]
             budget -= len(kept)
         if budget == 0:
             return out
-        fresh = drain(self._kafka, budget)
+        fresh = drain(self._kafka, budget, owned)
         if fresh is None:
             return out or None
-        for tp, messages in fresh.items():
+        for tp, (messages, assignment, end) in fresh.items():
             if budget < len(messages):
-                self._rest[tp] = messages[budget:]
+                self._rest[tp] = (messages[budget:], assignment, end)
                 messages = messages[:budget]
             if messages:
                 out.setdefault(tp, []).extend(messages)
@@ -81,21 +103,48 @@ class Drainer:
 
     def position(self, tp: TopicPartition) -> int | None:
         """The offset of the first record kept for ``tp``, or None."""
-        kept = self._rest.get(tp)
-        return kept[0].offset if kept else None
+        return self._rest[tp][0][0].offset if self._check(tp) else None
 
-    def forget(self) -> None:
-        """Drop what is kept (after a new assignment: it is fetched again if wanted)."""
-        self._rest.clear()
+    def _check(self, tp: TopicPartition) -> bool:
+        # aiokafka's FetchResult.check_assignment for what is kept: records of an old
+        # assignment, or from before a seek, are dropped (aiokafka's position is the one
+        # to read from); a paused partition's are dropped and aiokafka's position moved
+        # back to the first of them, so they are fetched again once it is resumed.
+        entry = self._rest.get(tp)
+        if entry is None:
+            return False
+        kept, assignment, end = entry
+        state = assignment.state_value(tp) if assignment.active else None
+        if state is not None and state.position == end and not state.paused:
+            return True
+        del self._rest[tp]
+        if state is not None and state.position == end:
+            self._kafka.seek(_KTP(tp.topic, tp.partition), kept[0].offset)
+        return False
+
+    def forget(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Drop what is kept (of ``partitions``, or all): after a new assignment or a
+        revocation they are fetched again if wanted, from aiokafka's position."""
+        if partitions is None:
+            self._rest.clear()
+        else:
+            for tp in partitions:
+                self._rest.pop(tp, None)
 
 
-def drain(kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] | None:
-    """Every record of aiokafka's completed fetches, taken whole until at least
-    ``max_records`` are read; None when aiokafka's ``getmany`` must answer instead."""
+def drain(
+    kafka: Any, max_records: int, owned: Container[Any] | None = None
+) -> dict[TopicPartition, tuple[list[Message], Any, int]] | None:
+    """Every record of aiokafka's completed fetches (of ``owned`` partitions if given,
+    the others left to wait), taken whole until at least ``max_records`` are read, each
+    with its assignment and the position past it; None when aiokafka's ``getmany`` must
+    answer instead."""
     fetcher = kafka._fetcher
-    out: dict[TopicPartition, list[Message]] = {}
+    out: dict[TopicPartition, tuple[list[Message], Any, int]] = {}
     count = 0
     for tp, result in list(fetcher._records.items()):
+        if owned is not None and tp not in owned:
+            continue  # assigned, but on_partitions_assigned has not run yet
         if type(result) is not FetchResult:
             # An error to raise: aiokafka's getmany raises it (after what we return now).
             return out or None
@@ -106,6 +155,7 @@ def drain(kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] |
         records = result._partition_records
         if (
             type(records) is not PartitionRecords
+            or getattr(result, "_assignment", None) is None
             or records._records_iterator is None
             or getgeneratorstate(records._records_iterator) != GEN_CREATED
         ):
@@ -116,7 +166,11 @@ def drain(kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] |
         del fetcher._records[tp]
         fetcher._notify(fetcher._wait_consume_future)  # the fetcher asks for more
         if messages:
-            out[TopicPartition(tp.topic, tp.partition)] = messages
+            out[TopicPartition(tp.topic, tp.partition)] = (
+                messages,
+                result._assignment,
+                records.next_fetch_offset,
+            )
             count += len(messages)
             if count >= max_records:
                 break
