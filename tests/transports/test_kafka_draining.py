@@ -122,6 +122,13 @@ def test_read_committed_and_unknown_aiokafka_parts_use_aiokafkas_path() -> None:
     assert not usable(SimpleNamespace(_fetcher=KnownFetcher()), {"group_id": "members"})
 
 
+def test_an_unchecked_aiokafka_release_uses_aiokafkas_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiokafka
+
+    monkeypatch.setattr(aiokafka, "__version__", "0.15.0")
+    assert not usable(known(KnownFetcher()), {"group_id": "members"})
+
+
 async def test_group_members_drain_the_same_records_across_a_rebalance(
     kafka_bootstrap: str,
 ) -> None:
