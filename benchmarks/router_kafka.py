@@ -1,6 +1,7 @@
 """The router on Kafka: ``examples/router.py`` against a hand-written batched aiokafka loop.
 
     python -m benchmarks.router_kafka [--orders 200000] [--rounds 3] [--bootstrap HOST:PORT]
+    python -m benchmarks.router_kafka --client rdkafka    # both sides on librdkafka
 
 Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka) and pre-loads two
 4-partition input topics with the same ``--orders`` orders (about 140 bytes of JSON, keyed
@@ -15,6 +16,11 @@ once with each of:
 * flowkit: ``examples/router.py`` (``make_app(demo_traffic=False)``) in a ``flowkit.Worker``
   on ``KafkaTransport``, flowkit's Kafka defaults, until every order is processed and
   every output acknowledged.
+
+With ``--client rdkafka`` both sides use librdkafka (confluent-kafka): the hand-written loop
+``consume``s up to ``--max-records``, ``produce``s each output to its key's partition
+(murmur2, as flowkit places it), and commits a fetch's offsets once everything it caused is
+delivered, a fetch behind; flowkit runs on ``kafka://...?client=rdkafka``.
 
 Both use the same fetch settings and ``--max-records`` per fetch, and both clocks start
 when the first records arrive. Every run writes to topics of its own; they are read
@@ -45,6 +51,8 @@ from flowkit.logs import configure_logging
 from flowkit.partitioning import partition_for_key
 
 PARTITIONS = 4
+CLIENT = ["aiokafka"]  # --client: the Kafka client of both sides
+BOOTSTRAP = [""]  # the broker's address, for the blocking rdkafka loop
 GROUP_SETTINGS = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 400}
 FETCH = {"fetch_max_wait_ms": 50, "max_partition_fetch_bytes": 4 * 1024 * 1024}
 PRODUCE = {"acks": "all", "linger_ms": 5, "max_batch_size": 256 * 1024}
@@ -218,6 +226,95 @@ async def hand_written(
         await producer.stop()
 
 
+def hand_written_rdkafka(source: str, n: int, tag: str, max_records: int) -> tuple[float, float]:
+    """The same loop on confluent-kafka: blocking calls, nothing else runs meanwhile."""
+    import confluent_kafka as ck
+
+    names = {t: f"{t}-{tag}" for t in ROUTE_TOPICS}
+    dlq = f"hand-{tag}-dlq"
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP[0],
+            "group.id": f"hand-{tag}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": FETCH["fetch_max_wait_ms"],
+            "max.partition.fetch.bytes": FETCH["max_partition_fetch_bytes"],
+            "fetch.queue.backoff.ms": 10,
+            "session.timeout.ms": GROUP_SETTINGS["session_timeout_ms"],
+            "heartbeat.interval.ms": GROUP_SETTINGS["heartbeat_interval_ms"],
+        }
+    )
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": BOOTSTRAP[0],
+            "acks": PRODUCE["acks"],
+            "linger.ms": PRODUCE["linger_ms"],
+            "batch.size": PRODUCE["max_batch_size"],
+        }
+    )
+    consumer.subscribe([source])
+    decode, encode = msgspec.json.decode, msgspec.json.Encoder().encode
+    partition_of: dict[bytes | None, int] = {}
+    delivered = [0]
+
+    def on_delivery(err: Any, _: Any) -> None:
+        if err is not None:
+            raise SystemExit(f"hand-written rdkafka loop: a send failed: {err}")
+        delivered[0] += 1
+
+    produce = producer.produce
+    try:
+        seen, sent, started, cpu = 0, 0, 0.0, 0.0
+        behind: tuple[int, list[Any]] | None = None  # (sends to wait for, offsets to commit)
+        while seen < n:
+            records = consumer.consume(max_records, 0) or consumer.consume(1, 1.0)
+            if not records:
+                continue
+            if not seen:
+                started, cpu = time.perf_counter(), time.process_time()
+            ends: dict[tuple[str, int], int] = {}
+            for r in records:
+                if r.error() is not None:
+                    continue
+                seen += 1
+                key = r.key()
+                ends[r.topic(), r.partition()] = r.offset() + 1
+                try:
+                    outs = route_by_hand(decode(r.value()))
+                except Exception as exc:
+                    headers = [
+                        ("error.type", type(exc).__name__.encode()),
+                        ("source.topic", r.topic().encode()),
+                        ("source.partition", str(r.partition()).encode()),
+                        ("source.offset", str(r.offset()).encode()),
+                    ]
+                    produce(dlq, r.value(), key, 0, on_delivery, headers=headers)
+                    sent += 1
+                    continue
+                if not outs:
+                    continue
+                p = partition_of.get(key)
+                if p is None:
+                    p = partition_of[key] = partition_for_key(key, PARTITIONS)
+                for topic, value in outs:
+                    produce(names[topic], encode(value), key, p, on_delivery)
+                    sent += 1
+            # The previous fetch's sends delivered, then its commit.
+            if behind is not None:
+                while delivered[0] < behind[0]:
+                    producer.poll(0.05)
+                consumer.commit(offsets=behind[1], asynchronous=False)
+            producer.poll(0)
+            behind = (sent, [ck.TopicPartition(t, p, o) for (t, p), o in ends.items()])
+        producer.flush()
+        if behind is not None:
+            consumer.commit(offsets=behind[1], asynchronous=False)
+        return time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        consumer.close()
+
+
 # -- flowkit --------------------------------------------------------------------------------
 
 
@@ -226,7 +323,7 @@ async def with_flowkit(
 ) -> tuple[float, float]:
     routes = [{**r, "to": [f"{t}-{tag}" for t in r["to"]]} for r in router.ROUTES]
     app = router.make_app(routes, demo_traffic=False, name=f"flowkit-{tag}", source=source)
-    query = "&".join(f"{k}={v}" for k, v in GROUP_SETTINGS.items())
+    query = "&".join(f"{k}={v}" for k, v in {**GROUP_SETTINGS, "client": CLIENT[0]}.items())
     worker = flowkit.Worker(
         app, broker=f"kafka://{bootstrap}?{query}", max_fetch_records=max_records
     )
@@ -284,6 +381,7 @@ async def read_back(bootstrap: str, topics: dict[str, str], dlq: str) -> tuple[O
 
 
 async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
+    BOOTSTRAP[0] = bootstrap
     run_id = uuid.uuid4().hex[:6]
     sources = {"clean": f"router-in-clean-{run_id}", "bad": f"router-in-bad-{run_id}"}
     for kind, topic in sources.items():
@@ -304,7 +402,14 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
                     row[who], cpu[who] = await with_flowkit(bootstrap, source, n, tag, max_records)
                     dlq = f"flowkit-{tag}-dlq"
                 else:
-                    row[who], cpu[who] = await hand_written(bootstrap, source, n, tag, max_records)
+                    if CLIENT[0] == "rdkafka":
+                        outputs = {f"{t}-{tag}": PARTITIONS for t in ROUTE_TOPICS}
+                        await create(bootstrap, {**outputs, f"hand-{tag}-dlq": 1})
+                        row[who], cpu[who] = hand_written_rdkafka(source, n, tag, max_records)
+                    else:
+                        row[who], cpu[who] = await hand_written(
+                            bootstrap, source, n, tag, max_records
+                        )
                     dlq = f"hand-{tag}-dlq"
                 topics = {t: f"{t}-{tag}" for t in ROUTE_TOPICS}
                 got = await read_back(bootstrap, topics, dlq)
@@ -347,7 +452,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records", type=int, default=10_000)
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
+    parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
     args = parser.parse_args()
+    CLIENT[0] = args.client
     configure_logging("error")
     if args.bootstrap:
         asyncio.run(run(args.bootstrap, args.orders, args.rounds, args.max_records))

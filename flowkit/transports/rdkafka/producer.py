@@ -140,16 +140,39 @@ class RdkafkaProducer:
         self, topic: str, partition: int, records: Sequence[OutRecord]
     ) -> list[tuple[int, Awaitable[Ack]]]:
         """Queue ``records`` for ``partition`` (librdkafka batches them itself); one
-        awaitable for all of them: the ``Ack`` of the last, or the first failure."""
-        futures = [
-            await self.send(
-                topic, value, key=key, headers=headers, partition=partition, timestamp_ms=ts
-            )
-            for key, value, headers, ts in records
-        ]
-        if not futures:
+        awaitable for all of them: the ``Ack`` of the last, or the first failure.
+
+        One future and one delivery counter per batch, not a future, a callback object and
+        a hand-over per record: a router's outputs come by the thousand."""
+        if not records:
             return []
-        return [(len(futures), _last_ack(futures))]
+        if self._kafka is None:
+            await self.start()
+        if self._fatal is not None:
+            raise self._fatal
+        assert self._loop is not None
+        future: asyncio.Future[Ack] = self._loop.create_future()
+        delivered = _BatchDelivery(self, future, len(records)).delivered
+        produce = self._kafka.produce
+        for key, value, headers, ts in records:
+            while True:
+                try:
+                    produce(
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=delivered,
+                        timestamp=ts or 0,
+                        headers=list(headers) if headers else None,
+                    )
+                    break
+                except BufferError:
+                    # librdkafka's local queue is full: the poller drains it as acks arrive.
+                    await asyncio.sleep(0.005)
+                except RDKAFKA_ERRORS as exc:
+                    raise translate(exc) from exc
+        return [(len(records), future)]
 
     def _flush(self) -> None:
         kafka = self._kafka
@@ -186,24 +209,24 @@ class RdkafkaProducer:
             self._kafka = None
 
 
-def _last_ack(futures: list[Awaitable[Ack]]) -> asyncio.Future[Ack]:
-    """A future of the last record's ``Ack``, failed with the first failure if any: the
-    caller sends a failed batch again record by record to find the record refused."""
-    out: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
-    gathered = asyncio.gather(*futures, return_exceptions=True)
+class _BatchDelivery:
+    """Counts the delivery reports of one ``send_batch``; the last one hands the batch's
+    result (the first error, else the last record, which librdkafka reports last within a
+    partition) to the event loop with the producer's other acks."""
 
-    def done(g: asyncio.Future[list[Any]]) -> None:
-        if out.done():
-            return
-        if g.cancelled():
-            out.cancel()
-            return
-        results = g.result()
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
-        if failure is not None:
-            out.set_exception(failure)
-        else:
-            out.set_result(results[-1])
+    __slots__ = ("error", "future", "lock", "producer", "remaining")
 
-    gathered.add_done_callback(done)
-    return out
+    def __init__(self, producer: RdkafkaProducer, future: asyncio.Future[Ack], n: int) -> None:
+        self.producer = producer
+        self.future = future
+        self.remaining = n
+        self.error: Any = None
+        self.lock = producer._lock  # reports come from the poller or a flushing thread
+
+    def delivered(self, error: Any, record: Any) -> None:
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.producer._done.append((self.future, self.error, record))
