@@ -303,9 +303,6 @@ class Dispatcher:
     async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
-        fn = agent.fn
-        is_async = agent.is_async
-        many = agent.many
         emit = self.emitters[source.name].emit
 
         async def failed(exc: Exception) -> bool:
@@ -315,27 +312,8 @@ class Dispatcher:
             await self._failed(agent, source, message, exc)
             return True
 
-        if source.join is None:
-            # The stream's loop calls the function itself: no generator step per record.
-            await source.call_each(fn, emit, failed, is_async=is_async, many=many)
-            return
-        async for value in source.iterate(()):  # a stream-stream join's own loop
-            try:
-                out = fn(value)
-                if is_async:
-                    out = await out
-                if many:  # a generator: its outputs in order, each as it comes
-                    for one in out:
-                        pending = emit(one)
-                        if pending is not None:
-                            await pending
-                elif out is not None:
-                    pending = emit(out)
-                    if pending is not None:
-                        await pending
-            except Exception as exc:
-                if not await failed(exc):
-                    raise
+        # The stream's loop calls the function itself: no generator step per record.
+        await source.call_each(agent.fn, emit, failed, is_async=agent.is_async, many=agent.many)
 
     def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
         # Whether a per-record agent's failed record is dealt with where it failed: not

@@ -299,7 +299,26 @@ class StreamSource(TaskScope):
         """Call ``fn`` on each value from the current position on, from inside the stream's
         loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emit``;
         when it raises, ``failed(exc)`` says whether the loop goes on."""
-        await call_loop(is_async, many)(self, SKIP, fn, emit, failed)
+        if self.join is None:
+            await call_loop(is_async, many)(self, SKIP, fn, emit, failed)
+            return
+        async for value in self.iterate(()):  # a stream-stream join has a loop of its own
+            try:
+                out = fn(value)
+                if is_async:
+                    out = await out
+                if many:  # a generator: its outputs in order, each as it comes
+                    for one in out:
+                        pending = emit(one)
+                        if pending is not None:
+                            await pending
+                elif out is not None:
+                    pending = emit(out)
+                    if pending is not None:
+                        await pending
+            except Exception as exc:
+                if not await failed(exc):
+                    raise
 
     async def chunks(
         self,
