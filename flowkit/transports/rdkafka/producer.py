@@ -9,7 +9,6 @@ the send futures are resolved: one loop wake-up per batch of acks, not per recor
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,11 +87,6 @@ class RdkafkaProducer:
             kafka.poll(0.1)
             self._hand_over()
 
-    def _delivered(self, future: asyncio.Future[Ack], error: Any, record: Any) -> None:
-        # In whichever thread polls or flushes.
-        with self._lock:
-            self._done.append((future, error, record))
-
     def _hand_over(self) -> None:
         if self._done:
             with self._lock:
@@ -112,40 +106,24 @@ class RdkafkaProducer:
         timestamp_ms: int | None = None,
     ) -> Awaitable[Ack]:
         """Queue one record; the future resolves to its ``Ack``."""
-        if self._kafka is None:
-            await self.start()
-        if self._fatal is not None:
-            raise self._fatal
-        assert self._loop is not None
-        future: asyncio.Future[Ack] = self._loop.create_future()
-        while True:
-            try:
-                self._kafka.produce(
-                    topic,
-                    value,
-                    key,
-                    partition=-1 if partition is None else partition,
-                    on_delivery=functools.partial(self._delivered, future),
-                    timestamp=timestamp_ms or 0,
-                    headers=list(headers) if headers else None,
-                )
-                return future
-            except BufferError:
-                # librdkafka's local queue is full: the poller drains it as acks arrive.
-                await asyncio.sleep(0.005)
-            except RDKAFKA_ERRORS as exc:
-                raise translate(exc) from exc
+        record = (key, value, headers, timestamp_ms)
+        return await self._produce(topic, -1 if partition is None else partition, (record,))
 
     async def send_batch(
         self, topic: str, partition: int, records: Sequence[OutRecord]
     ) -> list[tuple[int, Awaitable[Ack]]]:
         """Queue ``records`` for ``partition`` (librdkafka batches them itself); one
-        awaitable for all of them: the ``Ack`` of the last, or the first failure.
-
-        One future and one delivery counter per batch, not a future, a callback object and
-        a hand-over per record: a router's outputs come by the thousand."""
+        awaitable for all of them: the ``Ack`` of the last, or the first failure."""
         if not records:
             return []
+        return [(len(records), await self._produce(topic, partition, records))]
+
+    async def _produce(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> asyncio.Future[Ack]:
+        # One future and one delivery counter per call, not a future, a callback object and
+        # a hand-over per record: a router's outputs come by the thousand. Partition -1:
+        # librdkafka's partitioner places each record.
         if self._kafka is None:
             await self.start()
         if self._fatal is not None:
@@ -172,7 +150,7 @@ class RdkafkaProducer:
                     await asyncio.sleep(0.005)
                 except RDKAFKA_ERRORS as exc:
                     raise translate(exc) from exc
-        return [(len(records), future)]
+        return future
 
     def _flush(self) -> None:
         kafka = self._kafka
@@ -210,7 +188,7 @@ class RdkafkaProducer:
 
 
 class _BatchDelivery:
-    """Counts the delivery reports of one ``send_batch``; the last one hands the batch's
+    """Counts the delivery reports of one ``send`` or ``send_batch``; the last one hands its
     result (the first error, else the last record, which librdkafka reports last within a
     partition) to the event loop with the producer's other acks."""
 
