@@ -285,26 +285,9 @@ class MemoryBroker:
                         t.key_partitions.clear()
                     cached = t.key_partitions[key] = partition_for_key(key, len(logs))
                 partition = cached
-        elif not 0 <= partition < len(logs):
-            raise TransportError(
-                f"topic {topic!r} has no partition {partition} (it has {len(logs)})"
-            )
-        log = logs[partition]
-        messages = log.messages
-        offset = log.next_offset
-        log.next_offset = offset + 1
-        if timestamp_ms is None:
-            timestamp_ms = int(self._clock() * 1000)
-        messages.append(Message(topic, partition, offset, timestamp_ms, key, value, headers))
-        if len(messages) > log.trim_at:
-            if t.compacted:
-                log.compact()
-                log.trim_at = max(2 * len(log.messages), _COMPACT_AT)
-            else:
-                self._trim(TopicPartition(topic, partition), log)
-        if log.waiters:
-            _wake(log.waiters)
-        return _done_ack(topic, partition, offset)
+        ack = self._append_batch(topic, partition, ((key, value, headers, timestamp_ms),))
+        assert ack is not None  # one record appended
+        return ack
 
     def _append_batch(
         self, topic: str, partition: int, records: Sequence[OutRecord]
