@@ -16,6 +16,7 @@ import uuid
 
 import aiokafka
 
+from benchmarks.kafka_broker import kafka_broker
 from flowkit.records import TopicPartition
 from flowkit.transports import TopicSpec
 from flowkit.transports.kafka import KafkaTransport
@@ -101,14 +102,5 @@ if __name__ == "__main__":
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    if args.bootstrap:
-        asyncio.run(main(args.bootstrap, args.records, args.rounds))
-    else:
-        from tests.kafka_broker import TansuBroker
-
-        broker = TansuBroker()
-        broker.start()
-        try:
-            asyncio.run(main(broker.bootstrap, args.records, args.rounds))
-        finally:
-            broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(main(bootstrap, args.records, args.rounds))

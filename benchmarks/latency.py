@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport, Transport
 
@@ -284,20 +285,10 @@ async def kafka_run(bootstrap: str, client: str, records: int, seconds: float) -
 
 
 def run_kafka(records: int, seconds: float, bootstrap: str | None) -> None:
-    from tests.kafka_broker import TansuBroker
-
-    broker = None
-    if bootstrap is None:
-        broker = TansuBroker()
-        broker.start()
-        bootstrap = broker.bootstrap
-    try:
+    with kafka_broker(bootstrap) as (address, _):
         for client in ("aiokafka", "rdkafka"):
             gc.collect()
-            asyncio.run(kafka_run(bootstrap, client, records, seconds))
-    finally:
-        if broker is not None:
-            broker.stop()
+            asyncio.run(kafka_run(address, client, records, seconds))
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 import confluent_kafka as ck
 from confluent_kafka.aio import AIOConsumer
 
+from benchmarks.kafka_broker import kafka_broker
 from flowkit.records import TopicPartition
 from flowkit.transports import TopicSpec
 from flowkit.transports.rdkafka import RdkafkaTransport
@@ -152,17 +153,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
     args = parser.parse_args()
-    if args.bootstrap:
-        asyncio.run(run(args.bootstrap, args.records, args.rounds))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        asyncio.run(run(broker.bootstrap, args.records, args.rounds))
-    finally:
-        broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(run(bootstrap, args.records, args.rounds))
 
 
 if __name__ == "__main__":

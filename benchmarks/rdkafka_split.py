@@ -36,6 +36,7 @@ import msgspec
 import flowkit
 from benchmarks import ysb_clients as yc
 from benchmarks import ysb_kafka as yk
+from benchmarks.kafka_broker import kafka_broker
 from examples import ysb
 from flowkit.logs import configure_logging
 from flowkit.transports.rdkafka import consumer as rdconsumer
@@ -201,17 +202,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
     args = parser.parse_args()
     configure_logging("warning")
-    if args.bootstrap:
-        asyncio.run(run(args.bootstrap, args.events, args.repeat, args.max_records))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        asyncio.run(run(broker.bootstrap, args.events, args.repeat, args.max_records))
-    finally:
-        broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(run(bootstrap, args.events, args.repeat, args.max_records))
 
 
 if __name__ == "__main__":

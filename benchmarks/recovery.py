@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.records import TopicPartition
@@ -284,18 +285,10 @@ def kafka_round(
 
 
 def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
-    from tests.kafka_broker import TansuBroker
-
-    broker = None
-    if bootstrap is None:
-        broker = TansuBroker()
-        broker.start()
-        bootstrap = broker.bootstrap
-    pid = broker.proc.pid if broker is not None and broker.proc is not None else None
-    try:
+    with kafka_broker(bootstrap) as (address, pid):
         _, table = make_app()
         started, cpu, broker_cpu = time.perf_counter(), time.process_time(), process_cpu(pid)
-        asyncio.run(preload_kafka(bootstrap, table, n))
+        asyncio.run(preload_kafka(address, table, n))
         print(
             f"Kafka (Tansu): a changelog of {n:,} keys in {table.partitions} partitions, loaded"
             f" in {time.perf_counter() - started:.1f} s (loader CPU"
@@ -309,11 +302,11 @@ def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
         query = "session_timeout_ms=2000&heartbeat_interval_ms=400"
         for _ in range(repeat):
             runs: dict[str, Callable[[], Coroutine[Any, Any, tuple[float, float, int]]]] = {
-                "aiokafka getmany alone": lambda: hand_kafka(bootstrap, table, apply=False),
-                "aiokafka hand-written": lambda: hand_kafka(bootstrap, table),
+                "aiokafka getmany alone": lambda: hand_kafka(address, table, apply=False),
+                "aiokafka hand-written": lambda: hand_kafka(address, table),
             }
             for client in clients:
-                url = f"kafka://{bootstrap}?{query}&client={client}"
+                url = f"kafka://{address}?{query}&client={client}"
                 runs[f"flowkit {client}"] = partial(with_flowkit, n, broker=url)
             seconds, cpus, brokers = kafka_round(runs, n, pid)
             rounds.append(seconds)
@@ -340,9 +333,6 @@ def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
                 b = statistics.median(r[label] for r in broker_rounds)
                 c = statistics.median(r[label] for r in cpu_rounds)
                 print(f"  {label:<24}: broker {b:5.2f} s, {b / c:4.0%} of the reader's {c:.2f} s")
-    finally:
-        if broker is not None:
-            broker.stop()
 
 
 def main() -> None:

@@ -45,6 +45,7 @@ import msgspec
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from examples import router
 from flowkit.logs import configure_logging
@@ -456,17 +457,8 @@ def main() -> None:
     args = parser.parse_args()
     CLIENT[0] = args.client
     configure_logging("error")
-    if args.bootstrap:
-        asyncio.run(run(args.bootstrap, args.orders, args.rounds, args.max_records))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        asyncio.run(run(broker.bootstrap, args.orders, args.rounds, args.max_records))
-    finally:
-        broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records))
 
 
 if __name__ == "__main__":

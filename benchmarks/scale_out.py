@@ -39,6 +39,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from benchmarks.ysb_kafka import (
     WINDOW_MS,
@@ -245,18 +246,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="paired rounds")
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
     args = parser.parse_args()
-    if args.bootstrap:  # the broker's CPU is not measured then
-        asyncio.run(run(args.bootstrap, None, args.events, args.repeat))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        assert broker.proc is not None
-        asyncio.run(run(broker.bootstrap, broker.proc.pid, args.events, args.repeat))
-    finally:
-        broker.stop()
+    # With --bootstrap the broker's CPU is not measured (its pid is None).
+    with kafka_broker(args.bootstrap) as (bootstrap, pid):
+        asyncio.run(run(bootstrap, pid, args.events, args.repeat))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import uuid
 
 import flowkit
 from benchmarks import ysb_kafka as yk
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from benchmarks.ysb import Seconds
 from flowkit.logs import configure_logging
@@ -125,17 +126,8 @@ def main() -> None:
     if not clients or not set(clients) <= set(CLIENTS):
         parser.error(f"--clients takes {', '.join(CLIENTS)}")
     configure_logging("warning")
-    if args.bootstrap:
-        asyncio.run(run(args.bootstrap, args.events, args.repeat, args.max_records, clients))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        asyncio.run(run(broker.bootstrap, args.events, args.repeat, args.max_records, clients))
-    finally:
-        broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(run(bootstrap, args.events, args.repeat, args.max_records, clients))
 
 
 if __name__ == "__main__":

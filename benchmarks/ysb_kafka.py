@@ -41,6 +41,7 @@ import msgspec
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.ysb import Seconds
 from examples import ysb
 from flowkit.logs import configure_logging
@@ -450,17 +451,8 @@ def main() -> None:
     if args.child:
         asyncio.run(child(args.bootstrap, args.group, args.max_records))
         return
-    if args.bootstrap:
-        asyncio.run(run(args.bootstrap, args.events, args.repeat, args.max_records))
-        return
-    from tests.kafka_broker import TansuBroker
-
-    broker = TansuBroker()
-    broker.start()
-    try:
-        asyncio.run(run(broker.bootstrap, args.events, args.repeat, args.max_records))
-    finally:
-        broker.stop()
+    with kafka_broker(args.bootstrap) as (bootstrap, _):
+        asyncio.run(run(bootstrap, args.events, args.repeat, args.max_records))
 
 
 if __name__ == "__main__":
