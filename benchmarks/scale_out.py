@@ -141,7 +141,12 @@ async def one_run(
             cpu0: dict[str, float] = {}
             while True:
                 if proc.returncode is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"{processes} process(es): no result (exit {proc.returncode})")
+                    err = await proc.stderr.read() if proc.returncode is not None else b""
+                    tail = err.decode(errors="replace").strip().splitlines()[-5:]
+                    raise SystemExit(
+                        f"{processes} process(es): no result (exit {proc.returncode})\n"
+                        + "\n".join(tail)
+                    )
                 now = time.perf_counter()
                 status, text = await get(session, web + "/metrics")
                 seen = figures(text) if status == 200 else None

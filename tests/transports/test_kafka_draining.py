@@ -96,6 +96,7 @@ class KnownFetcher:
     """The parts of aiokafka's fetcher that draining.py reads."""
 
     _records: dict[object, object] = {}  # noqa: RUF012
+    _in_flight: set[object] = set()  # noqa: RUF012
     _wait_consume_future = None
     _check_crcs = True
 
@@ -239,4 +240,42 @@ async def test_kept_records_of_a_paused_or_moved_partition_are_read_again(
         got.extend(m for ms in (await consumer.getmany(0.05, 7)).values() for m in ms)
     assert [m.offset for m in got] == [*range(before), *range(90, 100)]
     assert [m.value for m in got[:3]] == [b"v0", b"v1", b"v2"]
+    await consumer.aclose()
+
+
+async def test_the_next_fetch_is_asked_for_before_records_are_handed_out(
+    transport: KafkaTransport,
+) -> None:
+    # A worker processes what getmany hands out in one step of the event loop; the fetch
+    # for what comes next must be on its way by then, not asked for once that is done.
+    topic = f"drain-ahead-{uuid.uuid4().hex[:10]}"
+    await transport.create_topics([TopicSpec(topic, 2)])
+    producer = transport.producer()
+    for partition in (0, 1):
+        records = [(b"k%d" % i, b"v%d" % i, (), 1_700_000_000_000 + i) for i in range(50)]
+        for _, ack in await producer.send_batch(topic, partition, records):
+            await ack
+    await producer.aclose()
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    consumer = transport.consumer(group_id=None, client_id="drain-ahead")
+    await consumer.start()
+    assert consumer._drainer is not None
+    consumer.assign(tps)
+    fetcher = consumer._kafka._fetcher
+    deadline = time.monotonic() + 10
+    while not fetcher._records:  # a fetch has come back, not read yet
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    first = await consumer.getmany(1.0, 1)
+    assert sum(len(ms) for ms in first.values()) == 1
+    # The whole fetch was read (what one call could not take is kept), and the fetcher
+    # has already sent its next request.
+    assert not fetcher._records
+    assert fetcher._in_flight
+    got = {tp: [m.offset for m in ms] for tp, ms in first.items()}
+    while sum(len(offsets) for offsets in got.values()) < 100:
+        assert time.monotonic() < deadline
+        for tp, ms in (await consumer.getmany(0.05, 30)).items():
+            got.setdefault(tp, []).extend(m.offset for m in ms)
+    assert got == {tp: list(range(50)) for tp in tps}
     await consumer.aclose()

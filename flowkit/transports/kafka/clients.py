@@ -15,7 +15,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from ...errors import CommitFailed, ConfigurationError, TransportError
 from ...records import Headers, Message, TopicPartition
 from ..base import Ack, OutRecord, RebalanceListener
-from .draining import Drainer, usable
+from .draining import Drainer, send_next, usable
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
 
 log = structlog.get_logger(__name__)
@@ -182,6 +182,10 @@ class KafkaConsumer:
                 if self._drainer is not None:
                     drained = self._drain(kafka, max_records)
                     if drained:
+                        if self._drainer.refetch:  # the next fetch on its way first
+                            await send_next(kafka)
+                            if self._closed:  # by another task meanwhile
+                                return {}
                         return drained
                 if drained is None:
                     try:

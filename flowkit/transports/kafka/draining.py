@@ -15,10 +15,17 @@ asks aiokafka's own ``getmany``, which gives the same records. ``Drainer`` keeps
 of a fetch that one ``getmany`` could not take, rather than fetch it again; kept records
 are checked as aiokafka checks a buffered fetch (its assignment still active, the partition
 not paused, its position not moved by a seek) before they are handed out.
+
+``send_next`` lets aiokafka's fetcher send the next fetch request before the records of the
+one just read are handed out. Otherwise the request waits for the fetcher's task, which
+runs only after the agents have processed what was handed out (they run a whole batch in one
+step of the event loop): the worker would process, then wait for the broker, then process,
+never both at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Container, Iterable
 from inspect import GEN_CREATED, getgeneratorstate
 from typing import Any
@@ -38,9 +45,13 @@ except ImportError:  # another aiokafka layout: aiokafka's getmany does it all
 # aiokafka's own getmany: slower, the same records.
 CHECKED_RELEASES = ("0.14.",)
 
-__all__ = ["Drainer", "drain", "usable"]
+__all__ = ["Drainer", "drain", "send_next", "usable"]
 
-_FETCHER_PARTS = ("_records", "_notify", "_wait_consume_future", "_check_crcs")
+_FETCHER_PARTS = ("_records", "_notify", "_wait_consume_future", "_check_crcs", "_in_flight")
+# Event-loop steps from the fetcher's wake-up to its request on the wire: the wait in its
+# task returns, the task runs and starts the request's task, which writes the request (one
+# more step, in case another task ran first).
+_MAX_STEPS = 4
 # What aiokafka's getmany does around the fetcher: raise the (group) coordinator's errors,
 # and count the time between reads (a group member's max_poll_interval_ms).
 _GROUP_PARTS = (("_coordinator", "check_errors"), ("_subscription", "fetch_context"))
@@ -71,6 +82,8 @@ class Drainer:
         # Per partition: the records kept, aiokafka's assignment and the position they
         # came with (aiokafka's position is already past them).
         self._rest: dict[TopicPartition, tuple[list[Message], Any, int]] = {}
+        # True when the last ``take`` read a fetch whole (so the fetcher may send the next).
+        self.refetch = False
 
     def take(
         self, max_records: int, owned: Container[Any] | None = None
@@ -80,6 +93,7 @@ class Drainer:
         answer instead."""
         out: dict[TopicPartition, list[Message]] = {}
         budget = max_records
+        self.refetch = False
         for tp in list(self._rest):
             if not self._check(tp):
                 continue
@@ -95,9 +109,10 @@ class Drainer:
             budget -= len(kept)
         if budget == 0:
             return out
-        fresh = drain(self._kafka, budget, owned)
+        fresh = drain(self._kafka, owned)
         if fresh is None:
             return out or None
+        self.refetch = bool(fresh)
         for tp, (messages, assignment, end) in fresh.items():
             if budget < len(messages):
                 self._rest[tp] = (messages[budget:], assignment, end)
@@ -138,16 +153,30 @@ class Drainer:
                 self._rest.pop(tp, None)
 
 
+async def send_next(kafka: Any) -> None:
+    """Give aiokafka's fetcher the event-loop steps it needs to send its next fetch request
+    (after ``drain`` read the last one), unless another fetch is still waiting to be read."""
+    fetcher = kafka._fetcher
+    for _ in range(_MAX_STEPS):
+        if fetcher._records:
+            return  # the fetcher sends nothing before that one is read
+        if fetcher._in_flight:
+            await asyncio.sleep(0)  # the request's task writes it in its first step
+            return
+        await asyncio.sleep(0)
+    # Nothing sent (paused partitions, a backoff): not worth more steps.
+
+
 def drain(
-    kafka: Any, max_records: int, owned: Container[Any] | None = None
+    kafka: Any, owned: Container[Any] | None = None
 ) -> dict[TopicPartition, tuple[list[Message], Any, int]] | None:
     """Every record of aiokafka's completed fetches (of ``owned`` partitions if given,
-    the others left to wait), taken whole until at least ``max_records`` are read, each
-    with its assignment and the position past it; None when aiokafka's ``getmany`` must
-    answer instead."""
+    the others left to wait), each with its assignment and the position past it; None
+    when aiokafka's ``getmany`` must answer instead. All of them, however many records
+    the caller asked for: aiokafka's fetcher asks a broker for more only once every
+    partition's last answer from it is read (one fetch response at most is kept)."""
     fetcher = kafka._fetcher
     out: dict[TopicPartition, tuple[list[Message], Any, int]] = {}
-    count = 0
     for tp, result in list(fetcher._records.items()):
         if owned is not None and tp not in owned:
             continue  # assigned, but on_partitions_assigned has not run yet
@@ -177,9 +206,6 @@ def drain(
                 result._assignment,
                 records.next_fetch_offset,
             )
-            count += len(messages)
-            if count >= max_records:
-                break
     return out
 
 
