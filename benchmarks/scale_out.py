@@ -1,6 +1,7 @@
 """Scale-out: ``flowkit worker --processes 2`` against one worker process, same data, same run.
 
     python -m benchmarks.scale_out [--events 1000000] [--repeat 3] [--bootstrap HOST:PORT]
+                                   [--client aiokafka|rdkafka]
 
 Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka), pre-loads ``--events``
 YSB events into the 4-partition topic ``ysb-events`` (as ``benchmarks.ysb_kafka`` does),
@@ -18,8 +19,11 @@ partition has lag. A run in which the group rebalanced after it started (a proce
 late) is run again. Every run's window counts are checked against a count made here.
 
 Beside the rates it prints where the CPU went during the timed part (the broker and each
-worker process, from /proc): on a 2-core machine the broker shares the cores with the
-workers, which is what bounds the ratio.
+worker process, from /proc), the CPU per event of each, the rate the two processes could
+reach if only CPU bound them (each worker at most a core; workers, broker and parent at most
+all cores), and, each round, what the broker serves to one and to two bare reader processes
+that do nothing with the records (``benchmarks.raw_readers``): on a 2-core machine the
+broker shares the cores with the workers, and what it serves bounds the ratio.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 import flowkit
+from benchmarks import raw_readers, ysb_kafka
 from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from benchmarks.ysb_kafka import (
@@ -141,7 +146,8 @@ async def one_run(
             cpu0: dict[str, float] = {}
             while True:
                 if proc.returncode is not None or time.monotonic() > deadline:
-                    err = await proc.stderr.read() if proc.returncode is not None else b""
+                    ended = proc.returncode is not None
+                    err = await proc.stderr.read() if ended and proc.stderr else b""
                     tail = err.decode(errors="replace").strip().splitlines()[-5:]
                     raise SystemExit(
                         f"{processes} process(es): no result (exit {proc.returncode})\n"
@@ -211,6 +217,7 @@ async def run(bootstrap: str, broker_pid: int | None, events: int, repeat: int) 
     labels = {1: "1 process", 2: "2 processes"}
     rounds: list[dict[str, float]] = []
     cpu: dict[int, dict[str, float]] = {}
+    bare: dict[int, float] = {}
     for r in range(repeat):
         timings: dict[str, float] = {}
         # Alternate which goes first: a machine that slows down over a round hurts both.
@@ -228,21 +235,51 @@ async def run(bootstrap: str, broker_pid: int | None, events: int, repeat: int) 
             if processes not in cpu or seconds < cpu[processes]["seconds"]:
                 cpu[processes] = {"seconds": seconds, **used}
         rounds.append({label: timings[label] for label in labels.values()})
+        # What the broker serves to bare readers (no app) on the same topic, 1 and 2.
+        read = {n: (await raw_readers.readers(bootstrap, n))[0] for n in (1, 2)}
+        bare = {n: max(bare.get(n, 0.0), rate) for n, rate in read.items()}
         print(
-            f"  round {r + 1}: " + ", ".join(f"{k} {events / v:,.0f}/s" for k, v in timings.items())
+            f"  round {r + 1}: "
+            + ", ".join(f"{k} {events / v:,.0f}/s" for k, v in timings.items())
+            + f"; bare readers {read[1]:,.0f}/s and {read[2]:,.0f}/s"
+            + f" (load {os.getloadavg()[0]:.1f})"
         )
     report(rounds, events, "event", [("scale-out 2 / 1 processes", "2 processes", "1 process")])
+    print(
+        f"bare readers (no app), best: 1 process {bare[1]:,.0f}/s, 2 processes "
+        f"{bare[2]:,.0f}/s ({bare[2] / bare[1]:.2f}x): what the broker serves"
+    )
     print("CPU during the fastest run of each (share of one core over the timed part):")
+    per_event: dict[int, dict[str, float]] = {}
     for processes, used in cpu.items():
         seconds = used.pop("seconds")
         shares = ", ".join(f"{role} {value / seconds:.0%}" for role, value in used.items())
         total = sum(used.values()) / seconds
-        workers = sum(v for role, v in used.items() if role.startswith("worker"))
         print(f"  {labels[processes]:<12}: {shares}; all {total:.0%} of {os.cpu_count()} cores")
         # The same events cost about the same CPU in one or two processes when scaling is
         # clean: on a machine others share, this is the figure that does not move.
-        print(f"  {'':<12}  {events / workers:,.0f} events per CPU-second of the workers")
+        roles = per_event[processes] = {}
+        for role, value in used.items():
+            kind = role.split()[0]
+            roles[kind] = roles.get(kind, 0.0) + value / events * 1e6
+        costs = ", ".join(f"{kind} {us:.2f}" for kind, us in roles.items())
+        print(f"  {'':<12}  CPU per event (µs): {costs}")
+    bound(per_event, events / min(r["1 process"] for r in rounds))
     print("(window counts identical to the expected ones in every run)")
+
+
+def bound(per_event: dict[int, dict[str, float]], one: float) -> None:
+    """The most two processes could do if only CPU bound them, from the CPU per event of
+    the fastest runs: each worker has at most a core, and workers, broker and parent
+    together at most the machine's cores."""
+    cores = os.cpu_count() or 1
+    two = per_event[2]
+    worker = two.get("worker", 0.0)
+    limit = min(2 / worker, cores / sum(two.values())) * 1e6
+    print(
+        f"CPU bound of 2 processes on {cores} cores: {limit:,.0f} events/s = "
+        f"{limit / one:.2f}x the best 1-process run"
+    )
 
 
 def main() -> None:
@@ -250,7 +287,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3, help="paired rounds")
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
+    parser.add_argument("--client", choices=("aiokafka", "rdkafka"), default="aiokafka")
     args = parser.parse_args()
+    ysb_kafka.CLIENT = args.client  # the workers' broker URL says ?client=...
     # With --bootstrap the broker's CPU is not measured (its pid is None).
     with kafka_broker(args.bootstrap) as (bootstrap, pid):
         asyncio.run(run(bootstrap, pid, args.events, args.repeat))

@@ -182,10 +182,8 @@ class KafkaConsumer:
                 if self._drainer is not None:
                     drained = self._drain(kafka, max_records)
                     if drained:
-                        if self._drainer.refetch:  # the next fetch on its way first
-                            await send_next(kafka)
-                            if self._closed:  # by another task meanwhile
-                                return {}
+                        if self._drainer.refetch and not await self._send_next(kafka):
+                            return {}
                         return drained
                 if drained is None:
                     try:
@@ -206,6 +204,12 @@ class KafkaConsumer:
                 if self._deferred and self._deferred[0][0] == "assigned":
                     await self._run_deferred()
                 return _convert(raw)
+
+    async def _send_next(self, kafka: Any) -> bool:
+        # The next fetch on its way before the records of the last are handed out (the
+        # agents process them in one step of the loop); False if closed meanwhile.
+        await send_next(kafka)
+        return not self._closed
 
     def _drain(self, kafka: Any, max_records: int) -> dict[TopicPartition, list[Message]] | None:
         # What aiokafka's getmany does around its fetcher, then draining.py: a group
