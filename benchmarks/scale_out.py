@@ -269,16 +269,18 @@ async def run(bootstrap: str, broker_pid: int | None, events: int, repeat: int) 
 
 
 def bound(per_event: dict[int, dict[str, float]], one: float) -> None:
-    """The most two processes could do if only CPU bound them, from the CPU per event of
-    the fastest runs: each worker has at most a core, and workers, broker and parent
-    together at most the machine's cores."""
+    """The most one and two processes could do if only CPU bound them, from the CPU per
+    event of the fastest runs: each worker has at most a core, and workers, broker and
+    parent together at most the machine's cores."""
     cores = os.cpu_count() or 1
-    two = per_event[2]
-    worker = two.get("worker", 0.0)
-    limit = min(2 / worker, cores / sum(two.values())) * 1e6
+    limits = {
+        n: min(n / costs.get("worker", 0.0), cores / sum(costs.values())) * 1e6
+        for n, costs in per_event.items()
+    }
     print(
-        f"CPU bound of 2 processes on {cores} cores: {limit:,.0f} events/s = "
-        f"{limit / one:.2f}x the best 1-process run"
+        f"CPU bound on {cores} cores: 1 process {limits[1]:,.0f} events/s, 2 processes "
+        f"{limits[2]:,.0f} events/s = {limits[2] / limits[1]:.2f}x the bound of one and "
+        f"{limits[2] / one:.2f}x the best 1-process run"
     )
 
 

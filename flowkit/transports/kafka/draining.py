@@ -174,7 +174,8 @@ def drain(
     the others left to wait), each with its assignment and the position past it; None
     when aiokafka's ``getmany`` must answer instead. All of them, however many records
     the caller asked for: aiokafka's fetcher asks a broker for more only once every
-    partition's last answer from it is read (one fetch response at most is kept)."""
+    partition's last answer from it is read. So one whole fetch response (at most
+    ``fetch_max_bytes``) is unpacked in one go and what the caller does not take is kept."""
     fetcher = kafka._fetcher
     out: dict[TopicPartition, tuple[list[Message], Any, int]] = {}
     for tp, result in list(fetcher._records.items()):
