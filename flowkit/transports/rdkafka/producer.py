@@ -1,16 +1,18 @@
 """``RdkafkaProducer``: a librdkafka producer behind the ``Producer`` protocol.
 
 ``produce`` only queues (it never blocks); acknowledgements come back through delivery
-callbacks, which librdkafka runs inside ``poll``. A thread of the producer's own polls,
-collects the callbacks, and hands each collection to the event loop in one call, where
-the send futures are resolved: one loop wake-up per batch of acks, not per record.
+callbacks, which librdkafka runs inside ``poll`` (and ``flush``). A thread of the producer's
+own is the only one that polls or flushes, so the callbacks of a batch never run in two
+threads at once and count without a lock; it collects the finished batches and hands each
+collection to the event loop in one call, where the send futures are resolved: one loop
+wake-up per batch of acks, not per record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
@@ -26,9 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["RdkafkaProducer"]
 
 _Delivery = tuple["asyncio.Future[Ack]", Any, Any]
+_POLL = 0.02  # seconds the poller waits for acks before it looks for a flush or aclose()
 
 
-def _resolve(done: list[_Delivery]) -> None:
+def _resolve(done: list[_Delivery], flushed: list[asyncio.Future[None]]) -> None:
     # On the event loop: one call for every acknowledgement collected by one poll.
     for future, error, record in done:
         if future.cancelled():
@@ -37,6 +40,9 @@ def _resolve(done: list[_Delivery]) -> None:
             future.set_exception(translate(ck.KafkaException(error)))
         else:
             future.set_result(Ack(record.topic(), record.partition(), record.offset()))
+    for waiter in flushed:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 FRAMING = 1024  # bytes of record and batch framing kept free under message.max.bytes
@@ -54,8 +60,12 @@ class RdkafkaProducer:
         self.max_record_bytes: int | None = int(config["message.max.bytes"]) - FRAMING
         self._kafka: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Finished batches, appended by delivery callbacks: only in the poller thread
+        # (and in the loop's thread once the poller has stopped).
         self._done: list[_Delivery] = []
-        self._lock = threading.Lock()
+        # flush() calls waiting for an empty queue: the loop adds, the poller takes.
+        self._flushes: list[asyncio.Future[None]] = []
+        self._lock = threading.Lock()  # guards _flushes
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
         self._fatal: TransportError | None = None
@@ -83,17 +93,32 @@ class RdkafkaProducer:
             self._transport._on_error(error)  # a lost connection: the broker watch checks
 
     def _poll(self, kafka: Any) -> None:
-        while not self._stopping.is_set():
-            kafka.poll(0.1)
-            self._hand_over()
+        # The only thread that serves delivery callbacks while the producer runs.
+        try:
+            while not self._stopping.is_set():
+                if self._flushes:
+                    kafka.flush(_POLL)  # sends at once rather than waiting out linger_ms
+                else:
+                    kafka.poll(_POLL)
+                self._hand_over(kafka, stopped=False)
+        except RDKAFKA_ERRORS as exc:  # only if librdkafka itself fails
+            self._fatal = translate(exc)
+        finally:
+            self._hand_over(kafka, stopped=True)  # no flush() waits for ever
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, kafka: Any, stopped: bool) -> None:
+        done: list[_Delivery] = []
+        flushed: list[asyncio.Future[None]] = []
         if self._done:
+            done, self._done = self._done, []
+        # An empty queue (its length counts acks not yet served too): every ack is done.
+        if self._flushes and (stopped or len(kafka) == 0):
             with self._lock:
-                done, self._done = self._done, []
+                flushed, self._flushes = self._flushes, []
+        if done or flushed:
             assert self._loop is not None
             if not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(_resolve, done)
+                self._loop.call_soon_threadsafe(_resolve, done, flushed)
 
     async def send(
         self,
@@ -130,43 +155,46 @@ class RdkafkaProducer:
             raise self._fatal
         assert self._loop is not None
         future: asyncio.Future[Ack] = self._loop.create_future()
-        delivered = _BatchDelivery(self, future, len(records)).delivered
+        delivered = _batch_delivery(self, future, len(records))
         produce = self._kafka.produce
-        for key, value, headers, ts in records:
-            while True:
-                try:
-                    produce(
-                        topic,
-                        value,
-                        key,
-                        partition=partition,
-                        on_delivery=delivered,
-                        timestamp=ts or 0,
-                        headers=list(headers) if headers else None,
-                    )
-                    break
-                except BufferError:
-                    # librdkafka's local queue is full: the poller drains it as acks arrive.
-                    await asyncio.sleep(0.005)
-                except RDKAFKA_ERRORS as exc:
-                    raise translate(exc) from exc
-        return future
-
-    def _flush(self) -> None:
-        kafka = self._kafka
-        while kafka is not None and kafka.flush(0.5) > 0 and not self._stopping.is_set():
-            pass
-        self._hand_over()
+        start, end = 0, len(records)
+        while True:
+            try:
+                start = _queue(produce, topic, partition, records, start, delivered)
+            except RDKAFKA_ERRORS as exc:
+                raise translate(exc) from exc
+            if start == end:
+                return future
+            # librdkafka's local queue is full: the poller drains it as acks arrive.
+            await asyncio.sleep(0.005)
 
     async def flush(self) -> None:
-        """Wait until every record queued so far is acknowledged (or failed).
+        """Wait until every record queued so far is acknowledged (or failed), and its
+        future resolved.
 
         librdkafka sends at once on a flush rather than waiting out ``linger_ms``.
         """
-        if self._kafka is not None:
-            loop = asyncio.get_running_loop()
+        kafka, poller = self._kafka, self._poller
+        if kafka is None or poller is None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._flushes.append(waiter)
+        if not poller.is_alive():  # it stopped: nothing else serves the callbacks now
+            self._flushes.clear()
             with map_rdkafka_errors():
-                await loop.run_in_executor(None, self._flush)
+                await asyncio.get_running_loop().run_in_executor(None, self._drain, kafka)
+            return
+        await waiter
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _drain(self, kafka: Any) -> None:
+        while kafka.flush(0.5) > 0:
+            pass
+        done, self._done = self._done, []
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_resolve, done, [])
 
     async def aclose(self) -> None:
         """Flush and disconnect. Idempotent."""
@@ -183,28 +211,56 @@ class RdkafkaProducer:
             poller = self._poller
             if poller is not None:
                 await asyncio.get_running_loop().run_in_executor(None, poller.join)
-            self._hand_over()
+            if self._done:
+                _resolve(self._done, [])
+                self._done = []
             self._kafka = None
 
 
-class _BatchDelivery:
-    """Counts the delivery reports of one ``send`` or ``send_batch``; the last one hands its
-    result (the first error, else the last record, which librdkafka reports last within a
-    partition) to the event loop with the producer's other acks."""
+def _queue(
+    produce: Any,
+    topic: str,
+    partition: int,
+    records: Sequence[OutRecord],
+    start: int,
+    delivered: Any,
+) -> int:
+    """Queue ``records[start:]``; the index of the first one the full queue refused, or
+    their end. Positional arguments: confluent-kafka parses keywords by name, one
+    string lookup each, which cost ~1 us a record here (of ~2.5 in all;
+    benchmarks/rdkafka_produce.py)."""
+    i = start
+    try:
+        for i in range(start, len(records)):
+            key, value, headers, ts = records[i]
+            if headers or ts:
+                hs = list(headers) if headers else None  # a list or a dict, not a tuple
+                produce(topic, value, key, partition, delivered, None, ts or 0, hs)
+            else:
+                produce(topic, value, key, partition, delivered)
+    except BufferError:
+        return i
+    return len(records)
 
-    __slots__ = ("error", "future", "lock", "producer", "remaining")
 
-    def __init__(self, producer: RdkafkaProducer, future: asyncio.Future[Ack], n: int) -> None:
-        self.producer = producer
-        self.future = future
-        self.remaining = n
-        self.error: Any = None
-        self.lock = producer._lock  # reports come from the poller or a flushing thread
+def _batch_delivery(
+    producer: RdkafkaProducer, future: asyncio.Future[Ack], n: int
+) -> Callable[[Any, Any], None]:
+    """The delivery callback of every record of one ``send`` or ``send_batch``: it counts
+    their reports, and the last one hands the result (the first error, else the last
+    record, which librdkafka reports last within a partition) to the event loop with the
+    producer's other acks. A closure and no lock: every report comes from the poller
+    thread, and a bound method taking a lock cost 0.7-1.5 us more a record
+    (benchmarks/rdkafka_produce.py)."""
+    remaining = n
+    failure: Any = None
 
-    def delivered(self, error: Any, record: Any) -> None:
-        with self.lock:
-            if error is not None and self.error is None:
-                self.error = error
-            self.remaining -= 1
-            if self.remaining == 0:
-                self.producer._done.append((self.future, self.error, record))
+    def delivered(error: Any, record: Any) -> None:
+        nonlocal remaining, failure
+        remaining -= 1
+        if error is not None and failure is None:
+            failure = error
+        if not remaining:
+            producer._done.append((future, failure, record))
+
+    return delivered
