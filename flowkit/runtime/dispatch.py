@@ -89,6 +89,8 @@ class Dispatcher:
         self.log_budget = LogBudget(clock.monotonic)
         self.letters = LetterSender(
             publish=publish,
+            place=publisher.place,
+            placed=publisher.placed,
             relieve=relieve,
             max_record_bytes=max_record_bytes,
             default_topic=dead_letter_topic(app.name),
@@ -137,6 +139,7 @@ class Dispatcher:
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
+        publisher.before_flush = self.letters.build  # dead letters are built in batches
 
     @property
     def outputs(self) -> dict[str, int]:
@@ -172,7 +175,7 @@ class Dispatcher:
         for _, origin in batch:
             if origin is not None:
                 message, agent = origin
-                await self.dead_letter(
+                await self.letters.send(
                     message,
                     error,
                     stage="sink",
@@ -410,28 +413,13 @@ class Dispatcher:
         if action == "skip":
             self.metrics.skipped.labels(agent.name).inc()
             return
-        await self.dead_letter(
+        await self.letters.send(
             message,
             exc,
             stage=stage,
             agent=agent.name,
             attempts=attempts,
             topic=self._dlq[agent.name],
-        )
-
-    async def dead_letter(
-        self,
-        message: Message,
-        error: BaseException,
-        *,
-        stage: str,
-        agent: str | None,
-        attempts: int = 1,
-        topic: str | None = None,
-    ) -> None:
-        """Send ``message`` unchanged to the dead-letter topic, with headers saying why."""
-        await self.letters.send(
-            message, error, stage=stage, agent=agent, attempts=attempts, topic=topic
         )
 
     async def rejected(self, origin: Any, exc: RecordRejected) -> None:
@@ -463,4 +451,4 @@ class Dispatcher:
         if action == "skip":
             self.metrics.skipped.labels(name).inc()
             return
-        await self.dead_letter(message, exc, stage="output", agent=name, topic=self._dlq[name])
+        await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])

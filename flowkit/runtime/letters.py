@@ -1,6 +1,13 @@
 """Sending dead letters, so that one always fits and a refused one never stops the worker.
 
-A dead letter is published like an output (batched, acknowledged before the commit). If
+A dead letter is published like an output (batched, acknowledged before the commit), but
+built late: a failed record is only noted where it failed, and its headers (the error,
+its short traceback, where the record came from) are made when the publisher next sends,
+for all the records noted since, in one pass. Made one at a time between good records, a
+dead letter cost several good records' time on Kafka, much more than its instructions:
+its code ran cold every time (measured in issue 17; see docs/benchmarks.md). The
+publisher counts a noted letter as buffered, so nothing commits before it is sent and
+acknowledged. If
 the record and its headers are over the producer's limit, its value is cut to fit
 (``fit_dead_letter``). If the broker refuses it anyway (a limit of its own), it is sent
 again without its value. If even that is refused, the record is logged with its
@@ -50,6 +57,8 @@ class LetterSender:
         self,
         *,
         publish: Callable[..., bool],
+        place: Callable[..., None],
+        placed: Callable[[int], bool],
         relieve: Callable[[], Awaitable[None]],
         max_record_bytes: int | None,
         default_topic: str,
@@ -60,7 +69,12 @@ class LetterSender:
         fail_fast: bool,
     ) -> None:
         self._publish = publish
+        self._place = place
+        self._placed = placed
         self._relieve = relieve
+        # Failed records noted and not built yet: (message, error, stage, agent, attempts,
+        # topic, failed_at_ms); ``build`` empties it, before each flush of the publisher.
+        self._noted: list[tuple[Message, BaseException, str, str | None, int, str, int]] = []
         self.max_record_bytes = max_record_bytes
         self.default_topic = default_topic
         self.clock = clock
@@ -79,21 +93,48 @@ class LetterSender:
         attempts: int = 1,
         topic: str | None = None,
     ) -> None:
-        """Send ``message`` to the dead-letter ``topic``, with headers saying why."""
+        """Send ``message`` to the dead-letter ``topic``, with headers saying why: noted
+        now, built and placed in its lane by the publisher's next flush (``build``)."""
         # A decode failure is logged once, as "record failed" by the agent that dead-letters
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
             raise error
-        self._counter(self.metrics.dead_letters, stage).inc()
-        headers = dead_letter_headers(
-            message,
-            error,
-            stage=stage,
-            agent=agent,
-            attempts=attempts,
-            failed_at_ms=int(self.clock.time() * 1000),
+        self._noted.append(
+            (
+                message,
+                error,
+                stage,
+                agent,
+                attempts,
+                topic or self.default_topic,
+                int(self.clock.time() * 1000),
+            )
         )
-        await self._send(Letter(message, topic or self.default_topic, stage, headers))
+        if self._placed(1):  # counted as buffered: no commit before it is acknowledged
+            await self._relieve()
+
+    def build(self) -> None:
+        """Make the noted dead letters and place them in their lanes (the publisher calls
+        this at the start of each flush, under its lock: they leave in that flush)."""
+        noted, self._noted = self._noted, []
+        counter, dead_letters = self._counter, self.metrics.dead_letters
+        limit = self.max_record_bytes
+        for message, error, stage, agent, attempts, topic, failed_at_ms in noted:
+            counter(dead_letters, stage).inc()
+            headers = dead_letter_headers(
+                message,
+                error,
+                stage=stage,
+                agent=agent,
+                attempts=attempts,
+                failed_at_ms=failed_at_ms,
+            )
+            letter = Letter(message, topic, stage, headers)
+            value, headers = fit_dead_letter(message.key, message.value, headers, limit)
+            try:
+                self._place(topic, value, message.key, headers, letter, message.timestamp)
+            except RecordRejected as exc:
+                self._log_lost(letter, exc)
 
     async def _send(self, letter: Letter) -> None:
         # Whole if it fits the producer's limit, else cut to fit; with no value at all
@@ -121,6 +162,11 @@ class LetterSender:
             await self._lost(letter, exc)
 
     async def _lost(self, letter: Letter, exc: RecordRejected) -> None:
+        self._log_lost(letter, exc)
+        if self.fail_fast:
+            raise exc
+
+    def _log_lost(self, letter: Letter, exc: RecordRejected) -> None:
         message = letter.message
         self._counter(self.metrics.dead_letters_lost, letter.stage).inc()
         log.error(
@@ -131,5 +177,3 @@ class LetterSender:
             offset=message.offset,
             error=str(exc),
         )
-        if self.fail_fast:
-            raise exc

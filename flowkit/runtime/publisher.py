@@ -123,6 +123,9 @@ class Publisher:
         self._flushing: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._error: BaseException | None = None  # a background flush failed: raised next
+        # Called at the start of every flush, to place records that were counted (by
+        # ``placed``) but built late: dead letters, whose headers are made in a batch.
+        self.before_flush: Callable[[], None] | None = None
         # A key's partition depends only on the key and the partition count: topics of the
         # same size share one cache, so a record fanned out to several is hashed once.
         self._key_partitions: dict[int, dict[bytes, int]] = {}
@@ -156,6 +159,20 @@ class Publisher:
 
         Raises ``RecordRejected`` at once for a record over the producer's size limit.
         """
+        self.place(topic, value, key, headers, origin, timestamp_ms)
+        return self.placed(1)
+
+    def place(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        origin: Any,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Put one record in its topic's lane, without scheduling a flush: for the records
+        that ``before_flush`` places (they were counted by ``placed`` when they came)."""
         # The check of _check_size, inlined: this runs per output, and the call alone added
         # ~1 % to the router's instructions per order.
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
@@ -175,7 +192,6 @@ class Publisher:
             group = parts[lane.place(key) if p is None else p]
         group[0].append((key, value, headers, timestamp_ms))
         group[1].append(origin)
-        return self.placed(1)
 
     def placed(self, n: int) -> bool:
         """``n`` records were put in lanes' ``parts`` (by ``publish``, or by an emitter
@@ -210,6 +226,8 @@ class Publisher:
             # One round: the records published while it sends go in the next one, so a
             # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
             self.buffered = 0
+            if self.before_flush is not None:
+                self.before_flush()
             rounds = [(lane, lane.take()) for lane in self._lanes.values()]
             for lane, (loose, placed) in rounds:
                 if loose[0]:  # published before the count was known: they came first
