@@ -85,6 +85,9 @@ class Dispatcher:
         self.emitters: dict[str, Emitter] = {}  # per agent instance (its source's name)
         self._dlq: dict[str, str] = {}
         self._children: dict[tuple[Any, ...], Any] = {}  # (metric, *labels) -> counter
+        # Failed records per (agent, stage) not in the metric yet: moved at the next flush
+        # of the publisher or checkpoint, not one Prometheus increment per record.
+        self._errors: dict[tuple[str, str], int] = {}
         # A burst of failing records logs its first lines, then one line per checkpoint.
         self.log_budget = LogBudget(clock.monotonic)
         self.letters = LetterSender(
@@ -139,7 +142,7 @@ class Dispatcher:
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
-        publisher.before_flush = self.letters.build  # dead letters are built in batches
+        publisher.before_flush = self._before_flush  # dead letters are built in batches
 
     @property
     def outputs(self) -> dict[str, int]:
@@ -202,6 +205,7 @@ class Dispatcher:
 
     def report(self) -> None:
         """Move per-agent counts into Prometheus, once per checkpoint, not per record."""
+        self._move_errors()
         reported = self._reported
         for agent, source in self.sources:
             done = source.records - reported.get(source.name, 0)
@@ -220,6 +224,17 @@ class Dispatcher:
                 kind=kind,
                 not_logged=count,
             )
+
+    def _before_flush(self) -> None:
+        # Before each flush of the publisher: the noted dead letters are built and placed,
+        # and the failures counted since go to the metrics.
+        self.letters.build()
+        self._move_errors()
+
+    def _move_errors(self) -> None:
+        errors, self._errors = self._errors, {}
+        for (agent, stage), count in errors.items():
+            self._counter(self.metrics.errors, agent, stage).inc(count)
 
     def _counter(self, metric: Any, *labels: str) -> Any:
         # A failing record's counters, looked up once per label set, not per record.
@@ -392,7 +407,8 @@ class Dispatcher:
                 return
             action = action.then
         self._retrying.pop(source.name, None)
-        self._counter(self.metrics.errors, agent.name, stage).inc()
+        where = (agent.name, stage)
+        self._errors[where] = self._errors.get(where, 0) + 1
         if isinstance(exc, LateRecord | FutureRecord):
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
@@ -409,6 +425,7 @@ class Dispatcher:
                 error=repr(exc),
             )
         if self.fail_fast or action == "stop":
+            self._move_errors()  # the worker stops: counted now
             raise exc
         if action == "skip":
             self.metrics.skipped.labels(agent.name).inc()

@@ -117,10 +117,12 @@ class LetterSender:
         """Make the noted dead letters and place them in their lanes (the publisher calls
         this at the start of each flush, under its lock: they leave in that flush)."""
         noted, self._noted = self._noted, []
-        counter, dead_letters = self._counter, self.metrics.dead_letters
+        if not noted:
+            return
         limit = self.max_record_bytes
+        stages: dict[str, int] = {}  # the metric moved once per stage and batch
         for message, error, stage, agent, attempts, topic, failed_at_ms in noted:
-            counter(dead_letters, stage).inc()
+            stages[stage] = stages.get(stage, 0) + 1
             headers = dead_letter_headers(
                 message,
                 error,
@@ -135,6 +137,8 @@ class LetterSender:
                 self._place(topic, value, message.key, headers, letter, message.timestamp)
             except RecordRejected as exc:
                 self._log_lost(letter, exc)
+        for stage, count in stages.items():
+            self._counter(self.metrics.dead_letters, stage).inc(count)
 
     async def _send(self, letter: Letter) -> None:
         # Whole if it fits the producer's limit, else cut to fit; with no value at all
