@@ -5,7 +5,7 @@ built late: a failed record is only noted where it failed, and its headers (the 
 its short traceback, where the record came from) are made when the publisher next sends,
 for all the records noted since, in one pass. Made one at a time between good records, a
 dead letter cost several good records' time on Kafka, much more than its instructions:
-its code ran cold every time (measured in issue 17; see docs/benchmarks.md). The
+its code ran cold every time (see "Router on Kafka" in docs/benchmarks.md). The
 publisher counts a noted letter as buffered, so nothing commits before it is sent and
 acknowledged. If
 the record and its headers are over the producer's limit, its value is cut to fit

@@ -4,7 +4,9 @@ before it commits, and the end offset written per partition, so the worker knows
 own writes to a topic it also reads have been read back (``is_idle``).
 
 Agent outputs and dead letters are *published*: placed in their destination partition's
-buffer as they come (a ``Lane`` per topic), and sent as one batch per partition when the
+buffer (a ``Lane`` per topic) as they come, or for dead letters at the start of the next
+flush (``before_flush``: they are counted as buffered from the moment they are noted, and
+built together there), and sent as one batch per partition when the
 agent yields to the event loop (at the end of its input batch, or when it waits), when
 the buffers are full, and before every checkpoint. The partition of a key is computed
 once per key (a cache per partition count), and acks are tracked per broker batch, not
