@@ -26,6 +26,8 @@ __all__ = [
     "TRACEBACK_FRAMES",
     "dead_letter_headers",
     "dead_letter_topic",
+    "describe_failure",
+    "failure_headers",
     "fit_dead_letter",
     "short_traceback",
 ]
@@ -54,9 +56,29 @@ def dead_letter_headers(
     failed_at_ms: int,
 ) -> Headers:
     """The original headers followed by ``flowkit.*`` headers describing the failure."""
+    return failure_headers(
+        message,
+        describe_failure(error),
+        stage=stage,
+        agent=agent,
+        attempts=attempts,
+        failed_at_ms=failed_at_ms,
+    )
+
+
+def failure_headers(
+    message: Message,
+    described: tuple[bytes, bytes, bytes],
+    *,
+    stage: str,
+    agent: str | None,
+    attempts: int,
+    failed_at_ms: int,
+) -> Headers:
+    """``dead_letter_headers`` for an error already described by ``describe_failure``."""
     # The names are written out whole (each is HEADER_PREFIX + its suffix): one tuple,
     # no generator and no string concatenation per header of every dead letter.
-    kind, text, trace = _described(error)
+    kind, text, trace = described
     return (
         *message.headers,
         ("flowkit.error.type", kind),
@@ -131,7 +153,7 @@ _frames: dict[tuple[int, int], tuple[CodeType, str]] = {}
 _described_as: dict[tuple[Any, ...], tuple[list[CodeType], tuple[bytes, bytes, bytes]]] = {}
 
 
-def _described(error: BaseException) -> tuple[bytes, bytes, bytes]:
+def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
     """The error's type name, message and short traceback, encoded and bounded.
 
     A burst of bad records fails in a few places with a few messages: each such failure is

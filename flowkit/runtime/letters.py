@@ -1,11 +1,13 @@
 """Sending dead letters, so that one always fits and a refused one never stops the worker.
 
 A dead letter is published like an output (batched, acknowledged before the commit), but
-built late: a failed record is only noted where it failed, and its headers (the error,
-its short traceback, where the record came from) are made when the publisher next sends,
-for all the records noted since, in one pass. Made one at a time between good records, a
-dead letter cost several good records' time on Kafka, much more than its instructions:
-its code ran cold every time (see "Router on Kafka" in docs/benchmarks.md). The
+built late: where a record fails, only its error is described (type, message and short
+traceback, formatted once per kind of failure) and noted, and its headers are made when
+the publisher next sends, for all the records noted since, in one pass. Made whole one at
+a time between good records, a dead letter cost several good records' time on Kafka, more
+than its instructions: its code ran cold every time (see "Router on Kafka" in
+docs/benchmarks.md). The error itself is not kept: its frames would live on in reference
+cycles until a full garbage collection. The
 publisher counts a noted letter as buffered, so nothing commits before it is sent and
 acknowledged. If
 the record and its headers are over the producer's limit, its value is cut to fit
@@ -23,7 +25,7 @@ from typing import Any
 import structlog
 
 from ..clock import Clock
-from ..deadletter import dead_letter_headers, fit_dead_letter
+from ..deadletter import describe_failure, failure_headers, fit_dead_letter
 from ..errors import RecordRejected
 from ..metrics import Metrics
 from ..records import Headers, Message
@@ -72,9 +74,11 @@ class LetterSender:
         self._place = place
         self._placed = placed
         self._relieve = relieve
-        # Failed records noted and not built yet: (message, error, stage, agent, attempts,
-        # topic, failed_at_ms); ``build`` empties it, before each flush of the publisher.
-        self._noted: list[tuple[Message, BaseException, str, str | None, int, str, int]] = []
+        # Failed records noted and not built yet: (message, the error described, stage,
+        # agent, attempts, topic, failed_at_ms); ``build`` empties it before each flush.
+        self._noted: list[
+            tuple[Message, tuple[bytes, bytes, bytes], str, str | None, int, str, int]
+        ] = []
         self.max_record_bytes = max_record_bytes
         self.default_topic = default_topic
         self.clock = clock
@@ -102,7 +106,9 @@ class LetterSender:
         self._noted.append(
             (
                 message,
-                error,
+                # Described now (a walk of its frames; formatted once per kind of failure):
+                # the error is not kept, so its frames and their cycles die with it.
+                describe_failure(error),
                 stage,
                 agent,
                 attempts,
@@ -121,11 +127,11 @@ class LetterSender:
             return
         limit = self.max_record_bytes
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
-        for message, error, stage, agent, attempts, topic, failed_at_ms in noted:
+        for message, described, stage, agent, attempts, topic, failed_at_ms in noted:
             stages[stage] = stages.get(stage, 0) + 1
-            headers = dead_letter_headers(
+            headers = failure_headers(
                 message,
-                error,
+                described,
                 stage=stage,
                 agent=agent,
                 attempts=attempts,
