@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import linecache
 from types import CodeType, TracebackType
+from typing import Any
 
 from .records import Headers, Message, record_size
 
@@ -25,6 +26,8 @@ __all__ = [
     "TRACEBACK_FRAMES",
     "dead_letter_headers",
     "dead_letter_topic",
+    "describe_failure",
+    "failure_headers",
     "fit_dead_letter",
     "short_traceback",
 ]
@@ -53,14 +56,35 @@ def dead_letter_headers(
     failed_at_ms: int,
 ) -> Headers:
     """The original headers followed by ``flowkit.*`` headers describing the failure."""
+    return failure_headers(
+        message,
+        describe_failure(error),
+        stage=stage,
+        agent=agent,
+        attempts=attempts,
+        failed_at_ms=failed_at_ms,
+    )
+
+
+def failure_headers(
+    message: Message,
+    described: tuple[bytes, bytes, bytes],
+    *,
+    stage: str,
+    agent: str | None,
+    attempts: int,
+    failed_at_ms: int,
+) -> Headers:
+    """``dead_letter_headers`` for an error already described by ``describe_failure``."""
     # The names are written out whole (each is HEADER_PREFIX + its suffix): one tuple,
     # no generator and no string concatenation per header of every dead letter.
+    kind, text, trace = described
     return (
         *message.headers,
-        ("flowkit.error.type", type(error).__name__.encode()),
-        ("flowkit.error.message", str(error).encode()[:MAX_TRACEBACK]),
+        ("flowkit.error.type", kind),
+        ("flowkit.error.message", text),
         ("flowkit.error.stage", stage.encode()),
-        ("flowkit.error.traceback", short_traceback(error).encode()[-MAX_TRACEBACK:]),
+        ("flowkit.error.traceback", trace),
         ("flowkit.source.topic", message.topic.encode()),
         ("flowkit.source.partition", str(message.partition).encode()),
         ("flowkit.source.offset", str(message.offset).encode()),
@@ -122,6 +146,59 @@ def short_traceback(error: BaseException) -> str:
 
 # (id(code), instruction) -> the code (which keeps the id from being reused) and its lines
 _frames: dict[tuple[int, int], tuple[CodeType, str]] = {}
+
+# What a failure looks like, by where it happened and what it says (each exception of the
+# chain: its type, its text and its frames' codes and instructions) -> the codes (which
+# keep their ids from being reused) and the three headers' values, encoded.
+_described_as: dict[tuple[Any, ...], tuple[list[CodeType], tuple[bytes, bytes, bytes]]] = {}
+
+
+def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
+    """The error's type name, message and short traceback, encoded and bounded.
+
+    A burst of bad records fails in a few places with a few messages: each such failure is
+    formatted once; the next ones cost a walk of their frames and one lookup.
+    """
+    text = str(error)
+    key: list[Any] = [text]
+    codes: list[CodeType] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        key.append(type(current))
+        if current is not error:
+            key.append(str(current))
+        frames = []
+        tb = current.__traceback__
+        while tb is not None:
+            frames.append(tb)
+            tb = tb.tb_next
+        for tb in frames[-TRACEBACK_FRAMES:]:
+            code = tb.tb_frame.f_code
+            codes.append(code)
+            key.append(id(code))
+            key.append(tb.tb_lasti)
+        if current.__cause__ is not None:
+            current = current.__cause__
+            key.append(_CAUSE)
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current = current.__context__
+            key.append(_CONTEXT)
+        else:
+            current = None
+    signature = tuple(key)
+    entry = _described_as.get(signature)
+    if entry is None:
+        described = (
+            type(error).__name__.encode(),
+            text.encode()[:MAX_TRACEBACK],
+            short_traceback(error).encode()[-MAX_TRACEBACK:],
+        )
+        if len(_described_as) >= 10_000:
+            _described_as.clear()
+        entry = _described_as[signature] = (codes, described)
+    return entry[1]
 
 
 def _frame_entry(code: CodeType, tb: TracebackType) -> tuple[CodeType, str]:

@@ -85,10 +85,15 @@ class Dispatcher:
         self.emitters: dict[str, Emitter] = {}  # per agent instance (its source's name)
         self._dlq: dict[str, str] = {}
         self._children: dict[tuple[Any, ...], Any] = {}  # (metric, *labels) -> counter
+        # Failed records per (agent, stage) not in the metric yet: moved at the next flush
+        # of the publisher or checkpoint, not one Prometheus increment per record.
+        self._errors: dict[tuple[str, str], int] = {}
         # A burst of failing records logs its first lines, then one line per checkpoint.
         self.log_budget = LogBudget(clock.monotonic)
         self.letters = LetterSender(
             publish=publish,
+            place=publisher.place,
+            placed=publisher.placed,
             relieve=relieve,
             max_record_bytes=max_record_bytes,
             default_topic=dead_letter_topic(app.name),
@@ -137,6 +142,7 @@ class Dispatcher:
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
+        publisher.before_flush = self._before_flush  # dead letters are built in batches
 
     @property
     def outputs(self) -> dict[str, int]:
@@ -172,7 +178,7 @@ class Dispatcher:
         for _, origin in batch:
             if origin is not None:
                 message, agent = origin
-                await self.dead_letter(
+                await self.letters.send(
                     message,
                     error,
                     stage="sink",
@@ -199,6 +205,7 @@ class Dispatcher:
 
     def report(self) -> None:
         """Move per-agent counts into Prometheus, once per checkpoint, not per record."""
+        self._move_errors()
         reported = self._reported
         for agent, source in self.sources:
             done = source.records - reported.get(source.name, 0)
@@ -217,6 +224,17 @@ class Dispatcher:
                 kind=kind,
                 not_logged=count,
             )
+
+    def _before_flush(self) -> None:
+        # Before each flush of the publisher: the noted dead letters are built and placed,
+        # and the failures counted since go to the metrics.
+        self.letters.build()
+        self._move_errors()
+
+    def _move_errors(self) -> None:
+        errors, self._errors = self._errors, {}
+        for (agent, stage), count in errors.items():
+            self._counter(self.metrics.errors, agent, stage).inc(count)
 
     def _counter(self, metric: Any, *labels: str) -> Any:
         # A failing record's counters, looked up once per label set, not per record.
@@ -389,7 +407,8 @@ class Dispatcher:
                 return
             action = action.then
         self._retrying.pop(source.name, None)
-        self._counter(self.metrics.errors, agent.name, stage).inc()
+        where = (agent.name, stage)
+        self._errors[where] = self._errors.get(where, 0) + 1
         if isinstance(exc, LateRecord | FutureRecord):
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
@@ -406,32 +425,18 @@ class Dispatcher:
                 error=repr(exc),
             )
         if self.fail_fast or action == "stop":
+            self._move_errors()  # the worker stops: counted now
             raise exc
         if action == "skip":
             self.metrics.skipped.labels(agent.name).inc()
             return
-        await self.dead_letter(
+        await self.letters.send(
             message,
             exc,
             stage=stage,
             agent=agent.name,
             attempts=attempts,
             topic=self._dlq[agent.name],
-        )
-
-    async def dead_letter(
-        self,
-        message: Message,
-        error: BaseException,
-        *,
-        stage: str,
-        agent: str | None,
-        attempts: int = 1,
-        topic: str | None = None,
-    ) -> None:
-        """Send ``message`` unchanged to the dead-letter topic, with headers saying why."""
-        await self.letters.send(
-            message, error, stage=stage, agent=agent, attempts=attempts, topic=topic
         )
 
     async def rejected(self, origin: Any, exc: RecordRejected) -> None:
@@ -463,4 +468,4 @@ class Dispatcher:
         if action == "skip":
             self.metrics.skipped.labels(name).inc()
             return
-        await self.dead_letter(message, exc, stage="output", agent=name, topic=self._dlq[name])
+        await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])

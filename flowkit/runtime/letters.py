@@ -1,6 +1,15 @@
 """Sending dead letters, so that one always fits and a refused one never stops the worker.
 
-A dead letter is published like an output (batched, acknowledged before the commit). If
+A dead letter is published like an output (batched, acknowledged before the commit), but
+built late: where a record fails, only its error is described (type, message and short
+traceback, formatted once per kind of failure) and noted, and its headers are made when
+the publisher next sends, for all the records noted since, in one pass. Made whole one at
+a time between good records, a dead letter cost several good records' time on Kafka, more
+than its instructions: its code ran cold every time (see "Router on Kafka" in
+docs/benchmarks.md). The error itself is not kept: its frames would live on in reference
+cycles until a full garbage collection. The
+publisher counts a noted letter as buffered, so nothing commits before it is sent and
+acknowledged. If
 the record and its headers are over the producer's limit, its value is cut to fit
 (``fit_dead_letter``). If the broker refuses it anyway (a limit of its own), it is sent
 again without its value. If even that is refused, the record is logged with its
@@ -16,7 +25,7 @@ from typing import Any
 import structlog
 
 from ..clock import Clock
-from ..deadletter import dead_letter_headers, fit_dead_letter
+from ..deadletter import describe_failure, failure_headers, fit_dead_letter
 from ..errors import RecordRejected
 from ..metrics import Metrics
 from ..records import Headers, Message
@@ -50,6 +59,8 @@ class LetterSender:
         self,
         *,
         publish: Callable[..., bool],
+        place: Callable[..., None],
+        placed: Callable[[int], bool],
         relieve: Callable[[], Awaitable[None]],
         max_record_bytes: int | None,
         default_topic: str,
@@ -60,7 +71,14 @@ class LetterSender:
         fail_fast: bool,
     ) -> None:
         self._publish = publish
+        self._place = place
+        self._placed = placed
         self._relieve = relieve
+        # Failed records noted and not built yet: (message, the error described, stage,
+        # agent, attempts, topic, failed_at_ms); ``build`` empties it before each flush.
+        self._noted: list[
+            tuple[Message, tuple[bytes, bytes, bytes], str, str | None, int, str, int]
+        ] = []
         self.max_record_bytes = max_record_bytes
         self.default_topic = default_topic
         self.clock = clock
@@ -79,21 +97,54 @@ class LetterSender:
         attempts: int = 1,
         topic: str | None = None,
     ) -> None:
-        """Send ``message`` to the dead-letter ``topic``, with headers saying why."""
+        """Send ``message`` to the dead-letter ``topic``, with headers saying why: noted
+        now, built and placed in its lane by the publisher's next flush (``build``)."""
         # A decode failure is logged once, as "record failed" by the agent that dead-letters
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
             raise error
-        self._counter(self.metrics.dead_letters, stage).inc()
-        headers = dead_letter_headers(
-            message,
-            error,
-            stage=stage,
-            agent=agent,
-            attempts=attempts,
-            failed_at_ms=int(self.clock.time() * 1000),
+        self._noted.append(
+            (
+                message,
+                # Described now (a walk of its frames; formatted once per kind of failure):
+                # the error is not kept, so its frames and their cycles die with it.
+                describe_failure(error),
+                stage,
+                agent,
+                attempts,
+                topic or self.default_topic,
+                int(self.clock.time() * 1000),
+            )
         )
-        await self._send(Letter(message, topic or self.default_topic, stage, headers))
+        if self._placed(1):  # counted as buffered: no commit before it is acknowledged
+            await self._relieve()
+
+    def build(self) -> None:
+        """Make the noted dead letters and place them in their lanes (the publisher calls
+        this at the start of each flush, under its lock: they leave in that flush)."""
+        noted, self._noted = self._noted, []
+        if not noted:
+            return
+        limit = self.max_record_bytes
+        stages: dict[str, int] = {}  # the metric moved once per stage and batch
+        for message, described, stage, agent, attempts, topic, failed_at_ms in noted:
+            stages[stage] = stages.get(stage, 0) + 1
+            headers = failure_headers(
+                message,
+                described,
+                stage=stage,
+                agent=agent,
+                attempts=attempts,
+                failed_at_ms=failed_at_ms,
+            )
+            letter = Letter(message, topic, stage, headers)
+            value, headers = fit_dead_letter(message.key, message.value, headers, limit)
+            try:
+                self._place(topic, value, message.key, headers, letter, message.timestamp)
+            except RecordRejected as exc:
+                self._log_lost(letter, exc)
+        for stage, count in stages.items():
+            self._counter(self.metrics.dead_letters, stage).inc(count)
 
     async def _send(self, letter: Letter) -> None:
         # Whole if it fits the producer's limit, else cut to fit; with no value at all
@@ -121,6 +172,11 @@ class LetterSender:
             await self._lost(letter, exc)
 
     async def _lost(self, letter: Letter, exc: RecordRejected) -> None:
+        self._log_lost(letter, exc)
+        if self.fail_fast:
+            raise exc
+
+    def _log_lost(self, letter: Letter, exc: RecordRejected) -> None:
         message = letter.message
         self._counter(self.metrics.dead_letters_lost, letter.stage).inc()
         log.error(
@@ -131,5 +187,3 @@ class LetterSender:
             offset=message.offset,
             error=str(exc),
         )
-        if self.fail_fast:
-            raise exc

@@ -4,7 +4,9 @@ before it commits, and the end offset written per partition, so the worker knows
 own writes to a topic it also reads have been read back (``is_idle``).
 
 Agent outputs and dead letters are *published*: placed in their destination partition's
-buffer as they come (a ``Lane`` per topic), and sent as one batch per partition when the
+buffer (a ``Lane`` per topic) as they come, or for dead letters at the start of the next
+flush (``before_flush``: they are counted as buffered from the moment they are noted, and
+built together there), and sent as one batch per partition when the
 agent yields to the event loop (at the end of its input batch, or when it waits), when
 the buffers are full, and before every checkpoint. The partition of a key is computed
 once per key (a cache per partition count), and acks are tracked per broker batch, not
@@ -66,7 +68,10 @@ class Lane:
         keys = self.keys
         if len(keys) >= _KEY_CACHE:
             keys.clear()  # in place: the other lanes of this count hold the same dict
-        p = keys[key] = partition_for_key(key, self.count)  # type: ignore[arg-type]
+        count = self.count
+        # One partition (a dead-letter topic): no hash. murmur2 in Python is ~10 k
+        # instructions, and the keys of bad records are seldom seen twice.
+        p = keys[key] = 0 if count == 1 else partition_for_key(key, count)  # type: ignore[arg-type]
         return p
 
     def queued(self) -> bool:
@@ -123,6 +128,9 @@ class Publisher:
         self._flushing: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._error: BaseException | None = None  # a background flush failed: raised next
+        # Called at the start of every flush, to place records that were counted (by
+        # ``placed``) but built late: dead letters, whose headers are made in a batch.
+        self.before_flush: Callable[[], None] | None = None
         # A key's partition depends only on the key and the partition count: topics of the
         # same size share one cache, so a record fanned out to several is hashed once.
         self._key_partitions: dict[int, dict[bytes, int]] = {}
@@ -156,6 +164,20 @@ class Publisher:
 
         Raises ``RecordRejected`` at once for a record over the producer's size limit.
         """
+        self.place(topic, value, key, headers, origin, timestamp_ms)
+        return self.placed(1)
+
+    def place(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        origin: Any,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Put one record in its topic's lane, without scheduling a flush: for the records
+        that ``before_flush`` places (they were counted by ``placed`` when they came)."""
         # The check of _check_size, inlined: this runs per output, and the call alone added
         # ~1 % to the router's instructions per order.
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
@@ -175,7 +197,6 @@ class Publisher:
             group = parts[lane.place(key) if p is None else p]
         group[0].append((key, value, headers, timestamp_ms))
         group[1].append(origin)
-        return self.placed(1)
 
     def placed(self, n: int) -> bool:
         """``n`` records were put in lanes' ``parts`` (by ``publish``, or by an emitter
@@ -210,6 +231,8 @@ class Publisher:
             # One round: the records published while it sends go in the next one, so a
             # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
             self.buffered = 0
+            if self.before_flush is not None:
+                self.before_flush()
             rounds = [(lane, lane.take()) for lane in self._lanes.values()]
             for lane, (loose, placed) in rounds:
                 if loose[0]:  # published before the count was known: they came first
