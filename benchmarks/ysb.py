@@ -2,6 +2,8 @@
 
     python -m benchmarks.ysb [--events 1000000] [--repeat 5]
     python -m benchmarks.ysb --memory          # peak memory at N and 10 N events
+    python -m benchmarks.ysb --instructions --events 50000   # callgrind instruction counts
+    python -m benchmarks.ysb --cache --events 50000    # simulated cache and branch misses
 
 Both sides read the same pre-encoded events (about 250 bytes of JSON each):
 
