@@ -2,6 +2,8 @@
 
     python -m benchmarks.ysb [--events 1000000] [--repeat 5]
     python -m benchmarks.ysb --memory          # peak memory at N and 10 N events
+    python -m benchmarks.ysb --instructions --events 50000   # callgrind instruction counts
+    python -m benchmarks.ysb --cache --events 50000    # simulated cache and branch misses
 
 Both sides read the same pre-encoded events (about 250 bytes of JSON each):
 
@@ -30,6 +32,8 @@ from collections import Counter
 import msgspec
 
 import flowkit
+from benchmarks import cachegrind
+from benchmarks.cachegrind import measured
 from benchmarks.callgrind import compare
 from benchmarks.rounds import against_hand_written
 from examples import ysb
@@ -69,11 +73,12 @@ def hand_written(data: list[tuple[bytes, bytes]]) -> tuple[Seconds, Counter[tupl
     ads = ysb.campaign_map()
     counts: Counter[tuple[str, int]] = Counter()
     start, cpu = time.perf_counter(), time.process_time()
-    for _, raw in data:
-        view = decode(raw)
-        if view.event_type == "view":
-            t = view.event_time
-            counts[ads[view.ad_id], t - t % 10_000] += 1
+    with measured():
+        for _, raw in data:
+            view = decode(raw)
+            if view.event_type == "view":
+                t = view.event_time
+                counts[ads[view.ad_id], t - t % 10_000] += 1
     return Seconds(time.perf_counter() - start, time.process_time() - cpu), counts
 
 
@@ -192,8 +197,9 @@ async def _load_and_maybe_run(data: list[tuple[bytes, bytes]], run: bool) -> Non
             ysb.make_app(generate=False, on_close=None), transport=transport, clock=clock
         )
         async with worker:
-            while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
-                await asyncio.sleep(0.002)
+            with measured():  # the same wait as with_flowkit's timed one
+                while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
 
 
 def main() -> None:
@@ -207,11 +213,19 @@ def main() -> None:
         action="store_true",
         help="compare instruction counts under valgrind (use --events 50000)",
     )
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="simulated cache misses and mispredictions of the timed loops (--events 50000)",
+    )
     parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
     if args.instructions:
         compare("benchmarks.ysb", "--events", args.events, "event")
+        return
+    if args.cache:
+        cachegrind.compare("benchmarks.ysb", "--events", args.events, "event")
         return
     if args.part:
         data = payloads(args.events)

@@ -22,6 +22,9 @@ def test_add_outside_an_agent_needs_a_worker_and_a_time() -> None:
             counts.add("k", 1)
         counts.add("k", 2, ts=1_000)
         counts.add("k", 3, ts=2_000)
-        assert counts.value("k", 1_000) == 5
+        counts.add("k", 4, 3_000)  # by position: the same as ts=
+        assert counts.value("k", 1_000) == 9
+        counts.add("k", 1, 12_000)
+        assert counts.value("k", 12_000) == 1
     finally:
         leave_scope(token)
