@@ -25,17 +25,19 @@ class Ratio(NamedTuple):
     unit: str = "wall clock"
 
 
-# flowkit / hand-written, same data, same run (docs/benchmarks.md, 2026-11-30, session 5,
+# flowkit / hand-written, same data, same run (docs/benchmarks.md, 2026-11-30, session 6,
 # quiet machine).
 RESULTS = [
-    Ratio("YSB, memory broker", 0.90, 0.90, 0.90, 0.8, "instructions"),
-    Ratio("YSB, memory broker", 0.75, 0.74, 0.78, 0.8, "CPU time"),
-    Ratio("YSB, Kafka, aiokafka", 1.33, 1.14, 1.59, 0.8),
-    Ratio("YSB, Kafka, aiokafka", 1.49, 1.28, 1.87, 0.8, "CPU time"),
-    Ratio("YSB, Kafka, librdkafka", 0.75, 0.73, 0.86, 0.8),
-    Ratio("YSB, Kafka, librdkafka", 0.84, 0.81, 0.89, 0.8, "CPU time"),
-    Ratio("Router, Kafka, aiokafka", 1.12, 0.85, 1.19, 0.8),
-    Ratio("Router, Kafka, aiokafka", 1.10, 0.84, 1.18, 0.8, "CPU time"),
+    Ratio("YSB, memory broker", 0.91, 0.91, 0.91, 0.8, "instructions"),
+    Ratio("YSB, memory broker", 0.77, 0.69, 0.94, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, aiokafka", 1.74, 1.51, 2.37, 0.8),
+    Ratio("YSB, Kafka, aiokafka", 1.45, 1.23, 2.09, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, librdkafka", 0.73, 0.66, 0.82, 0.8),
+    Ratio("YSB, Kafka, librdkafka", 0.76, 0.73, 0.87, 0.8, "CPU time"),
+    Ratio("Router, Kafka, aiokafka", 0.93, 0.76, 1.17, 0.8),
+    Ratio("Router, Kafka, aiokafka", 0.92, 0.76, 1.15, 0.8, "CPU time"),
+    Ratio("Router, Kafka, librdkafka", 0.69, 0.54, 0.86, 0.8),
+    Ratio("Router, Kafka, librdkafka", 0.73, 0.58, 0.92, 0.8, "CPU time"),
     Ratio("Table recovery, memory", 0.93, 0.93, 0.93, 0.8, "CPU time"),
 ]
 
