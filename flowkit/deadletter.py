@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+from collections.abc import Iterator
 from types import CodeType, TracebackType
 from typing import Any
 
@@ -109,17 +110,9 @@ def short_traceback(error: BaseException) -> str:
     ValueError: invalid literal for int() with base 10: 'x'
     """
     parts: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        frames = []
-        tb = current.__traceback__
-        while tb is not None:
-            frames.append(tb)
-            tb = tb.tb_next
+    for current, frames, separator in _chain(error):
         lines = ["Traceback (most recent call last):\n"]
-        for tb in frames[-TRACEBACK_FRAMES:]:
+        for tb in frames:
             code = tb.tb_frame.f_code
             # Keyed by the code and the instruction, not the line: ``tb_lineno`` decodes
             # the code's line table on every read, which was most of what a frame cost.
@@ -131,14 +124,8 @@ def short_traceback(error: BaseException) -> str:
         name = type(current).__name__
         lines.append(f"{name}: {text}\n" if text else f"{name}\n")
         parts.append("".join(lines))
-        if current.__cause__ is not None:
-            current = current.__cause__
-            parts.append(_CAUSE)
-        elif current.__context__ is not None and not current.__suppress_context__:
-            current = current.__context__
-            parts.append(_CONTEXT)
-        else:
-            current = None
+        if separator:
+            parts.append(separator)
     if parts[-1] in (_CAUSE, _CONTEXT):
         parts.pop()  # a chain cut by a cycle: no dangling separator
     return "".join(reversed(parts))
@@ -162,31 +149,17 @@ def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
     text = str(error)
     key: list[Any] = [text]
     codes: list[CodeType] = []
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current, frames, separator in _chain(error):
         key.append(type(current))
         if current is not error:
             key.append(str(current))
-        frames = []
-        tb = current.__traceback__
-        while tb is not None:
-            frames.append(tb)
-            tb = tb.tb_next
-        for tb in frames[-TRACEBACK_FRAMES:]:
+        for tb in frames:
             code = tb.tb_frame.f_code
             codes.append(code)
             key.append(id(code))
             key.append(tb.tb_lasti)
-        if current.__cause__ is not None:
-            current = current.__cause__
-            key.append(_CAUSE)
-        elif current.__context__ is not None and not current.__suppress_context__:
-            current = current.__context__
-            key.append(_CONTEXT)
-        else:
-            current = None
+        if separator:
+            key.append(separator)
     signature = tuple(key)
     entry = _described_as.get(signature)
     if entry is None:
@@ -199,6 +172,31 @@ def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
             _described_as.clear()
         entry = _described_as[signature] = (codes, described)
     return entry[1]
+
+
+def _chain(
+    error: BaseException,
+) -> Iterator[tuple[BaseException, list[TracebackType], str]]:
+    # Each exception of the chain, newest first (as Python follows it: the cause, else the
+    # context unless suppressed; a cycle ends it), with its innermost TRACEBACK_FRAMES
+    # frames and the separator before the next ("" at the end).
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = []
+        tb = current.__traceback__
+        while tb is not None:
+            frames.append(tb)
+            tb = tb.tb_next
+        if current.__cause__ is not None:
+            following, separator = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            following, separator = current.__context__, _CONTEXT
+        else:
+            following, separator = None, ""
+        yield current, frames[-TRACEBACK_FRAMES:], separator
+        current = following
 
 
 def _frame_entry(code: CodeType, tb: TracebackType) -> tuple[CodeType, str]:
