@@ -146,30 +146,26 @@ class LetterSender:
         for stage, count in stages.items():
             self._counter(self.metrics.dead_letters, stage).inc(count)
 
-    async def _send(self, letter: Letter) -> None:
-        # Whole if it fits the producer's limit, else cut to fit; with no value at all
-        # after the broker refused it once (its own limit may be below the producer's).
-        message = letter.message
-        limit = 0 if letter.valueless else self.max_record_bytes
-        value, headers = fit_dead_letter(message.key, message.value, letter.headers, limit)
-        try:
-            full = self._publish(
-                letter.topic, value, message.key, headers, letter, message.timestamp
-            )
-        except RecordRejected as exc:
-            await self._lost(letter, exc)
-            return
-        if full:
-            await self._relieve()
-
     async def refused(self, letter: Letter, exc: RecordRejected) -> None:
         """The broker refused ``letter`` for good: send it again without its value, or,
         if that was refused too, log and count it."""
-        if not letter.valueless and letter.message.value is not None:
-            message = letter.message
-            await self._send(Letter(message, letter.topic, letter.stage, letter.headers, True))
-        else:
+        message = letter.message
+        if letter.valueless or message.value is None:
             await self._lost(letter, exc)
+            return
+        # No value at all: the broker's own limit may be below the producer's, which
+        # ``build`` already cut the letter to.
+        valueless = Letter(message, letter.topic, letter.stage, letter.headers, True)
+        value, headers = fit_dead_letter(message.key, message.value, letter.headers, 0)
+        try:
+            full = self._publish(
+                letter.topic, value, message.key, headers, valueless, message.timestamp
+            )
+        except RecordRejected as again:
+            await self._lost(valueless, again)
+            return
+        if full:
+            await self._relieve()
 
     async def _lost(self, letter: Letter, exc: RecordRejected) -> None:
         self._log_lost(letter, exc)
