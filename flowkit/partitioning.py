@@ -47,4 +47,6 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     >>> partition_for_key(b"foobar", 4)
     2
     """
+    if partitions == 1:
+        return 0  # no hash (murmur2 in Python is ~10 k instructions a key)
     return (murmur2(key) & 0x7FFFFFFF) % partitions

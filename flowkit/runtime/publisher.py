@@ -68,10 +68,7 @@ class Lane:
         keys = self.keys
         if len(keys) >= _KEY_CACHE:
             keys.clear()  # in place: the other lanes of this count hold the same dict
-        count = self.count
-        # One partition (a dead-letter topic): no hash. murmur2 in Python is ~10 k
-        # instructions, and the keys of bad records are seldom seen twice.
-        p = keys[key] = 0 if count == 1 else partition_for_key(key, count)  # type: ignore[arg-type]
+        p = keys[key] = partition_for_key(key, self.count)  # type: ignore[arg-type]
         return p
 
     def queued(self) -> bool:
