@@ -28,10 +28,10 @@ import ctypes
 import mmap
 import os
 import re
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from benchmarks.callgrind import run
 
 __all__ = ["EVENTS", "compare", "measured"]
 
@@ -84,37 +84,20 @@ def measured() -> Iterator[None]:
 
 def counts(module: str, part: str, size_flag: str, size: int) -> dict[str, int]:
     """callgrind's totals over the ``measured()`` blocks of ``python -m module --part``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                "--cache-sim=yes",
-                "--branch-sim=yes",
-                "--I1=32768,8,64",
-                "--D1=32768,8,64",
-                "--LL=524288,8,64",
-                f"--callgrind-out-file={tmp}/cg.out",
-                sys.executable,
-                "-m",
-                module,
-                "--part",
-                part,
-                size_flag,
-                str(size),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": "0", _MARKS: "1"},
-        )
-        with open(f"{tmp}/cg.out") as f:
-            text = f.read()
+    options = [
+        "--collect-atstart=no",
+        "--cache-sim=yes",
+        "--branch-sim=yes",
+        "--I1=32768,8,64",
+        "--D1=32768,8,64",
+        "--LL=524288,8,64",
+    ]
+    with run(module, part, size_flag, size, options, {_MARKS: "1"}) as (stderr, path):
+        text = Path(path).read_text()
     events = re.search(r"^events: (.*)$", text, re.M)
     totals = re.search(r"^totals: (.*)$", text, re.M)
     if events is None or totals is None:
-        raise SystemExit(f"no totals from callgrind:\n{out.stderr[-2000:]}")
+        raise SystemExit(f"no totals from callgrind:\n{stderr[-2000:]}")
     return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
 
 

@@ -7,23 +7,36 @@ totals are each loop's own instructions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 
-__all__ = ["compare", "count"]
+__all__ = ["compare", "count", "run"]
 
 
-def count(module: str, part: str, size_flag: str, size: int) -> int:
-    """Instructions of ``python -m module --part part size_flag size`` under callgrind."""
+@contextlib.contextmanager
+def run(
+    module: str,
+    part: str,
+    size_flag: str,
+    size: int,
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Run ``python -m module --part part size_flag size`` under callgrind with
+    ``options``; yields its stderr and the path of its output file (gone after the block)."""
     with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/cg.out"
         out = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/cg.out",
+                *options,
+                f"--callgrind-out-file={path}",
                 sys.executable,
                 "-m",
                 module,
@@ -36,11 +49,17 @@ def count(module: str, part: str, size_flag: str, size: int) -> int:
             text=True,
             check=True,
             # A fixed hash seed: the same dict and set orders, so the same count every run.
-            env={**os.environ, "PYTHONHASHSEED": "0"},
+            env={**os.environ, "PYTHONHASHSEED": "0", **(env or {})},
         )
-    match = re.search(r"Collected : (\d+)", out.stderr)
+        yield out.stderr, path
+
+
+def count(module: str, part: str, size_flag: str, size: int) -> int:
+    """Instructions of ``python -m module --part part size_flag size`` under callgrind."""
+    with run(module, part, size_flag, size) as (stderr, _):
+        match = re.search(r"Collected : (\d+)", stderr)
     if match is None:
-        raise SystemExit(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
+        raise SystemExit(f"no instruction count from valgrind:\n{stderr[-2000:]}")
     return int(match.group(1))
 
 
