@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 import flowkit
-from benchmarks.callgrind import _count, compare
+from benchmarks.callgrind import compare, count
 from benchmarks.rounds import against_hand_written
 from examples import payments
 from flowkit.logs import configure_logging
@@ -256,8 +256,8 @@ def main() -> None:
     configure_logging("warning")
     if args.instructions:
         if args.breakdown:
-            setup = _count("benchmarks.joins", "setup", "--orders", args.orders)
-            store = _count("benchmarks.joins", "store", "--orders", args.orders) - setup
+            setup = count("benchmarks.joins", "setup", "--orders", args.orders)
+            store = count("benchmarks.joins", "store", "--orders", args.orders) - setup
             print(f"the join's store alone     : {store / args.orders:>10,.0f} per order")
         compare("benchmarks.joins", "--orders", args.orders, "order")
         print("(an order is ~1.9 records: the order and, for 90% of them, its payment)")
