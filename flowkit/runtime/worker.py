@@ -31,6 +31,7 @@ from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
 from ..transports import Consumer, OutRecord, Transport, transport_from_url
+from . import heap
 from .assignment import Assignment
 from .checkpoints import Checkpointer
 from .console import Console
@@ -216,6 +217,7 @@ class Worker:
             await self.aclose()
             raise
         self._phase = "running"
+        heap.retain()  # what the worker started with lives as long as it: frozen (heap.py)
 
     async def _start(self) -> None:
         app, settings, spawn = self.app, self.settings, self.supervisor.spawn
@@ -347,6 +349,8 @@ class Worker:
         """Stop gracefully: finish queued batches, commit, disconnect. Idempotent."""
         if self._phase == "closed":
             return
+        if self._phase == "running":
+            heap.release()
         self._phase = "closed"
         self._stop.set()
         tasks = self.supervisor
