@@ -16,9 +16,9 @@ ranges beside):
   time), per generation, and how many collections ran;
 
 and the paired ratios hand / flowkit of CPU and wall time. CPU time moves with the load on
-a shared machine; the collector's share is the steadier figure. ``--no-freeze`` runs the
-workers without freezing their start-up heap (``flowkit/runtime/heap.py``), as before
-2026-12-01.
+a shared machine; the collector's share is the steadier figure. ``--no-freeze`` adds a
+third contender to every round: flowkit without freezing its start-up heap
+(``flowkit/runtime/heap.py``), as before 2026-12-01.
 """
 
 from __future__ import annotations
@@ -112,10 +112,11 @@ def _median(values: list[float]) -> str:
 def summary(rounds: list[dict[str, Result]], n: int) -> None:
     us = 1e6 / n
     print(f"\n{len(rounds)} paired rounds, {n:,} clean orders; µs of CPU an order, median (range)")
-    for name in ("hand-written", "flowkit"):
+    names = list(rounds[0])
+    for name in names:
         total = [sum(r[name][1].values()) * us for r in rounds]
         print(f"{name:13s} all threads {_median(total)}")
-        if name == "flowkit":
+        if name != "hand-written":
             threads = sorted({t for r in rounds for t in r[name][1]})
             for t in threads:
                 values = [r[name][1].get(t, 0.0) * us for r in rounds]
@@ -128,12 +129,23 @@ def summary(rounds: list[dict[str, Result]], n: int) -> None:
             for g in range(3)
         )
         print(f"{'':13s} cycle collector {_median(collected)}: {by_generation}")
-    cpu = [sum(r["hand-written"][1].values()) / sum(r["flowkit"][1].values()) for r in rounds]
-    wall = [r["hand-written"][0] / r["flowkit"][0] for r in rounds]
-    print(f"flowkit / hand-written: CPU {_median(cpu)}, wall {_median(wall)}")
+    for name in names[1:]:
+        cpu = [sum(r["hand-written"][1].values()) / sum(r[name][1].values()) for r in rounds]
+        wall = [r["hand-written"][0] / r[name][0] for r in rounds]
+        print(f"{name} / hand-written: CPU {_median(cpu)}, wall {_median(wall)}")
 
 
-async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
+async def unfrozen(bootstrap: str, source: str, n: int, tag: str, max_records: int) -> Result:
+    """``with_flowkit`` as before the worker froze its start-up heap."""
+    retain, release = heap.retain, heap.release
+    heap.retain = heap.release = lambda: None
+    try:
+        return await with_flowkit(bootstrap, source, n, tag, max_records)
+    finally:
+        heap.retain, heap.release = retain, release
+
+
+async def run(bootstrap: str, n: int, rounds: int, max_records: int, compare: bool) -> None:
     rk.BOOTSTRAP[0] = bootstrap
     run_id = uuid.uuid4().hex[:6]
     source = f"router-split-{run_id}"
@@ -148,12 +160,17 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
         row["hand-written"] = hand(source, n, tag, max_records)
         gc.collect()
         row["flowkit"] = await with_flowkit(bootstrap, source, n, f"{run_id}-f{i}", max_records)
+        if compare:
+            gc.collect()
+            tag = f"{run_id}-u{i}"
+            row["not frozen"] = await unfrozen(bootstrap, source, n, tag, max_records)
         results.append(row)
-        h, f = row["hand-written"], row["flowkit"]
         print(
-            f"round {i}: hand-written {sum(h[1].values()) * 1e6 / n:.1f}, flowkit "
-            f"{sum(f[1].values()) * 1e6 / n:.1f} µs of CPU an order (collector "
-            f"{sum(h[2]) * 1e6 / n:.2f} and {sum(f[2]) * 1e6 / n:.2f})",
+            f"round {i}, µs of CPU an order (in the collector): "
+            + ", ".join(
+                f"{name} {sum(r[1].values()) * 1e6 / n:.1f} ({sum(r[2]) * 1e6 / n:.2f})"
+                for name, r in row.items()
+            ),
             flush=True,
         )
     summary(results, n)
@@ -165,13 +182,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="paired rounds")
     parser.add_argument("--max-records", type=int, default=10_000)
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
-    parser.add_argument("--no-freeze", action="store_true", help="as before heap.py")
+    parser.add_argument("--no-freeze", action="store_true", help="flowkit unfrozen too")
     args = parser.parse_args()
-    if args.no_freeze:
-        heap.retain = heap.release = lambda: None
     configure_logging("error")
     with kafka_broker(args.bootstrap) as (bootstrap, _):
-        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records))
+        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records, args.no_freeze))
 
 
 if __name__ == "__main__":
