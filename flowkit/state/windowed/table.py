@@ -156,7 +156,7 @@ class WindowedTable(TableBase[K, V]):
         # marked dirty; a tumbling sum's only) and not newer than any seen, so the
         # watermark does not move.
         if ts <= part.hot_top and ts >= part.hot_start:
-            window = part.hot
+            window: dict[Any, Any] = part.hot
             try:
                 window[key] = window[key] + amount
             except KeyError:
@@ -173,7 +173,6 @@ class WindowedTable(TableBase[K, V]):
                 if wm >= part.next_end:
                     memo[1].close_partials(part)
         if self._tumbling_sum:  # the common case, without a loop or a call
-            window: dict[Any, Any]
             if ts < part.hot_end and ts >= part.hot_start:
                 window = part.hot  # open (so not late) and already marked dirty
                 part.hot_top = ts  # the newest time seen (above hot_top, so it moved max_ts)
