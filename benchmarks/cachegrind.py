@@ -28,6 +28,7 @@ import ctypes
 import mmap
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -82,8 +83,12 @@ def measured() -> Iterator[None]:
         _toggle()
 
 
-def counts(module: str, part: str, size_flag: str, size: int) -> dict[str, int]:
-    """callgrind's totals over the ``measured()`` blocks of ``python -m module --part``."""
+def counts(
+    module: str, part: str, size_flag: str, size: int, keep: str | None = None
+) -> dict[str, int]:
+    """callgrind's totals over the ``measured()`` blocks of ``python -m module --part``;
+    ``keep``: a directory to copy callgrind's output to (``<part>.cg``), for
+    ``callgrind_annotate`` (the cost of each C function: the interpreter's, msgspec's)."""
     options = [
         "--collect-atstart=no",
         "--cache-sim=yes",
@@ -94,6 +99,9 @@ def counts(module: str, part: str, size_flag: str, size: int) -> dict[str, int]:
     ]
     with run(module, part, size_flag, size, options, {_MARKS: "1"}) as (stderr, path):
         text = Path(path).read_text()
+        if keep is not None:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, Path(keep) / f"{part}.cg")
     events = re.search(r"^events: (.*)$", text, re.M)
     totals = re.search(r"^totals: (.*)$", text, re.M)
     if events is None or totals is None:
@@ -101,10 +109,11 @@ def counts(module: str, part: str, size_flag: str, size: int) -> dict[str, int]:
     return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
 
 
-def compare(module: str, size_flag: str, size: int, unit: str) -> None:
-    """Print each simulated count per ``unit`` for the hand-written loop and flowkit."""
-    hand = counts(module, "hand", size_flag, size)
-    flow = counts(module, "flowkit", size_flag, size)
+def compare(module: str, size_flag: str, size: int, unit: str, keep: str | None = None) -> None:
+    """Print each simulated count per ``unit`` for the hand-written loop and flowkit
+    (``keep``: see ``counts``)."""
+    hand = counts(module, "hand", size_flag, size, keep)
+    flow = counts(module, "flowkit", size_flag, size, keep)
     print(f"{size:,} {unit}s, per {unit}, timed loops only (callgrind cache and branch sim)")
     print(f"{'':<22}{'hand-written':>14}{'flowkit':>12}{'flowkit/hand':>14}")
     for event, label in EVENTS.items():

@@ -3,6 +3,7 @@
     python -m benchmarks.router_count --orders 20000                 # time, and compare outputs
     python -m benchmarks.router_count --instructions --orders 20000  # callgrind, clean orders
     python -m benchmarks.router_count --instructions --bad-orders 20000  # with 2.7 % bad
+    python -m benchmarks.router_count --instructions --all-bad 10000  # a bad order vs a good
 
 The same orders as ``benchmarks/router_kafka.py`` (keyed by one of 5,000 customers, on 4
 partitions as a Kafka producer would place them; with ``--bad-orders``, 2 % lack their
@@ -17,19 +18,26 @@ customer and 0.7 % are not JSON) are loaded into the memory broker, then routed 
 Both produce the same outputs (checked). ``--instructions`` counts each under callgrind
 (``benchmarks/callgrind.py``): instructions per order, the steady state of flowkit, and
 the ratios; counts are deterministic, so a loaded machine does not move them.
+
+``--all-bad N`` is a burst: every order is bad, in the 2.7 % run's proportions (three in
+four lack their customer, so a transform fails; one in four is not JSON). With
+``--instructions`` it prints flowkit's steady-state instructions per bad order beside
+those per clean order (runs of N and N/5 of each), and their ratio: what a bad record
+costs against a good one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import time
 from collections import Counter
 
 import msgspec
 
 import flowkit
-from benchmarks.callgrind import compare
+from benchmarks.callgrind import compare, count
 from benchmarks.router_kafka import PARTITIONS, ROUTE_TOPICS, orders, route_by_hand
 from examples import router
 from flowkit.logs import configure_logging
@@ -38,6 +46,22 @@ from flowkit.transports import MemoryBroker, MemoryTransport
 
 SOURCE = "orders-in"
 DLQ = "router-dlq"
+
+
+def all_bad(n: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of ``n`` bad orders: the clean orders' keys, three in four without
+    their customer (a transform fails), one in four cut mid-object (not JSON)."""
+    rng, junk = random.Random(7), random.Random(8)
+    enc = msgspec.json.Encoder()
+    out = []
+    for i in range(n):
+        order = router.sample_order(rng, i)
+        order.pop("customer", None)
+        value = enc.encode(order)
+        if junk.random() < 0.26:
+            value = value[: len(value) // 2]
+        out.append((f"c{i % 5000}".encode(), value))
+    return out
 
 
 async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
@@ -127,23 +151,47 @@ async def _timed(data: list[tuple[bytes, bytes]]) -> None:
     print(f"hand-written {n / t_hand:,.0f}/s, flowkit {n / t_flow:,.0f}/s: {t_hand / t_flow:.2f}")
 
 
+def bad_against_good(n: int) -> None:
+    """Print flowkit's steady-state instructions per bad order and per clean order."""
+
+    def steady(flag: str) -> float:
+        def own(size: int) -> int:
+            module = "benchmarks.router_count"
+            return count(module, "flowkit", flag, size) - count(module, "setup", flag, size)
+
+        return (own(n) - own(n // 5)) / (n - n // 5)
+
+    good, bad = steady("--orders"), steady("--all-bad")
+    print(f"{n:,} orders, flowkit's instructions per order (callgrind, steady state)")
+    print(f"clean orders             : {good:>10,.0f}")
+    print(f"all orders bad           : {bad:>10,.0f}")
+    print(f"a bad order / a good one : {bad / good:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--orders", type=int, help="clean orders (default 20,000)")
     size.add_argument("--bad-orders", type=int, help="orders of which 2.7 %% are bad")
+    size.add_argument("--all-bad", type=int, help="orders that are all bad (a burst)")
     parser.add_argument(
         "--instructions", action="store_true", help="compare instruction counts under valgrind"
     )
     parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("critical")  # the bad records' log lines are not what is measured
-    bad = args.bad_orders is not None
-    n: int = args.bad_orders if bad else (args.orders or 20_000)
-    if args.instructions:
-        compare("benchmarks.router_count", "--bad-orders" if bad else "--orders", n, "order")
-        return
-    data = orders(n, bad=bad)
+    if args.all_bad is not None:
+        if args.instructions:
+            bad_against_good(args.all_bad)
+            return
+        data = all_bad(args.all_bad)
+    else:
+        bad = args.bad_orders is not None
+        n: int = args.bad_orders if bad else (args.orders or 20_000)
+        if args.instructions:
+            compare("benchmarks.router_count", "--bad-orders" if bad else "--orders", n, "order")
+            return
+        data = orders(n, bad=bad)
     if args.part:
         asyncio.run(_part(data, args.part))
         return

@@ -218,6 +218,11 @@ def main() -> None:
         action="store_true",
         help="simulated cache misses and mispredictions of the timed loops (--events 50000)",
     )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="with --cache: keep callgrind's output files in DIR (hand.cg, flowkit.cg)",
+    )
     parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
@@ -225,7 +230,7 @@ def main() -> None:
         compare("benchmarks.ysb", "--events", args.events, "event")
         return
     if args.cache:
-        cachegrind.compare("benchmarks.ysb", "--events", args.events, "event")
+        cachegrind.compare("benchmarks.ysb", "--events", args.events, "event", args.keep)
         return
     if args.part:
         data = payloads(args.events)

@@ -147,19 +147,33 @@ def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
     formatted once; the next ones cost a walk of their frames and one lookup.
     """
     text = str(error)
+    # The key: each exception of the chain as Python follows it (its type, its text, the
+    # code and instruction of every frame, then how the next one is linked), in one loop
+    # with no generator and no list of frames. Every frame, not only the innermost ones
+    # the traceback shows: a longer key is as exact, and a slice would cost a list.
     key: list[Any] = [text]
-    codes: list[CodeType] = []
-    for current, frames, separator in _chain(error):
-        key.append(type(current))
-        if current is not error:
+    current: BaseException | None = error
+    links = 0
+    while current is not None:
+        key.append(current.__class__)
+        if links:
             key.append(str(current))
-        for tb in frames:
-            code = tb.tb_frame.f_code
-            codes.append(code)
-            key.append(id(code))
+        tb = current.__traceback__
+        while tb is not None:
+            key.append(id(tb.tb_frame.f_code))
             key.append(tb.tb_lasti)
-        if separator:
-            key.append(separator)
+            tb = tb.tb_next
+        links += 1
+        if links > _MAX_LINKS:  # a cycle (short_traceback ends it where it closes)
+            break
+        if current.__cause__ is not None:
+            key.append(_CAUSE)
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            key.append(_CONTEXT)
+            current = current.__context__
+        else:
+            current = None
     signature = tuple(key)
     entry = _described_as.get(signature)
     if entry is None:
@@ -170,8 +184,31 @@ def describe_failure(error: BaseException) -> tuple[bytes, bytes, bytes]:
         )
         if len(_described_as) >= 10_000:
             _described_as.clear()
-        entry = _described_as[signature] = (codes, described)
+        entry = _described_as[signature] = (_codes(error), described)
     return entry[1]
+
+
+_MAX_LINKS = 100  # exceptions of a chain in a key: Python's own walk stops at a cycle
+
+
+def _codes(error: BaseException) -> list[CodeType]:
+    # The code objects whose ids a key holds: kept with it, so no id is reused meanwhile.
+    codes: list[CodeType] = []
+    current: BaseException | None = error
+    for _ in range(_MAX_LINKS + 1):
+        if current is None:
+            break
+        tb = current.__traceback__
+        while tb is not None:
+            codes.append(tb.tb_frame.f_code)
+            tb = tb.tb_next
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+    return codes
 
 
 def _chain(

@@ -50,7 +50,17 @@ class Literal:
 
 
 def _missing(step: str, path: Path) -> MissingFieldError:
-    return MissingFieldError(f"{step}: field {path_text(path)!r} is missing", path=path)
+    # A burst of records lacking a field fail at the same few paths: each message is made
+    # once, not formatted per record.
+    message = _messages.get((step, path))
+    if message is None:
+        if len(_messages) >= 10_000:
+            _messages.clear()
+        message = _messages[step, path] = f"{step}: field {path_text(path)!r} is missing"
+    return MissingFieldError.at(message, path)
+
+
+_messages: dict[tuple[str, Path], str] = {}
 
 
 def _get(value: Any, path: Path, step: str) -> Any:

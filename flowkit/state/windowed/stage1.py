@@ -39,6 +39,7 @@ class Part:
         "hot",
         "hot_end",
         "hot_start",
+        "hot_top",
         "logged",
         "max_ts",
         "next_end",
@@ -60,12 +61,15 @@ class Part:
         self.logged: tuple[int, int, int] | None = None
         # The window the last add() went to, already open and in ``dirty``: consecutive
         # records mostly fall in the same window. Forgotten whenever ``dirty`` is cleared
-        # or a window leaves ``partials``.
+        # or a window leaves ``partials``. ``hot_top`` is the highest time add() may put
+        # there without a look at the watermark: min(max_ts, hot_end - 1).
         self.hot_start = self.hot_end = NONE
+        self.hot_top = NONE - 1
         self.hot: dict[Any, Any] = {}
 
     def forget_hot(self) -> None:
         self.hot_start = self.hot_end = NONE  # no time is in [NONE, NONE)
+        self.hot_top = NONE - 1  # nor in [NONE, NONE - 1]
         self.hot = {}
 
 
@@ -120,6 +124,7 @@ class Stage1:
             window = self.open(part, start)
         part.dirty.add(start)
         part.hot_start, part.hot_end, part.hot = start, start + self.size, window
+        part.hot_top = min(part.max_ts, start + self.size - 1)
         return window
 
     def is_closed(self, part: Part, start: int) -> bool:

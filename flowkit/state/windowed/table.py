@@ -151,6 +151,17 @@ class WindowedTable(TableBase[K, V]):
             ts = self._time_of(scope)
         # memo: (self, the store, the partition's state), found once per batch.
         part = memo[2]
+        # The common case in two comparisons (event times in ms are big integers, which
+        # CPython 3.11 compares on its slow generic path): a time in the hot window (open,
+        # marked dirty; a tumbling sum's only) and not newer than any seen, so the
+        # watermark does not move.
+        if ts <= part.hot_top and ts >= part.hot_start:
+            window: dict[Any, Any] = part.hot
+            try:
+                window[key] = window[key] + amount
+            except KeyError:
+                window[key] = amount
+            return
         if ts > part.max_ts:  # inlined Stage1.advance: event time mostly moves forward
             st: WindowedStore = memo[1]
             if ts > st.future_limit:
@@ -162,9 +173,9 @@ class WindowedTable(TableBase[K, V]):
                 if wm >= part.next_end:
                     memo[1].close_partials(part)
         if self._tumbling_sum:  # the common case, without a loop or a call
-            window: dict[Any, Any]
             if ts < part.hot_end and ts >= part.hot_start:
                 window = part.hot  # open (so not late) and already marked dirty
+                part.hot_top = ts  # the newest time seen (above hot_top, so it moved max_ts)
             else:
                 start = ts - ts % self._size
                 if start + self._size <= part.wm:
