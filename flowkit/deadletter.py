@@ -112,7 +112,7 @@ def short_traceback(error: BaseException) -> str:
     parts: list[str] = []
     for current, frames, separator in _chain(error):
         lines = ["Traceback (most recent call last):\n"]
-        for tb in frames:
+        for tb in frames[-TRACEBACK_FRAMES:]:
             code = tb.tb_frame.f_code
             # Keyed by the code and the instruction, not the line: ``tb_lineno`` decodes
             # the code's line table on every read, which was most of what a frame cost.
@@ -193,30 +193,16 @@ _MAX_LINKS = 100  # exceptions of a chain in a key: Python's own walk stops at a
 
 def _codes(error: BaseException) -> list[CodeType]:
     # The code objects whose ids a key holds: kept with it, so no id is reused meanwhile.
-    codes: list[CodeType] = []
-    current: BaseException | None = error
-    for _ in range(_MAX_LINKS + 1):
-        if current is None:
-            break
-        tb = current.__traceback__
-        while tb is not None:
-            codes.append(tb.tb_frame.f_code)
-            tb = tb.tb_next
-        if current.__cause__ is not None:
-            current = current.__cause__
-        elif current.__context__ is not None and not current.__suppress_context__:
-            current = current.__context__
-        else:
-            current = None
-    return codes
+    # A key may go round a cycle more than once; its ids are those of the first round.
+    return [tb.tb_frame.f_code for _, frames, _ in _chain(error) for tb in frames]
 
 
 def _chain(
     error: BaseException,
 ) -> Iterator[tuple[BaseException, list[TracebackType], str]]:
     # Each exception of the chain, newest first (as Python follows it: the cause, else the
-    # context unless suppressed; a cycle ends it), with its innermost TRACEBACK_FRAMES
-    # frames and the separator before the next ("" at the end).
+    # context unless suppressed; a cycle ends it), with all its frames, outermost first,
+    # and the separator before the next ("" at the end).
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -232,7 +218,7 @@ def _chain(
             following, separator = current.__context__, _CONTEXT
         else:
             following, separator = None, ""
-        yield current, frames[-TRACEBACK_FRAMES:], separator
+        yield current, frames, separator
         current = following
 
 
