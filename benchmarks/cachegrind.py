@@ -29,7 +29,7 @@ import mmap
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from benchmarks.callgrind import run
@@ -109,13 +109,32 @@ def counts(
     return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
 
 
-def compare(module: str, size_flag: str, size: int, unit: str, keep: str | None = None) -> None:
+def compare(
+    module: str,
+    size_flag: str,
+    size: int,
+    unit: str,
+    keep: str | None = None,
+    others: Sequence[tuple[str, str]] = (),
+) -> None:
     """Print each simulated count per ``unit`` for the hand-written loop and flowkit
-    (``keep``: see ``counts``)."""
-    hand = counts(module, "hand", size_flag, size, keep)
-    flow = counts(module, "flowkit", size_flag, size, keep)
+    (``keep``: see ``counts``); ``others``: more flowkit forms, (part, label) pairs, a
+    column each."""
+    parts = [("hand", "hand-written"), ("flowkit", "flowkit"), *others]
+    got = {part: counts(module, part, size_flag, size, keep) for part, _ in parts}
+    hand = got["hand"]
     print(f"{size:,} {unit}s, per {unit}, timed loops only (callgrind cache and branch sim)")
-    print(f"{'':<22}{'hand-written':>14}{'flowkit':>12}{'flowkit/hand':>14}")
+    head = "".join(f"{label:>{max(12, len(label) + 2)}}" for _, label in parts)
+    ratios = "".join(f"{label + '/hand':>{len(label) + 7}}" for _, label in parts[1:])
+    print(f"{'':<22}{head}{ratios}")
     for event, label in EVENTS.items():
-        h, f = hand.get(event, 0) / size, flow.get(event, 0) / size
-        print(f"{label:<22}{h:>14,.1f}{f:>12,.1f}{f / h if h else float('nan'):>14.2f}")
+        h = hand.get(event, 0) / size
+        row = [got[part].get(event, 0) / size for part, _ in parts]
+        cells = "".join(
+            f"{v:>{max(12, len(name) + 2)},.1f}" for v, (_, name) in zip(row, parts, strict=True)
+        )
+        cells += "".join(
+            f"{v / h if h else float('nan'):>{len(name) + 7}.2f}"
+            for v, (_, name) in zip(row[1:], parts[1:], strict=True)
+        )
+        print(f"{label:<22}{cells}")

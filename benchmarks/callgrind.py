@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["compare", "count", "run"]
 
@@ -63,24 +64,47 @@ def count(module: str, part: str, size_flag: str, size: int) -> int:
     return int(match.group(1))
 
 
-def compare(module: str, size_flag: str, size: int, unit: str) -> None:
+def compare(
+    module: str,
+    size_flag: str,
+    size: int,
+    unit: str,
+    others: Sequence[tuple[str, str]] = (),
+) -> None:
     """Print instructions per ``unit`` for the hand-written loop and flowkit, and the ratios.
 
     flowkit also runs at a fifth of ``size``: the difference between the two runs is the
     cost of the extra records alone (the steady state), with the worker's start and stop,
-    which a long run makes negligible, cancelled out.
+    which a long run makes negligible, cancelled out. ``others``: more flowkit forms,
+    (part, label) pairs, measured and printed the same way after ``--part flowkit``.
     """
     small = size // 5
-    setup = count(module, "setup", size_flag, size)
-    hand = count(module, "hand", size_flag, size) - setup
-    flow = count(module, "flowkit", size_flag, size) - setup
-    flow_small = count(module, "flowkit", size_flag, small) - count(
-        module, "setup", size_flag, small
-    )
-    per_extra = (flow - flow_small) / (size - small)
+    forms = [("flowkit", "flowkit"), *others]
+    runs = [("setup", size), ("hand", size), ("setup", small)]
+    runs += [(part, n) for part, _ in forms for n in (size, small)]
+    # Two at a time: each run is one process, and the counts do not depend on the load.
+    with ThreadPoolExecutor(2) as pool:
+        jobs = {run: pool.submit(count, module, run[0], size_flag, run[1]) for run in runs}
+        got = {run: job.result() for run, job in jobs.items()}
+    setup, setup_small = got["setup", size], got["setup", small]
+    hand = got["hand", size] - setup
+    width = max(25, *(len(label) + 22 for _, label in forms))
     print(f"{size:,} {unit}s, instructions per {unit} (callgrind)")
-    print(f"hand-written             : {hand / size:>10,.0f}")
-    print(f"flowkit, whole run       : {flow / size:>10,.0f}   (worker start and stop included)")
-    print(f"flowkit, steady state    : {per_extra:>10,.0f}   (runs of {size:,} and {small:,})")
-    print(f"ratio, whole run         : {hand / flow:.2f}   (hand-written / flowkit instructions)")
-    print(f"ratio, steady state      : {hand / size / per_extra:.2f}")
+    print(f"{'hand-written':<{width}}: {hand / size:>10,.0f}")
+    for part, label in forms:
+        flow = got[part, size] - setup
+        per_extra = (flow - (got[part, small] - setup_small)) / (size - small)
+        ratio = "ratio" if part == "flowkit" else f"{label}, ratio"
+        print(
+            f"{label + ', whole run':<{width}}: {flow / size:>10,.0f}"
+            "   (worker start and stop included)"
+        )
+        print(
+            f"{label + ', steady state':<{width}}: {per_extra:>10,.0f}"
+            f"   (runs of {size:,} and {small:,})"
+        )
+        print(
+            f"{ratio + ', whole run':<{width}}: {hand / flow:.2f}"
+            "   (hand-written / flowkit instructions)"
+        )
+        print(f"{ratio + ', steady state':<{width}}: {hand / size / per_extra:.2f}")

@@ -49,28 +49,42 @@ def against_hand_written(
     hand: Callable[[], tuple[float, object]],
     flowkit: Callable[[], tuple[float, object, float]],
     mismatch: str,
+    others: Sequence[tuple[str, Callable[[], tuple[float, object, float]]]] = (),
 ) -> None:
     """Run ``repeat`` paired rounds of a hand-written loop and flowkit, then ``report``.
 
     ``hand()`` returns (seconds, result); ``flowkit()`` returns (seconds, result, seconds
     of the hand-written loop over the broker's logs). The results must be equal in every
-    round, or the run stops with ``mismatch``.
+    round, or the run stops with ``mismatch``. ``others``: more flowkit forms, (label,
+    function) pairs called like ``flowkit`` in the same rounds (the order of the flowkit
+    forms reversed every other round), their results checked the same way and their
+    ratios printed after flowkit's.
     """
     rounds = []
-    for _ in range(repeat):
+    forms = [("flowkit", flowkit), *others]
+    for n in range(repeat):
         gc.collect()
         t_hand, expected = hand()
-        gc.collect()
-        t_flow, got, t_logs = flowkit()
-        if got != expected:
-            raise SystemExit(mismatch)
+        times = {"hand-written (list)": t_hand}
+        # The flowkit forms in turn, in reverse order every other round: none always
+        # runs on the heap the one before it left.
+        for label, run in forms if n % 2 == 0 else forms[::-1]:
+            gc.collect()
+            t, got, t_logs = run()
+            if got != expected:
+                raise SystemExit(mismatch if label == "flowkit" else f"{mismatch} ({label})")
+            times[label] = t
+            if label == "flowkit":
+                times["hand-written (logs)"] = t_logs
         rounds.append(
-            {"hand-written (list)": t_hand, "hand-written (logs)": t_logs, "flowkit": t_flow}
+            {k: times[k] for k in ["hand-written (list)", "hand-written (logs)", *dict(forms)]}
         )
-    ratios = [
-        ("flowkit / hand-written (list)", "flowkit", "hand-written (list)"),
-        ("flowkit / hand-written (logs)", "flowkit", "hand-written (logs)"),
-    ]
+    ratios = []
+    for label in ["flowkit", *(label for label, _ in others)]:
+        ratios += [
+            (f"{label} / hand-written (list)", label, "hand-written (list)"),
+            (f"{label} / hand-written (logs)", label, "hand-written (logs)"),
+        ]
     report(rounds, size, unit, ratios)
     if all(hasattr(t, "cpu") for r in rounds for t in r.values()):
         # The seconds carry the process's CPU seconds too: the same rounds in CPU time,

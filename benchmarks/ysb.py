@@ -57,6 +57,9 @@ class Seconds(float):
         return self
 
 
+#: The second flowkit contender: the same query as a per-record agent (--part, label).
+FORMS = [("flowkit-record", "per-record")]
+
 RATE = 100_000  # events per second of event time: 10 s windows of 1 M events hold 10 windows
 
 
@@ -123,12 +126,12 @@ async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
 
 
 async def with_flowkit(
-    data: list[tuple[bytes, bytes]],
+    data: list[tuple[bytes, bytes]], per_record: bool = False
 ) -> tuple[Seconds, Counter[tuple[str, int]], Seconds]:
     broker = await loaded_broker(data)
     transport = MemoryTransport(broker)
     clock = FakeClock(START_MS / 1000 + 3600)
-    app = ysb.make_app(generate=False, on_close=None)
+    app = ysb.make_app(generate=False, on_close=None, per_record=per_record)
     worker = flowkit.Worker(app, transport=transport, clock=clock)
     total = len(data)
     async with worker:
@@ -189,13 +192,14 @@ async def memory_run(n: int) -> list[float]:
     return samples
 
 
-async def _load_and_maybe_run(data: list[tuple[bytes, bytes]], run: bool) -> None:
+async def _load_and_maybe_run(
+    data: list[tuple[bytes, bytes]], run: bool, per_record: bool = False
+) -> None:
     transport = MemoryTransport(await loaded_broker(data))
     if run:
         clock = FakeClock(START_MS / 1000 + 3600)
-        worker = flowkit.Worker(
-            ysb.make_app(generate=False, on_close=None), transport=transport, clock=clock
-        )
+        app = ysb.make_app(generate=False, on_close=None, per_record=per_record)
+        worker = flowkit.Worker(app, transport=transport, clock=clock)
         async with worker:
             with measured():  # the same wait as with_flowkit's timed one
                 while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
@@ -223,18 +227,21 @@ def main() -> None:
         metavar="DIR",
         help="with --cache: keep callgrind's output files in DIR (hand.cg, flowkit.cg)",
     )
-    parser.add_argument("--part", choices=["setup", "hand", "flowkit"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--part", choices=["setup", "hand", "flowkit", "flowkit-record"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     configure_logging("warning")
     if args.instructions:
-        compare("benchmarks.ysb", "--events", args.events, "event")
+        compare("benchmarks.ysb", "--events", args.events, "event", FORMS)
         return
     if args.cache:
-        cachegrind.compare("benchmarks.ysb", "--events", args.events, "event", args.keep)
+        cachegrind.compare("benchmarks.ysb", "--events", args.events, "event", args.keep, FORMS)
         return
     if args.part:
         data = payloads(args.events)
-        asyncio.run(_load_and_maybe_run(data, args.part == "flowkit"))
+        run, per_record = args.part.startswith("flowkit"), args.part == "flowkit-record"
+        asyncio.run(_load_and_maybe_run(data, run, per_record))
         if args.part == "hand":
             hand_written(data)
         return
@@ -266,8 +273,9 @@ def main() -> None:
         lambda: hand_written(data),
         lambda: asyncio.run(with_flowkit(data)),
         "flowkit's window counts differ from the hand-written loop's",
+        [(label, lambda: asyncio.run(with_flowkit(data, per_record=True))) for _, label in FORMS],
     )
-    print("window counts: identical to the hand-written loop's in every round")
+    print("window counts: identical to the hand-written loop's in every round, in both forms")
 
 
 if __name__ == "__main__":

@@ -108,9 +108,11 @@ def make_app(
     grace: float = 5.0,
     idle_timeout: float | None = 30.0,
     on_close: Callable[..., Any] | None = show,
+    per_record: bool = False,
 ) -> flowkit.App:
     """The YSB app; ``generate`` adds the live event generator task. ``name`` is the
-    application id (consumer group and internal topics): a new name starts afresh."""
+    application id (consumer group and internal topics): a new name starts afresh.
+    ``per_record`` writes the agent in the per-record form (the same query and counts)."""
     app = flowkit.App(name, partitions=PARTITIONS)
     events = app.topic("ysb-events", value_type=AdView)
     window_counts = app.topic("ysb-window-counts", value_type=WindowResult)
@@ -126,12 +128,22 @@ def make_app(
         idle_timeout=idle_timeout,
     )
 
-    @app.agent(events)
-    async def count_views(stream: flowkit.Stream[AdView]) -> None:
-        views = stream.filter(lambda v: v.event_type == "view")
-        async for view, campaign in views.join(campaigns, on="ad_id"):
-            # ts (event time) passed by position: a keyword call costs more per record.
-            counts.add(campaign, 1, view.event_time)
+    if per_record:
+
+        @app.agent(events, per_record=True)
+        def count_views(view: AdView) -> None:
+            # Called from inside the stream's loop for each event: no `async for` step.
+            if view.event_type == "view":
+                counts.add(campaigns[view.ad_id], 1, view.event_time)
+
+    else:
+
+        @app.agent(events)
+        async def count_views(stream: flowkit.Stream[AdView]) -> None:
+            views = stream.filter(lambda v: v.event_type == "view")
+            async for view, campaign in views.join(campaigns, on="ad_id"):
+                # ts (event time) passed by position: a keyword call costs more per record.
+                counts.add(campaign, 1, view.event_time)
 
     if generate:
 

@@ -175,6 +175,31 @@ async def test_join_then_events_keeps_each_record_envelope() -> None:
     assert seen == [(0, "ad1", "camp-a"), (2, "ad3", "camp-b")]
 
 
+async def test_a_per_record_agent_reads_a_global_table_by_key() -> None:
+    """``campaigns[ad]`` in a per-record agent: the value, the table's default for a
+    missing key, or (without a default) a KeyError that dead-letters the record."""
+    app = flowkit.App("gt-read", partitions=2)
+    views = app.topic("views", value_type=View)
+    campaigns = app.global_table("campaigns", value_type=str, loader=CAMPAIGN_OF.items)
+    named = app.global_table("named", value_type=str, default=lambda: "?", loader=list)
+    seen: list[tuple[str, str]] = []
+    with pytest.raises(flowkit.NotRunningError, match="table 'campaigns'"):
+        campaigns["ad1"]  # no worker
+
+    @app.agent(views, per_record=True)
+    def look_up(view: View) -> None:
+        seen.append((named[view.ad], campaigns[view.ad]))
+
+    async with TestDriver(app) as driver:
+        for ad in ("ad1", "nope", "ad3"):
+            await driver.send(views, View(ad, 0), partition=1)
+        await driver.run_until_idle()
+        dead = await driver.dead_letters()
+    assert seen == [("?", "camp-a"), ("?", "camp-b")]
+    assert [dict(d.headers)["flowkit.source.offset"] for d in dead] == [b"1"]
+    assert dict(dead[0].headers)["flowkit.error.type"] == b"KeyError"
+
+
 async def test_global_table_follows_updates_and_loader_runs_once(
     make_driver: DriverFactory,
 ) -> None:

@@ -38,10 +38,14 @@ def data_set(clock: FakeClock, count: int = 12_000, late: int = 25):
     return events, late_events, truth
 
 
-async def run_ysb(make_driver: DriverFactory, clock: FakeClock, batches: list[list]) -> None:
+async def run_ysb(
+    make_driver: DriverFactory, clock: FakeClock, batches: list[list], per_record: bool = False
+) -> None:
     """Run the YSB app once per list of events, a fresh app each time (restarts)."""
     for i, events in enumerate(batches):
-        app = ysb.make_app(generate=False, grace=GRACE_MS / 1000, on_close=None)
+        app = ysb.make_app(
+            generate=False, grace=GRACE_MS / 1000, on_close=None, per_record=per_record
+        )
         async with make_driver(app, clock=clock) as driver:
             for user, event in events:
                 await driver.send("ysb-events", event, key=user, timestamp_ms=event.event_time)
@@ -67,6 +71,17 @@ async def results(make_driver: DriverFactory, clock: FakeClock) -> tuple[Counter
 @pytest.mark.parametrize("restart", [False, True], ids=["one-run", "restart-midway"])
 @pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverFactory) -> None:
+    await check_ysb(make_driver, restart)
+
+
+@pytest.mark.parametrize("make_driver", ["memory"], indirect=True)
+async def test_ysb_as_a_per_record_agent_counts_the_same(make_driver: DriverFactory) -> None:
+    """The query as a plain function called per record (a global table read, a windowed
+    add): the same counts, and its late records dead-lettered where they fail."""
+    await check_ysb(make_driver, restart=True, per_record=True)
+
+
+async def check_ysb(make_driver: DriverFactory, restart: bool, per_record: bool = False) -> None:
     clock = FakeClock()
     events, late_events, truth = data_set(clock)
     if restart:
@@ -74,7 +89,7 @@ async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverF
         batches = [events[:half], events[half:] + late_events]
     else:
         batches = [events + late_events]
-    await run_ysb(make_driver, clock, batches)
+    await run_ysb(make_driver, clock, batches, per_record)
     got, seen = await results(make_driver, clock)
     assert len(seen) == len(set(seen)), "a window was emitted twice"
     assert got == truth
@@ -89,6 +104,18 @@ async def test_ysb_counts_equal_ground_truth(restart: bool, make_driver: DriverF
 async def test_filtered_records_move_stream_time(make_driver: DriverFactory) -> None:
     """Every partition's last records are clicks, which the agent filters out; with the
     wall-clock ``idle_timeout`` off, those clicks alone close every window (stream time)."""
+    await check_clicks_close_windows(make_driver)
+
+
+@pytest.mark.parametrize("make_driver", ["memory"], indirect=True)
+async def test_records_a_per_record_agent_does_not_add_move_stream_time(
+    make_driver: DriverFactory,
+) -> None:
+    """The same, with the query as a per-record agent, which does not add the clicks."""
+    await check_clicks_close_windows(make_driver, per_record=True)
+
+
+async def check_clicks_close_windows(make_driver: DriverFactory, per_record: bool = False) -> None:
     clock = FakeClock()
     events, _, truth = data_set(clock, count=4_000)
     end = max(e.event_time for _, e in events)
@@ -97,7 +124,13 @@ async def test_filtered_records_move_stream_time(make_driver: DriverFactory) -> 
         e.event_type = "click"
         e.event_time = end + WINDOW_MS + GRACE_MS + i  # past the last window's end + grace
         clicks.append((f"user-{i}", e))  # 200 keys: every partition gets clicks last
-    app = ysb.make_app(generate=False, grace=GRACE_MS / 1000, idle_timeout=None, on_close=None)
+    app = ysb.make_app(
+        generate=False,
+        grace=GRACE_MS / 1000,
+        idle_timeout=None,
+        on_close=None,
+        per_record=per_record,
+    )
     async with make_driver(app, clock=clock) as driver:
         for user, event in events + clicks:
             await driver.send("ysb-events", event, key=user, timestamp_ms=event.event_time)

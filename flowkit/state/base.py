@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 from ..codecs import Codec, codec_for
 from ..errors import DefinitionError
 from ..partitioning import partition_for_key
-from ..scope import require_scope
+from ..scope import current_scope, require_scope
 
 __all__ = ["TableBase"]
 
@@ -80,7 +80,10 @@ class TableBase(Generic[K, V]):
 
     def store(self) -> Any:
         """The store of the worker running the calling task."""
-        return require_scope(f"table {self.name!r}").stores[self]
+        scope = current_scope()
+        if scope is None:  # the message is built only here: a read in an agent is per record
+            scope = require_scope(f"table {self.name!r}")
+        return scope.stores[self]
 
     def describe(self) -> dict[str, object]:
         """Graph attributes."""

@@ -174,7 +174,9 @@ class GlobalStore(Generic[K, V]):
     def __init__(self, table: GlobalTable[K, V]) -> None:
         self.table = table
         self._data: dict[K, V] = {}
-        # ``get`` without a Python frame (the dict's own), for stream joins.
+        # The dict itself and its own ``get``, for reads per record: a stream join's, and
+        # ``GlobalTable[key]`` in an agent, without a Python frame of the store's.
+        self.data = self._data
         self.fast_get: Callable[..., Any] = self._data.get
 
     def __getitem__(self, key: K) -> V:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..durations import Seconds
 from ..errors import DefinitionError
-from ..scope import require_scope
+from ..scope import current_scope, require_scope
 from ..windows import HoppingWindow, TumblingWindow, WindowSpec
 from .base import TableBase
 from .stores import GlobalStore, TableStore
@@ -185,6 +185,14 @@ class GlobalTable(TableBase[K, V]):
         return self.topic.name
 
     def __getitem__(self, key: K) -> V:
+        # An agent's lookup, per record (a per-record agent's join): the worker's dict
+        # itself, without a call to store() or to the store's own __getitem__.
+        scope = current_scope()
+        if scope is not None:
+            try:
+                return scope.stores[self].data[key]  # type: ignore[no-any-return]
+            except KeyError:
+                pass  # no such key (the default, or KeyError), or no store: the long way
         return self.store()[key]  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
