@@ -12,7 +12,10 @@ Both sides read the same pre-encoded events (about 250 bytes of JSON each):
 * flowkit: ``examples/ysb.py`` (filter, global-table join, two-phase windowed count) run
   by a worker over the events pre-loaded into a 4-partition topic on the memory broker,
   timed until every event is processed; then its emitted window counts are checked
-  against the hand-written ones.
+  against the hand-written ones;
+* per-record: the same, with the query written as a per-record agent
+  (``make_app(per_record=True)``: a plain function the stream's loop calls per event),
+  in the same rounds, its counts checked the same way.
 
 ``--memory`` runs flowkit alone in a subprocess per size, producing events while the
 worker consumes them (broker retention on), and prints the peak RSS for N and 10 N.
