@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DefinitionError
@@ -37,7 +37,7 @@ class Batch:
         self,
         topic: Topic[Any],
         tp: TopicPartition,
-        messages: list[Message],
+        messages: Sequence[Message],
         on_done: Callable[[], None],
     ) -> None:
         self.topic = topic
