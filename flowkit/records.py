@@ -84,8 +84,9 @@ class RawMessages(Sequence[Message]):
     Most records are only decoded: the stream loop reads their values straight from
     ``raw`` through ``value_of`` and never builds a ``Message`` (on librdkafka that saved
     most of a microsecond a record, docs/benchmarks.md). Offsets, keys, timestamps and
-    headers are read for a few records a batch (its ends, the one an agent's output or a
-    dead letter comes from), and each of those is made once.
+    headers are read for a few records a batch (its ends, a dead letter's record), and each
+    of those is made once; an agent's outputs read their record's key through ``key_of``
+    and make its ``Message`` only if a send is refused.
 
     >>> raw = [(b"a", 7), (b"b", 8)]
     >>> run = RawMessages(raw, lambda r: r[0], lambda r: Message("t", 0, r[1], 0, None, r[0]))
@@ -93,19 +94,23 @@ class RawMessages(Sequence[Message]):
     ([b'a', b'b'], 8, 2)
     >>> run[1] is run[-1]
     True
+    >>> run.key_of(raw[0]) is None
+    True
     """
 
-    __slots__ = ("_made", "convert", "raw", "value_of")
+    __slots__ = ("_made", "convert", "key_of", "raw", "value_of")
 
     def __init__(
         self,
         raw: list[Any],
         value_of: Callable[[Any], bytes | None],
         convert: Callable[[Any], Message],
+        key_of: Callable[[Any], bytes | None] | None = None,
     ) -> None:
         self.raw = raw
         self.value_of = value_of
         self.convert = convert
+        self.key_of = key_of if key_of is not None else lambda r: convert(r).key
         # The Messages made so far, by index: asking twice gives the same object.
         self._made: dict[int, Message] = {}
 

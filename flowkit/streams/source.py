@@ -2,9 +2,9 @@
 
 ``StreamSource`` is the one owner of the read position (which record of which batch is
 current). The compiled loop in ``_loop.py`` moves it; everyone else asks through named
-operations: ``current_message()``, ``value``, ``event_time()``, ``retry_current()``,
-``progress_of(batch)``. A source is also its agent task's ``TaskScope``: tables reach
-the worker's state, and the record being processed, through it.
+operations: ``current_message()``, ``current_record()``, ``value``, ``event_time()``,
+``retry_current()``, ``progress_of(batch)``. A source is also its agent task's
+``TaskScope``: tables reach the worker's state, and the record being processed, through it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DefinitionError
-from ..records import Message, TopicPartition
+from ..records import Message, RawMessages, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, call_loop, fused_loop, interpreted
 from .hops import HOP, hop
@@ -124,6 +124,22 @@ class StreamSource(TaskScope):
         it = self._it  # ``pos``, inlined: an agent's outputs ask this once per output
         pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
         messages = batch.messages
+        if pos < 0 or pos >= len(messages):
+            return None
+        return messages[pos]
+
+    def current_record(self) -> Any:
+        """The record the agent is processing as its batch holds it, if any: a
+        ``Message``, or in a ``RawMessages`` batch the client's own record (its ``raw``
+        item), which costs no ``Message`` to read."""
+        batch = self.batch
+        if batch is None:
+            return None
+        it = self._it
+        pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
+        messages = batch.messages
+        if messages.__class__ is RawMessages:
+            messages = messages.raw
         if pos < 0 or pos >= len(messages):
             return None
         return messages[pos]

@@ -388,6 +388,7 @@ _error_of = ck.Message.error
 _partition_of = ck.Message.partition
 _topic_of = ck.Message.topic
 _value_of = ck.Message.value
+_key_of = ck.Message.key
 
 
 def _message(r: Any) -> Message:
@@ -433,7 +434,7 @@ def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
             for k in range(i, j):
                 runs.setdefault(TopicPartition(topics[k], partition), []).append(records[k])
         i = j
-    return {tp: RawMessages(run, _value_of, _message) for tp, run in runs.items()}
+    return {tp: RawMessages(run, _value_of, _message, _key_of) for tp, run in runs.items()}
 
 
 def _without_errors(records: list[Any]) -> list[Any]:
