@@ -412,6 +412,9 @@ async def test_agent_that_returns_early_is_restarted_on_the_rest(
     assert seen == [0, 1, 2, 3]
 
 
+# On librdkafka too: an output's origin carries the client's own record, made a Message
+# when the sink takes it.
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
 async def test_callable_sink_failure_is_a_sink_stage_dead_letter(
     make_driver: DriverFactory,
 ) -> None:
