@@ -86,7 +86,8 @@ class RawMessages(Sequence[Message]):
     most of a microsecond a record, docs/benchmarks.md). Offsets, keys, timestamps and
     headers are read for a few records a batch (its ends, a dead letter's record), and each
     of those is made once; an agent's outputs read their record's key through ``key_of``
-    and make its ``Message`` only if a send is refused.
+    (and make its ``Message`` only if a send is refused), a windowed table its time through
+    ``timestamp_of``.
 
     >>> raw = [(b"a", 7), (b"b", 8)]
     >>> run = RawMessages(raw, lambda r: r[0], lambda r: Message("t", 0, r[1], 0, None, r[0]))
@@ -98,7 +99,7 @@ class RawMessages(Sequence[Message]):
     True
     """
 
-    __slots__ = ("_made", "convert", "key_of", "raw", "value_of")
+    __slots__ = ("_made", "convert", "key_of", "raw", "timestamp_of", "value_of")
 
     def __init__(
         self,
@@ -106,11 +107,17 @@ class RawMessages(Sequence[Message]):
         value_of: Callable[[Any], bytes | None],
         convert: Callable[[Any], Message],
         key_of: Callable[[Any], bytes | None] | None = None,
+        timestamp_of: Callable[[Any], int] | None = None,
     ) -> None:
         self.raw = raw
         self.value_of = value_of
         self.convert = convert
+        # A record's key and timestamp through the client, without a Message (an agent's
+        # outputs read the key, a windowed table without time= the timestamp).
         self.key_of = key_of if key_of is not None else lambda r: convert(r).key
+        self.timestamp_of = (
+            timestamp_of if timestamp_of is not None else lambda r: convert(r).timestamp
+        )
         # The Messages made so far, by index: asking twice gives the same object.
         self._made: dict[int, Message] = {}
 

@@ -146,7 +146,10 @@ class StreamSource(TaskScope):
 
     def event_time(self) -> int:
         """The timestamp (ms) of the record being processed."""
-        return int(self.batch.messages[self.pos].timestamp)  # type: ignore[union-attr]
+        messages = self.batch.messages  # type: ignore[union-attr]
+        if messages.__class__ is RawMessages:  # read through the client: no Message made
+            return int(messages.timestamp_of(messages.raw[self.pos]))
+        return int(messages[self.pos].timestamp)
 
     def retry_current(self) -> None:
         """Step back one record: the agent, started again, gets the same record first."""

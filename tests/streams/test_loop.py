@@ -107,6 +107,8 @@ def batch_of(messages: list[Message], raw: bool) -> list[Message] | RawMessages:
         [(m.offset, m.value) for m in messages],
         operator.itemgetter(1),
         lambda r: Message("t", 0, r[0], 1_000 + r[0], None, r[1]),
+        lambda r: None,
+        lambda r: 1_000 + r[0],
     )
 
 
@@ -134,6 +136,7 @@ async def run_compiled(
                 # What a table reads for the record's time: its decoded value.
                 message = source.current_message()
                 assert message is not None and source.value == int(message.value)
+                assert source.event_time() == message.timestamp
             break
         except Exception as exc:  # what Dispatcher.drive does with a failed record
             message = source.current_message()
@@ -183,6 +186,35 @@ def test_the_compiled_loop_matches_the_reference(
     compiled, batches_done = asyncio.run(run_compiled(ops, messages, cuts, retry, raw))
     assert compiled == run_reference(ops, messages, retry)
     assert batches_done == len({0, len(messages), *(c % len(messages) for c in cuts)}) - 1
+
+
+async def test_a_client_record_gives_its_key_and_time_without_a_message() -> None:
+    # What an agent's outputs and a windowed table read of a librdkafka record: its key
+    # and timestamp through the client, with no Message made for it.
+    made: list[Any] = []
+
+    def convert(r: tuple[Message]) -> Message:
+        made.append(r)
+        return r[0]
+
+    messages = [Message("t", 0, i, 1_000 + i, b"k%d" % i, b"%d" % i) for i in range(3)]
+    run = RawMessages(
+        [(m,) for m in messages],
+        lambda r: r[0].value,
+        convert,
+        lambda r: r[0].key,
+        lambda r: r[0].timestamp,
+    )
+    source = StreamSource("agent")
+    await source.put(Batch(Topic("t", value_type=int), TP, run, lambda: None))
+    source.close()
+    seen = []
+    async for value in source.iterate(()):
+        record = source.current_record()
+        assert record is run.raw[value]
+        seen.append((value, run.key_of(record), source.event_time()))
+    assert seen == [(0, b"k0", 1_000), (1, b"k1", 1_001), (2, b"k2", 1_002)]
+    assert made == []
 
 
 def test_a_traceback_through_the_loop_shows_its_source() -> None:

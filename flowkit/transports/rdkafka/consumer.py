@@ -406,6 +406,10 @@ def _message(r: Any) -> Message:
     )
 
 
+def _timestamp_of(r: Any) -> int:
+    return r.timestamp()[1]  # type: ignore[no-any-return]
+
+
 def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
     # In the consume thread, right after ``consume``: librdkafka's messages filed by
     # partition as they are, not made into Messages (RawMessages makes the few that are
@@ -434,7 +438,10 @@ def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
             for k in range(i, j):
                 runs.setdefault(TopicPartition(topics[k], partition), []).append(records[k])
         i = j
-    return {tp: RawMessages(run, _value_of, _message, _key_of) for tp, run in runs.items()}
+    return {
+        tp: RawMessages(run, _value_of, _message, _key_of, _timestamp_of)
+        for tp, run in runs.items()
+    }
 
 
 def _without_errors(records: list[Any]) -> list[Any]:
