@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..agents import KEEP_KEY, Agent, Output
-from ..records import Headers, RawMessages
+from ..records import Headers, Message, RawMessages
 from ..sinks import SinkRunner
 from ..streams import StreamSource
 from ..topics import Topic, accepts
@@ -104,21 +104,19 @@ class Emitter:
         cause = self.source.current_record()
         if cause is not self._cause:  # the record's first output: its origin and key
             self._cause = cause
-            if cause is None:
+            if cause.__class__ is Message:  # a list batch's (memory, aiokafka)
+                self._kept = cause.key
+                self._origin = (cause, self.agent.name)
+            elif cause is None:
                 self._origin = self._kept = None
             else:
-                messages = self.source.batch.messages  # type: ignore[union-attr]
-                if messages.__class__ is RawMessages:
-                    # A client's own record (librdkafka's) is not made a Message here:
-                    # its key is read through the client, and its origin carries the
-                    # conversion, made only if a send is refused or a sink holds it
-                    # (``settled``).
-                    self._kept = messages.key_of(cause)
-                    convert = messages.convert
-                    self._origin = (cause, self.agent.name, convert)
-                else:
-                    self._kept = cause.key
-                    self._origin = (cause, self.agent.name)
+                # A client's own record (librdkafka's, in a RawMessages batch) is not made
+                # a Message here: its key is read through the client, and its origin
+                # carries the conversion, made only if a send is refused or a sink holds
+                # it (``settled``).
+                messages: RawMessages = self.source.batch.messages  # type: ignore[union-attr,assignment]
+                self._kept = messages.key_of(cause)
+                self._origin = (cause, self.agent.name, messages.convert)
         origin, kept = self._origin, self._kept  # kept: the record's key, for KEEP_KEY
         publisher = self._publisher
         limit = publisher.limit

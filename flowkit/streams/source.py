@@ -31,7 +31,7 @@ __all__ = ["Batch", "StreamSource"]
 class Batch:
     """One fetched batch of one partition on its way through one agent instance."""
 
-    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "topic", "tp")
+    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "records", "topic", "tp")
 
     def __init__(
         self,
@@ -43,6 +43,12 @@ class Batch:
         self.topic = topic
         self.tp = tp
         self.messages = messages
+        # The records as the batch holds them: the list of Messages, or a client's own
+        # records (``RawMessages.raw``); what ``current_record`` indexes, with no class
+        # check per call (an agent's outputs ask it once per output).
+        self.records: Sequence[Any] = (
+            messages.raw if messages.__class__ is RawMessages else messages
+        )
         self.decode = topic.decoder()
         self.on_done = on_done
         # Per-batch state a table looks up once per batch, not per record (for a windowed
@@ -137,12 +143,10 @@ class StreamSource(TaskScope):
             return None
         it = self._it
         pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
-        messages = batch.messages
-        if messages.__class__ is RawMessages:
-            messages = messages.raw
-        if pos < 0 or pos >= len(messages):
+        records = batch.records
+        if pos < 0 or pos >= len(records):
             return None
-        return messages[pos]
+        return records[pos]
 
     def event_time(self) -> int:
         """The timestamp (ms) of the record being processed."""
