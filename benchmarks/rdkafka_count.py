@@ -51,8 +51,8 @@ async def _flowkit(app: flowkit.App, bootstrap: str, n: int) -> None:
     worker = flowkit.Worker(app, broker=_url(bootstrap), max_fetch_records=MAX_RECORDS)
     async with worker:
         # Rarely asked: every look at the worker costs instructions, and a run under
-        # valgrind lasts long (the timed benchmarks' 2 ms polls added ~10 % an order,
-        # and more the longer a run took).
+        # valgrind lasts long, so the timed benchmarks' 2 ms polls would count as work
+        # that grows with the run's duration, not with its records.
         while not yk._done(worker, n):
             if worker.error is not None or worker.stopping:
                 raise SystemExit(f"the flowkit worker stopped: {worker.error!r}")
