@@ -6,8 +6,9 @@ Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka), pre-loads 
 events once, then runs paired rounds of three contenders on the same topic:
 
 * ``hand``: the hand-written confluent-kafka loop of ``benchmarks.ysb_clients``;
-* ``hand+messages``: the same loop, each batch first turned into flowkit ``Message``s by
-  the rdkafka transport's own conversion (what flowkit does before its loop starts);
+* ``hand+filing``: the same loop, each batch first filed by partition by the rdkafka
+  transport's own ``_runs`` (what flowkit does before its loop starts), the values read
+  through the ``RawMessages`` it returns, as flowkit's stream loop reads them;
 * ``flowkit``: the YSB app on ``kafka://...?client=rdkafka``.
 
 For each it prints the CPU seconds a record of every thread of the process over the timed
@@ -78,7 +79,7 @@ class _Conversion:
 
     @contextmanager
     def counting(self) -> Iterator[None]:
-        original: Callable[..., Any] = rdconsumer._messages
+        original: Callable[..., Any] = rdconsumer._runs
 
         def timed(records: list[Any]) -> Any:
             _NAMES.setdefault(threading.get_native_id(), "consume")
@@ -90,17 +91,17 @@ class _Conversion:
                     self.seconds += time.thread_time() - started
                     self.records += len(records)
 
-        rdconsumer._messages = timed
+        rdconsumer._runs = timed
         try:
             yield
         finally:
-            rdconsumer._messages = original
+            rdconsumer._runs = original
 
 
 Result = tuple[float, dict[str, float], float]  # wall seconds, CPU by thread, conversion CPU
 
 
-def hand(bootstrap: str, n: int, max_records: int, messages: bool) -> Result:
+def hand(bootstrap: str, n: int, max_records: int, filing: bool) -> Result:
     decode = msgspec.json.Decoder(ysb.AdView).decode
     ads = ysb.campaign_map()
     counts: yk.Counts = Counter()
@@ -114,16 +115,17 @@ def hand(bootstrap: str, n: int, max_records: int, messages: bool) -> Result:
                 if not seen and records:
                     started, before = time.perf_counter(), _threads()
                 seen += len(records)
-                if not messages:  # exactly the loop of benchmarks.ysb_clients
+                if not filing:  # exactly the loop of benchmarks.ysb_clients
                     for record in records:
                         view = decode(record.value())
                         if view.event_type == "view":
                             t = view.event_time
                             counts[ads[view.ad_id], t - t % yk.WINDOW_MS] += 1
                     continue
-                for batch in rdconsumer._messages(records).values():
-                    for message in batch:
-                        view = decode(message.value)  # type: ignore[arg-type]
+                for batch in rdconsumer._runs(records).values():
+                    value_of = batch.value_of
+                    for record in batch.raw:
+                        view = decode(value_of(record))  # type: ignore[arg-type]
                         if view.event_type == "view":
                             t = view.event_time
                             counts[ads[view.ad_id], t - t % yk.WINDOW_MS] += 1
@@ -151,7 +153,7 @@ async def with_flowkit(bootstrap: str, n: int, max_records: int) -> Result:
     return elapsed, used, conversion.seconds
 
 
-CONTENDERS = ("hand", "hand+messages", "flowkit")
+CONTENDERS = ("hand", "hand+filing", "flowkit")
 
 
 def _median(values: list[float]) -> str:
@@ -189,7 +191,7 @@ async def run(bootstrap: str, events: int, repeat: int, max_records: int) -> Non
             if name == "flowkit":
                 results[name] = await with_flowkit(bootstrap, events, max_records)
             else:
-                results[name] = hand(bootstrap, events, max_records, name == "hand+messages")
+                results[name] = hand(bootstrap, events, max_records, name == "hand+filing")
         rounds.append(results)
     summary(rounds, events)
 

@@ -7,11 +7,20 @@ values users declare: a msgspec Struct, so decoding is one C call.
 
 from __future__ import annotations
 
-from typing import Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 import msgspec
 
-__all__ = ["Event", "Headers", "Message", "Record", "TopicPartition", "record_size"]
+__all__ = [
+    "Event",
+    "Headers",
+    "Message",
+    "RawMessages",
+    "Record",
+    "TopicPartition",
+    "record_size",
+]
 
 T = TypeVar("T")
 
@@ -66,6 +75,83 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     key: bytes | None
     value: bytes | None
     headers: Headers = ()
+
+
+class RawMessages(Sequence[Message]):
+    """The records of one partition as a client returned them, each made a ``Message`` only
+    when it is asked for; a transport's ``getmany`` may return these instead of a list.
+
+    Most records are only decoded: the stream loop reads their values straight from
+    ``raw`` through ``value_of`` and never builds a ``Message`` (on librdkafka that saved
+    most of a microsecond a record, docs/benchmarks.md). Offsets, keys, timestamps and
+    headers are read for a few records a batch (its ends, a dead letter's record), and each
+    of those is made once; an agent's outputs read their record's key through ``key_of``
+    (and make its ``Message`` only if a send is refused), a windowed table its time through
+    ``timestamp_of``.
+
+    >>> raw = [(b"a", 7), (b"b", 8)]
+    >>> run = RawMessages(raw, lambda r: r[0], lambda r: Message("t", 0, r[1], 0, None, r[0]))
+    >>> [run.value_of(r) for r in run.raw], run[-1].offset, len(run)
+    ([b'a', b'b'], 8, 2)
+    >>> run[1] is run[-1]
+    True
+    >>> run.key_of(raw[0]) is None
+    True
+    """
+
+    __slots__ = ("_made", "convert", "key_of", "raw", "timestamp_of", "value_of")
+
+    def __init__(
+        self,
+        raw: list[Any],
+        value_of: Callable[[Any], bytes | None],
+        convert: Callable[[Any], Message],
+        key_of: Callable[[Any], bytes | None] | None = None,
+        timestamp_of: Callable[[Any], int] | None = None,
+    ) -> None:
+        self.raw = raw
+        self.value_of = value_of
+        self.convert = convert
+        # A record's key and timestamp through the client, without a Message (an agent's
+        # outputs read the key, a windowed table without time= the timestamp).
+        self.key_of = key_of if key_of is not None else lambda r: convert(r).key
+        self.timestamp_of = (
+            timestamp_of if timestamp_of is not None else lambda r: convert(r).timestamp
+        )
+        # The Messages made so far, by index: asking twice gives the same object.
+        self._made: dict[int, Message] = {}
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Message]: ...
+
+    def __getitem__(self, i: int | slice) -> Message | list[Message]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self.raw)))]
+        made = self._made.get(i)
+        if made is None:
+            raw = self.raw
+            if i < 0:  # one Message per record, however its index is written
+                i += len(raw)
+                if i < 0:
+                    raise IndexError("RawMessages index out of range")
+            made = self._made.get(i)
+            if made is None:
+                made = self._made[i] = self.convert(raw[i])
+        return made
+
+    def __iter__(self) -> Iterator[Message]:
+        if not self._made:
+            return map(self.convert, self.raw)
+        return (self[i] for i in range(len(self.raw)))
+
+    def __repr__(self) -> str:
+        return f"RawMessages({list(self)!r})"
 
 
 class Event(msgspec.Struct, Generic[T], frozen=True):

@@ -3,7 +3,8 @@
 Made once, when the worker is built: it holds the agent's targets, the ``Output(to=...)``
 choices already resolved, and its count of outputs, so an output costs no lookup by agent
 name. The record that caused an output (its origin, for the key and for a refusal) is
-asked of the stream source once per output and reused for the record's other outputs.
+asked of the stream source once per output, as its batch holds it (``current_record``),
+and reused for the record's other outputs.
 
 A topic output is placed straight into the publisher's buffer of its destination
 partition (the topic's ``Lane``), with no call per output into the publisher and nothing
@@ -17,11 +18,11 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..agents import KEEP_KEY, Agent, Output
-from ..records import Headers
+from ..records import Headers, Message, RawMessages
 from ..sinks import SinkRunner
 from ..streams import StreamSource
 from ..topics import Topic, accepts
-from .publisher import Lane, Publisher
+from .publisher import Lane, Publisher, settled
 from .targets import Target, Targets
 
 __all__ = ["Emitter"]
@@ -37,6 +38,7 @@ class Emitter:
     __slots__ = (
         "_cause",
         "_dests",
+        "_kept",
         "_origin",
         "_publisher",
         "_resolver",
@@ -63,8 +65,9 @@ class Emitter:
         self._dests = self._flat(targets)
         self._routed: dict[Any, tuple[Dest, ...]] = {}  # Output.to -> where it goes
         self.count = 0  # outputs so far: moved to the metrics once per checkpoint
-        self._cause: Any = None  # the message of the last output, and its origin
+        self._cause: Any = None  # the record of the last output, its origin and key
         self._origin: Any = None
+        self._kept: bytes | None = None
 
     def _flat(self, targets: list[Target]) -> tuple[Dest, ...]:
         lane = self._publisher.lane
@@ -98,13 +101,23 @@ class Emitter:
                     dests = self._routed[to]
                 except (KeyError, TypeError):  # not seen yet, or not hashable (a list)
                     dests = self._route(to)
-        message = self.source.current_message()
-        if message is self._cause:  # another output of the same record
-            origin = self._origin
-        else:
-            self._cause = message
-            origin = self._origin = None if message is None else (message, self.agent.name)
-        kept = message.key if message is not None else None  # the key, if KEEP_KEY
+        cause = self.source.current_record()
+        if cause is not self._cause:  # the record's first output: its origin and key
+            self._cause = cause
+            if cause.__class__ is Message:  # a list batch's (memory, aiokafka)
+                self._kept = cause.key
+                self._origin = (cause, self.agent.name)
+            elif cause is None:
+                self._origin = self._kept = None
+            else:
+                # A client's own record (librdkafka's, in a RawMessages batch) is not made
+                # a Message here: its key is read through the client, and its origin
+                # carries the conversion, made only if a send is refused or a sink holds
+                # it (``settled``).
+                messages: RawMessages = self.source.batch.messages  # type: ignore[union-attr,assignment]
+                self._kept = messages.key_of(cause)
+                self._origin = (cause, self.agent.name, messages.convert)
+        origin, kept = self._origin, self._kept  # kept: the record's key, for KEEP_KEY
         publisher = self._publisher
         limit = publisher.limit
         placed = 0
@@ -167,5 +180,7 @@ class Emitter:
     ) -> None:
         if relieve:
             await self._publisher.relieve()
-        for runner in runners or ():
-            await runner.submit(value, origin)
+        if runners is not None:
+            origin = settled(origin)  # a sink holds it: the Message is made now
+            for runner in runners:
+                await runner.submit(value, origin)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import OffsetTracker, PendingBatch
@@ -83,7 +84,7 @@ class Fetcher:
                 self.dispatching = False
                 self._unsent = set()
 
-    async def _dispatch(self, tp: TopicPartition, messages: list[Message]) -> None:
+    async def _dispatch(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         self.records_in += len(messages)
         counter = self._records_in_by_topic.get(tp.topic)
         if counter is None:  # resolved once per topic: labels() takes a lock and a lookup

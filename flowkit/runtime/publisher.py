@@ -14,10 +14,11 @@ per record. Other sends (``send_bytes``) go one by one, after the buffered recor
 their topic, so each partition keeps the order of the sends.
 
 A send the broker refuses for good (``RecordRejected``, found when its ack fails) is handed
-with its ``origin`` to ``on_rejected``, which applies the error policy of the record that
-caused it; the sends that makes are awaited before the checkpoint goes on. When a whole
-batch is refused, its records are sent again one by one, so only the culprit is refused. A
-refused send with no origin (a changelog write) is a ``TransportError``: the worker stops.
+with its ``origin`` (``settled``) to ``on_rejected``, which applies the error policy of the
+record that caused it; the sends that makes are awaited before the checkpoint goes on. When
+a whole batch is refused, its records are sent again one by one, so only the culprit is
+refused. A refused send with no origin (a changelog write) is a ``TransportError``: the
+worker stops.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..partitioning import partition_for_key
 from ..records import Headers
 from ..transports import Ack, OutRecord, Producer
 
-__all__ = ["Lane", "Publisher", "Rejected"]
+__all__ = ["Lane", "Publisher", "Rejected", "settled"]
 
 MAX_IN_FLIGHT = 10_000  # unacknowledged sends or batches before a sender waits
 MAX_BUFFERED = 20_000  # published records held before the publisher sends them
@@ -39,6 +40,24 @@ _KEY_CACHE = 100_000  # keys whose partition is remembered, per partition count
 
 Rejected = Callable[[Any, RecordRejected], Awaitable[None]]
 PartitionCount = Callable[[str], Awaitable[int | None]]
+
+
+def settled(origin: Any) -> Any:
+    """An agent output's origin as ``on_rejected`` and sinks take it: ``(message, agent)``.
+
+    The emitter makes ``(record, agent, convert)`` for a client's own record (librdkafka's,
+    in a ``RawMessages`` batch): its ``Message`` is made only here, for the rare output
+    that is refused or goes to a sink. Any other origin is returned as it is.
+
+    >>> settled(("raw", "agent", str.upper))
+    ('RAW', 'agent')
+    >>> settled(None) is None
+    True
+    """
+    if origin.__class__ is tuple and len(origin) == 3:
+        record, agent, convert = origin
+        return convert(record), agent
+    return origin
 
 
 class Lane:
@@ -438,7 +457,7 @@ class Publisher:
             if origin is None:
                 raise TransportError(f"a send was refused: {exc}") from exc
         assert self.on_rejected is not None
-        await self.on_rejected(origin, exc)
+        await self.on_rejected(settled(origin), exc)
 
     def all_acked(self) -> bool:
         """True when nothing is buffered and every send so far is acknowledged (and none

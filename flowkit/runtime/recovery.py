@@ -9,7 +9,7 @@ what the fetches' high watermarks say is still ahead of the consumer's positions
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
@@ -50,7 +50,7 @@ class RecoveryProgress:
         self.read = 0
         self.left = 0
 
-        def counted(tp: TopicPartition, messages: list[Message]) -> None:
+        def counted(tp: TopicPartition, messages: Sequence[Message]) -> None:
             apply(tp, messages)
             self.read += len(messages)
             self.done += len(messages)

@@ -11,7 +11,7 @@ the changelogs; the worker awaits those sends before it commits offsets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -272,7 +272,7 @@ class StateKeeper:
                     await self._send_batch(topic, p, records)
             written[name] = written.get(name, 0) + len(changes)
 
-    async def receive_partials(self, tp: TopicPartition, messages: list[Message]) -> None:
+    async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close."""
         table = self.repartition[tp.topic]
         store = self.stores[table]

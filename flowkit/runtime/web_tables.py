@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -113,7 +114,7 @@ class TableQueries:
         """partition -> URL of the worker that advertised it last (other than this one)."""
         latest: dict[str, dict[str, Any]] = {}
 
-        def apply(tp: TopicPartition, messages: list[Message]) -> None:
+        def apply(tp: TopicPartition, messages: Sequence[Message]) -> None:
             for m in messages:
                 if m.key is not None and m.value is not None:
                     latest[m.key.decode()] = json.loads(m.value)

@@ -21,6 +21,7 @@ import linecache
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..records import RawMessages
 from ._inline import NO_CONSTANT, inline_form, key_form
 
 if TYPE_CHECKING:
@@ -187,7 +188,8 @@ def _compile(
             raise ValueError(f"unknown operator {kind!r}")
     if store_at == len(shape):
         body.append("source.value = v")
-    inner = "\n".join("            " + line for line in [*body, *(tail or ["yield v"])])
+    lines = [*body, *(tail or ["yield v"])]
+    uses_m = uses_events or any(kind == ECHO for kind, _ in shape)
     events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
 async def loop(source, {", ".join(["SKIP", *params])}):
@@ -203,24 +205,25 @@ async def loop(source, {", ".join(["SKIP", *params])}):
         decode = batch.decode
         # The position is the iterator's: source.pos reads it when someone asks.
         start = source.pos + 1
-        it = iter(messages)
-        if start:
-            it.__setstate__(start)
         source._n = len(messages)
-        source._it = it
-{events}        for m in it:
-            # Decoded here, one record at a time, not for the whole batch up front: the
-            # object is fresh in the cache when the agent reads it.
-            try:
-                v = decode(m.value)
-            except Exception as exc:
-                # The agent never sees a record that does not decode: the worker dead-letters
-                # it here and the loop goes on, so the agent is not restarted for it.
-                error = batch.topic.decode_error(exc)
-                if source.undecodable is None or not await source.undecodable(error):
-                    raise error from None
-                continue
-{inner}
+{events}        if messages.__class__ is not RawMessages:
+            it = iter(messages)
+            if start:
+                it.__setstate__(start)
+            source._it = it
+            for m in it:
+{_record("m.value", [], lines)}
+        else:
+            # A client's own records: the value read through the client, and a Message
+            # made only where one is used (batch.messages[i] makes it for everyone else).
+            value_of = messages.value_of
+            convert = messages.convert
+            it = iter(messages.raw)
+            if start:
+                it.__setstate__(start)
+            source._it = it
+            for r in it:
+{_record("value_of(r)", ["m = convert(r)"] if uses_m else [], lines)}
         source.records += len(messages)
         finish(batch)
 """
@@ -228,10 +231,28 @@ async def loop(source, {", ".join(["SKIP", *params])}):
     filename = f"<flowkit stream loop {next(_serial)}: {what}>"
     # Registered like dataclasses' generated methods, so tracebacks show the lines.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"RawMessages": RawMessages}
     exec(compile(src, filename, "exec"), namespace)
     fn: Loop = namespace["loop"]
     return fn
+
+
+def _record(value: str, made: list[str], lines: list[str]) -> str:
+    # The body of the loop over a batch: decode the record's ``value``, then ``made`` (the
+    # record's Message where the operators use it), then the operators and the tail.
+    head = f"""\
+# Decoded here, one record at a time, not for the whole batch up front: the
+# object is fresh in the cache when the agent reads it.
+try:
+    v = decode({value})
+except Exception as exc:
+    # The agent never sees a record that does not decode: the worker dead-letters
+    # it here and the loop goes on, so the agent is not restarted for it.
+    error = batch.topic.decode_error(exc)
+    if source.undecodable is None or not await source.undecodable(error):
+        raise error from None
+    continue"""
+    return "\n".join(" " * 16 + line for line in [*head.splitlines(), *made, *lines])
 
 
 def interpreted(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Topic[Any], Message], Any]:

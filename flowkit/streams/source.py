@@ -2,20 +2,20 @@
 
 ``StreamSource`` is the one owner of the read position (which record of which batch is
 current). The compiled loop in ``_loop.py`` moves it; everyone else asks through named
-operations: ``current_message()``, ``value``, ``event_time()``, ``retry_current()``,
-``progress_of(batch)``. A source is also its agent task's ``TaskScope``: tables reach
-the worker's state, and the record being processed, through it.
+operations: ``current_message()``, ``current_record()``, ``value``, ``event_time()``,
+``retry_current()``, ``progress_of(batch)``. A source is also its agent task's
+``TaskScope``: tables reach the worker's state, and the record being processed, through it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DefinitionError
-from ..records import Message, TopicPartition
+from ..records import Message, RawMessages, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, call_loop, fused_loop, interpreted
 from .hops import HOP, hop
@@ -31,18 +31,24 @@ __all__ = ["Batch", "StreamSource"]
 class Batch:
     """One fetched batch of one partition on its way through one agent instance."""
 
-    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "topic", "tp")
+    __slots__ = ("cursor", "decode", "memo", "messages", "on_done", "records", "topic", "tp")
 
     def __init__(
         self,
         topic: Topic[Any],
         tp: TopicPartition,
-        messages: list[Message],
+        messages: Sequence[Message],
         on_done: Callable[[], None],
     ) -> None:
         self.topic = topic
         self.tp = tp
         self.messages = messages
+        # The records as the batch holds them: the list of Messages, or a client's own
+        # records (``RawMessages.raw``); what ``current_record`` indexes, with no class
+        # check per call (an agent's outputs ask it once per output).
+        self.records: Sequence[Any] = (
+            messages.raw if messages.__class__ is RawMessages else messages
+        )
         self.decode = topic.decoder()
         self.on_done = on_done
         # Per-batch state a table looks up once per batch, not per record (for a windowed
@@ -128,9 +134,26 @@ class StreamSource(TaskScope):
             return None
         return messages[pos]
 
+    def current_record(self) -> Any:
+        """The record the agent is processing as its batch holds it, if any: a
+        ``Message``, or in a ``RawMessages`` batch the client's own record (its ``raw``
+        item), which costs no ``Message`` to read."""
+        batch = self.batch
+        if batch is None:
+            return None
+        it = self._it
+        pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
+        records = batch.records
+        if pos < 0 or pos >= len(records):
+            return None
+        return records[pos]
+
     def event_time(self) -> int:
         """The timestamp (ms) of the record being processed."""
-        return int(self.batch.messages[self.pos].timestamp)  # type: ignore[union-attr]
+        messages = self.batch.messages  # type: ignore[union-attr]
+        if messages.__class__ is RawMessages:  # read through the client: no Message made
+            return int(messages.timestamp_of(messages.raw[self.pos]))
+        return int(messages[self.pos].timestamp)
 
     def retry_current(self) -> None:
         """Step back one record: the agent, started again, gets the same record first."""

@@ -85,8 +85,9 @@ class Consumer(Protocol):
 
     async def getmany(
         self, timeout: float, max_records: int
-    ) -> dict[TopicPartition, list[Message]]:
-        """Up to ``max_records`` records, in offset order per partition.
+    ) -> Mapping[TopicPartition, Sequence[Message]]:
+        """Up to ``max_records`` records, in offset order per partition: a list, or the
+        client's own records made ``Message``s as they are read (``RawMessages``).
 
         Waits at most ``timeout`` seconds when nothing is available; returns ``{}`` then.
         """

@@ -25,7 +25,7 @@ really holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ReadStalled
 from ..records import Message, TopicPartition
@@ -33,7 +33,7 @@ from .base import Consumer, Transport
 
 __all__ = ["Apply", "read_to_end", "read_topic"]
 
-Apply = Callable[[TopicPartition, list[Message]], None]
+Apply = Callable[[TopicPartition, Sequence[Message]], None]
 """What to do with each batch read: called with its partition and its records, in order."""
 
 _MAX_RECORDS = 50_000

@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import pytest
 
 import flowkit
 from flowkit.deadletter import DeadLetter
 from flowkit.errors import RecordRejected
-from flowkit.records import Headers, record_size
+from flowkit.records import Headers, Message, RawMessages, TopicPartition, record_size
 from flowkit.testing import TestDriver
 from flowkit.transports import Ack, MemoryBroker, MemoryTransport, OutRecord, Transport
-from flowkit.transports.memory.clients import MemoryProducer
+from flowkit.transports.base import OffsetReset
+from flowkit.transports.memory.clients import MemoryConsumer, MemoryProducer
 from tests.conftest import KAFKA_TEST_SETTINGS
 
 LIMIT = 100_000  # bytes of key, value and headers the producer sends (about, on Kafka)
@@ -190,21 +191,71 @@ class _LateRefusingProducer(MemoryProducer):
         return [(len(records), future)]
 
 
+class _RawConsumer(MemoryConsumer):
+    """Returns its records as a client's own (here: 1-tuples around each Message) in
+    ``RawMessages``, as the librdkafka transport does."""
+
+    async def getmany(
+        self, timeout: float, max_records: int
+    ) -> Mapping[TopicPartition, Sequence[Message]]:
+        fetched = await super().getmany(timeout, max_records)
+        return {
+            tp: RawMessages([(m,) for m in ms], _value, _first, _key) for tp, ms in fetched.items()
+        }
+
+
+def _value(r: tuple[Message]) -> bytes | None:
+    return r[0].value
+
+
+def _first(r: tuple[Message]) -> Message:
+    return r[0]
+
+
+def _key(r: tuple[Message]) -> bytes | None:
+    return r[0].key
+
+
 class _LateRefusingTransport(MemoryTransport):
-    def __init__(self, refuse_over: int, skip_topic: str) -> None:
+    def __init__(self, refuse_over: int, skip_topic: str, raw: bool) -> None:
         super().__init__()
-        self.refuse_over, self.skip_topic = refuse_over, skip_topic
+        self.refuse_over, self.skip_topic, self.raw = refuse_over, skip_topic, raw
 
     def producer(self, *, client_id: str = "flowkit") -> MemoryProducer:
         producer = _LateRefusingProducer(self.broker, self.refuse_over, self.skip_topic)
         self._clients.append(producer)
         return producer
 
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        client_id: str = "flowkit",
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> MemoryConsumer:
+        if not self.raw:
+            return super().consumer(
+                group_id=group_id, client_id=client_id, auto_offset_reset=auto_offset_reset
+            )
+        consumer = _RawConsumer(
+            self.broker,
+            group_id=group_id,
+            client_id=client_id,
+            auto_offset_reset=auto_offset_reset,
+        )
+        self._clients.append(consumer)
+        return consumer
 
-async def test_refusals_in_the_ack_fail_their_record_and_resend_the_dead_letter_bare() -> None:
+
+# raw: the records reach the agent as a client's own (librdkafka's RawMessages), whose
+# outputs carry their record unconverted until a send is refused.
+@pytest.mark.parametrize("raw", [False, True])
+async def test_refusals_in_the_ack_fail_their_record_and_resend_the_dead_letter_bare(
+    raw: bool,
+) -> None:
     app, orders, out = _app()
     big_bad = b"{" + b"z" * 20_000
-    transport = _LateRefusingTransport(refuse_over=10_000, skip_topic=orders.name)
+    transport = _LateRefusingTransport(refuse_over=10_000, skip_topic=orders.name, raw=raw)
     async with TestDriver(app, transport=transport) as driver:
         await driver.send(orders, Order(0), key="k0")
         await driver.send(orders, Order(1, blow_up=15_000), key="k1")  # output refused later

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowkit.records import Event, Message, TopicPartition
+from flowkit.records import Event, Message, RawMessages, TopicPartition
 from flowkit.streams import Batch, StreamSource
 from flowkit.streams._loop import EVENTS, FILTER, JOIN, MAP, SKIP, interpreted
 from flowkit.topics import Topic
@@ -98,15 +98,34 @@ def messages_of(values: list[bytes]) -> list[Message]:
     return [Message("t", 0, i, 1_000 + i, None, v) for i, v in enumerate(values)]
 
 
+def batch_of(messages: list[Message], raw: bool) -> list[Message] | RawMessages:
+    """The records as a list, or as a client's own records (here: (offset, value) pairs)
+    made Messages only when asked, as the librdkafka transport returns them."""
+    if not raw:
+        return messages
+    return RawMessages(
+        [(m.offset, m.value) for m in messages],
+        operator.itemgetter(1),
+        lambda r: Message("t", 0, r[0], 1_000 + r[0], None, r[1]),
+        lambda r: None,
+        lambda r: 1_000 + r[0],
+    )
+
+
 async def run_compiled(
-    ops: tuple[tuple[str, Any], ...], messages: list[Message], cuts: list[int], retry: bool
+    ops: tuple[tuple[str, Any], ...],
+    messages: list[Message],
+    cuts: list[int],
+    retry: bool,
+    raw: bool = False,
 ) -> tuple[list[tuple[Any, ...]], int]:
     topic: Topic[int] = Topic("t", value_type=int)
     source = StreamSource("agent", maxsize=len(messages) + 1)
     done: list[int] = []
     bounds = sorted({0, len(messages), *(c % len(messages) for c in cuts)})
     for start, end in itertools.pairwise(bounds):
-        await source.put(Batch(topic, TP, messages[start:end], lambda: done.append(1)))
+        part = batch_of(messages[start:end], raw)
+        await source.put(Batch(topic, TP, part, lambda: done.append(1)))
     source.close()
     out: list[tuple[Any, ...]] = []
     retried: set[int] = set()
@@ -117,6 +136,7 @@ async def run_compiled(
                 # What a table reads for the record's time: its decoded value.
                 message = source.current_message()
                 assert message is not None and source.value == int(message.value)
+                assert source.event_time() == message.timestamp
             break
         except Exception as exc:  # what Dispatcher.drive does with a failed record
             message = source.current_message()
@@ -157,14 +177,44 @@ def run_reference(
     values=records_strategy,
     cuts=st.lists(st.integers(0, 30), max_size=4),
     retry=st.booleans(),
+    raw=st.booleans(),
 )
 def test_the_compiled_loop_matches_the_reference(
-    ops: tuple[tuple[str, Any], ...], values: list[bytes], cuts: list[int], retry: bool
+    ops: tuple[tuple[str, Any], ...], values: list[bytes], cuts: list[int], retry: bool, raw: bool
 ) -> None:
     messages = messages_of(values)
-    compiled, batches_done = asyncio.run(run_compiled(ops, messages, cuts, retry))
+    compiled, batches_done = asyncio.run(run_compiled(ops, messages, cuts, retry, raw))
     assert compiled == run_reference(ops, messages, retry)
     assert batches_done == len({0, len(messages), *(c % len(messages) for c in cuts)}) - 1
+
+
+async def test_a_client_record_gives_its_key_and_time_without_a_message() -> None:
+    # What an agent's outputs and a windowed table read of a librdkafka record: its key
+    # and timestamp through the client, with no Message made for it.
+    made: list[Any] = []
+
+    def convert(r: tuple[Message]) -> Message:
+        made.append(r)
+        return r[0]
+
+    messages = [Message("t", 0, i, 1_000 + i, b"k%d" % i, b"%d" % i) for i in range(3)]
+    run = RawMessages(
+        [(m,) for m in messages],
+        lambda r: r[0].value,
+        convert,
+        lambda r: r[0].key,
+        lambda r: r[0].timestamp,
+    )
+    source = StreamSource("agent")
+    await source.put(Batch(Topic("t", value_type=int), TP, run, lambda: None))
+    source.close()
+    seen = []
+    async for value in source.iterate(()):
+        record = source.current_record()
+        assert record is run.raw[value]
+        seen.append((value, run.key_of(record), source.event_time()))
+    assert seen == [(0, b"k0", 1_000), (1, b"k1", 1_001), (2, b"k2", 1_002)]
+    assert made == []
 
 
 def test_a_traceback_through_the_loop_shows_its_source() -> None:
@@ -208,7 +258,12 @@ def test_an_inlined_lambda_shows_as_its_expression_in_a_traceback() -> None:
 
 
 async def run_per_record(
-    messages: list[Message], cuts: list[int], is_async: bool, many: bool, compiled: bool
+    messages: list[Message],
+    cuts: list[int],
+    is_async: bool,
+    many: bool,
+    compiled: bool,
+    raw: bool = False,
 ) -> tuple[list[Any], int]:
     """A per-record agent over ``messages``, the way the dispatcher drives one: its function
     called from the compiled loop (``call_each``), or from an ``async for`` over the stream."""
@@ -217,7 +272,8 @@ async def run_per_record(
     done: list[int] = []
     bounds = sorted({0, len(messages), *(c % len(messages) for c in cuts)})
     for start, end in itertools.pairwise(bounds):
-        await source.put(Batch(topic, TP, messages[start:end], lambda: done.append(1)))
+        part = batch_of(messages[start:end], raw)
+        await source.put(Batch(topic, TP, part, lambda: done.append(1)))
     source.close()
     log: list[Any] = []
 
@@ -287,11 +343,12 @@ async def run_per_record(
     values=records_strategy,
     cuts=st.lists(st.integers(0, 30), max_size=4),
     form=st.sampled_from([(False, False), (True, False), (False, True)]),
+    raw=st.booleans(),
 )
 def test_a_per_record_function_called_from_the_loop_matches_the_async_for(
-    values: list[bytes], cuts: list[int], form: tuple[bool, bool]
+    values: list[bytes], cuts: list[int], form: tuple[bool, bool], raw: bool
 ) -> None:
     messages = messages_of(values)
     is_async, many = form
-    compiled = asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=True))
+    compiled = asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=True, raw=raw))
     assert compiled == asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=False))

@@ -23,7 +23,7 @@ from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
 from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
-from flowkit.transports.rdkafka.consumer import _messages
+from flowkit.transports.rdkafka.consumer import _runs
 from flowkit.transports.rdkafka.settings import client_config
 
 
@@ -90,9 +90,9 @@ def test_librdkafka_errors_map_to_the_flowkit_tree() -> None:
         raise KafkaException(KafkaError(KafkaError.UNKNOWN, "odd"))
 
 
-def rd(partition: int, offset: int, error: KafkaError | None = None) -> Any:
+def rd(partition: int, offset: int, error: KafkaError | None = None, topic: str = "t") -> Any:
     return RdMessage(
-        topic="t",
+        topic=topic,
         partition=partition,
         offset=offset,
         key=b"k",
@@ -103,18 +103,34 @@ def rd(partition: int, offset: int, error: KafkaError | None = None) -> Any:
     )
 
 
-def test_librdkafka_messages_become_flowkit_messages_per_partition_in_order() -> None:
+def test_librdkafka_messages_are_filed_per_partition_in_order() -> None:
     eof = KafkaError(KafkaError._PARTITION_EOF)
-    got = _messages([rd(0, 1), rd(1, 7), rd(0, 2), rd(1, 8, eof), rd(0, 3)])
+    got = _runs([rd(0, 1), rd(1, 7), rd(0, 2), rd(1, 8, eof), rd(0, 3)])
     assert list(got) == [TopicPartition("t", 0), TopicPartition("t", 1)]
-    assert got[TopicPartition("t", 0)] == [
+    run = got[TopicPartition("t", 0)]
+    assert [run.value_of(r) for r in run.raw] == [b"v1", b"v2", b"v3"]  # what the loop reads
+    assert list(run) == [
         Message("t", 0, 1, 1001, b"k", b"v1", ()),
         Message("t", 0, 2, 1002, b"k", b"v2", (("h", b"1"),)),
         Message("t", 0, 3, 1003, b"k", b"v3", ()),
     ]
+    assert run[-1] is run[2] and run[-1].offset == 3  # each record made a Message once
+    assert run[0:2] == list(run)[0:2]
+    with pytest.raises(IndexError):
+        run[-4]
     assert [m.offset for m in got[TopicPartition("t", 1)]] == [7]  # the end-of-partition skipped
     with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PART"):
-        _messages([rd(0, 1), rd(0, 2, KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))])
+        _runs([rd(0, 1), rd(0, 2, KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))])
+    assert _runs([]) == {} and _runs([rd(0, 1, eof)]) == {}
+
+
+def test_partitions_of_the_same_number_of_two_topics_stay_apart() -> None:
+    got = _runs([rd(0, 1), rd(0, 5, topic="u"), rd(0, 2), rd(1, 3, topic="u")])
+    assert {tp: [m.offset for m in run] for tp, run in got.items()} == {
+        TopicPartition("t", 0): [1, 2],
+        TopicPartition("u", 0): [5],
+        TopicPartition("u", 1): [3],
+    }
 
 
 async def test_unreachable_broker_is_broker_unavailable() -> None:

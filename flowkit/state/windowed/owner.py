@@ -17,7 +17,7 @@ final value per key is emitted once, then stays readable until ``expires``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -78,7 +78,7 @@ class Owners:
         for p in partitions:
             self.owners.pop(p, None)
 
-    def receive(self, q: int, messages: list[Message]) -> list[Emission]:
+    def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply partials and markers that arrived on repartition partition ``q``; return
         the windows that closed, oldest first."""
         owner = self.owners.get(q)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...records import Message
@@ -67,7 +67,7 @@ class WindowedStore(Stage1):
         """Partitions this worker holds."""
         return set(self.parts)
 
-    def receive(self, q: int, messages: list[Message]) -> list[Any]:
+    def receive(self, q: int, messages: Sequence[Message]) -> list[Any]:
         """Partials and markers arriving at owner partition ``q``; the closed windows."""
         return self.owners.receive(q, messages)
 
