@@ -322,16 +322,64 @@ class Dispatcher:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
         emit = self.emitters[source.name].emit
+        # What a failure of each exception class comes to, decided once per class (the
+        # error policy's rules are classes): raised out of the loop (None), handled by
+        # ``_failed`` (False), or dead-lettered right here (True): the common case, a
+        # burst of bad records, in this one coroutine rather than three.
+        handling: dict[type, bool | None] = {}
+        name, stage_of, retrying, errors = agent.name, _stage_of, self._retrying, self._errors
+        allow, note, relieve = self.log_budget.allow, self.letters.note, self.publisher.relieve
+        dlq = self._dlq[name]
 
         async def failed(exc: Exception) -> bool:
             message = source.current_message()
-            if message is None or not self._in_place(agent, exc):
+            if message is None:
                 return False
-            await self._failed(agent, source, message, exc)
+            try:
+                how = handling[exc.__class__]
+            except KeyError:
+                how = handling[exc.__class__] = self._handling(agent, exc)
+            if how is None:
+                return False
+            if not how:
+                await self._failed(agent, source, message, exc)
+                return True
+            # ``_failed`` for a dead letter, step by step (the retries of an earlier
+            # error of this record count in its attempts).
+            stage = stage_of(exc)
+            attempts = 1
+            previous = retrying.pop(source.name, None)
+            if previous is not None and previous[0] is message:
+                attempts = previous[1] + 1
+            where = (name, stage)
+            errors[where] = errors.get(where, 0) + 1
+            if allow(name):
+                log.error(
+                    "record failed",
+                    agent=name,
+                    stage=stage,
+                    action="dead_letter",
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                    attempts=attempts,
+                    error=repr(exc),
+                )
+            if note(message, exc, stage=stage, agent=name, attempts=attempts, topic=dlq):
+                await relieve()
             return True
 
         # The stream's loop calls the function itself: no generator step per record.
         await source.call_each(agent.fn, emit, failed, is_async=agent.is_async, many=agent.many)
+
+    def _handling(self, agent: Agent[Any], exc: Exception) -> bool | None:
+        # How a per-record agent's failure of this class is dealt with (see
+        # ``_drive_per_record``): a dead letter made in place only where ``_failed`` would
+        # do nothing else (no retry, decode, refusal or window rule applies).
+        if not self._in_place(agent, exc):
+            return None
+        special = DecodeError | RecordRejected | LateRecord | FutureRecord
+        return agent.on_error.action_for(exc) == "dead_letter" and not isinstance(exc, special)
 
     def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
         # Whether a per-record agent's failed record is dealt with where it failed: not
@@ -372,7 +420,7 @@ class Dispatcher:
         *,
         retry: bool = True,
     ) -> None:
-        stage = exc.stage if isinstance(exc, ProcessingError) else "process"
+        stage = _stage_of(exc)
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
             if self._decode_owner.get(message.topic, agent.name) != agent.name:
@@ -469,3 +517,8 @@ class Dispatcher:
             self.metrics.skipped.labels(name).inc()
             return
         await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])
+
+
+def _stage_of(exc: BaseException) -> str:
+    """The stage a failure names in its dead letter."""
+    return exc.stage if isinstance(exc, ProcessingError) else "process"

@@ -126,6 +126,21 @@ class LetterSender:
     ) -> None:
         """Send ``message`` to the dead-letter ``topic``, with headers saying why: noted
         now, built and placed in its lane by the publisher's next flush (``build``)."""
+        if self.note(message, error, stage=stage, agent=agent, attempts=attempts, topic=topic):
+            await self._relieve()
+
+    def note(
+        self,
+        message: Message,
+        error: BaseException,
+        *,
+        stage: str,
+        agent: str | None,
+        attempts: int = 1,
+        topic: str | None = None,
+    ) -> bool:
+        """``send`` without its wait: True when the publisher is full, and the caller is
+        to await its ``relieve`` before going on."""
         # A decode failure is logged once, as "record failed" by the agent that dead-letters
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
@@ -143,8 +158,7 @@ class LetterSender:
                 int(self.clock.time() * 1000),
             )
         )
-        if self._placed(1):  # counted as buffered: no commit before it is acknowledged
-            await self._relieve()
+        return self._placed(1)  # counted as buffered: no commit before it is acknowledged
 
     def build(self) -> None:
         """Make the noted dead letters and place them in their lanes (the publisher calls
