@@ -327,9 +327,7 @@ class Dispatcher:
         # ``_failed`` (False), or dead-lettered right here (True): the common case, a
         # burst of bad records, in this one coroutine rather than three.
         handling: dict[type, bool | None] = {}
-        name, stage_of, retrying, errors = agent.name, _stage_of, self._retrying, self._errors
-        allow, note, relieve = self.log_budget.allow, self.letters.note, self.publisher.relieve
-        dlq = self._dlq[name]
+        dead_letter, relieve = self._dead_letter, self.publisher.relieve
 
         async def failed(exc: Exception) -> bool:
             message = source.current_message()
@@ -343,29 +341,7 @@ class Dispatcher:
                 return False
             if not how:
                 await self._failed(agent, source, message, exc)
-                return True
-            # ``_failed`` for a dead letter, step by step (the retries of an earlier
-            # error of this record count in its attempts).
-            stage = stage_of(exc)
-            attempts = 1
-            previous = retrying.pop(source.name, None)
-            if previous is not None and previous[0] is message:
-                attempts = previous[1] + 1
-            where = (name, stage)
-            errors[where] = errors.get(where, 0) + 1
-            if allow(name):
-                log.error(
-                    "record failed",
-                    agent=name,
-                    stage=stage,
-                    action="dead_letter",
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                    attempts=attempts,
-                    error=repr(exc),
-                )
-            if note(message, exc, stage=stage, agent=name, attempts=attempts, topic=dlq):
+            elif dead_letter(agent.name, source, message, exc, _stage_of(exc)):
                 await relieve()
             return True
 
@@ -393,12 +369,48 @@ class Dispatcher:
     async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
         # The current record of ``source`` does not decode: dead-lettered where the stream
         # found it, so the agent goes on without being restarted (True); with fail_fast it
-        # raises through the agent instead (False).
+        # raises through the agent instead (False). What ``_failed`` does for a
+        # ``DecodeError``, without its other cases (bytes that do not decode never will:
+        # no retry, no skip).
         message = source.current_message()
         if self.fail_fast or message is None:
             return False
-        await self._failed(agent, source, message, exc, retry=False)
+        if not isinstance(exc, DecodeError):
+            await self._failed(agent, source, message, exc, retry=False)
+        elif self._decode_owner.get(message.topic, agent.name) != agent.name:
+            pass  # the topic's first reader dead-letters it; the others pass it by
+        elif self._dead_letter(agent.name, source, message, exc, "decode"):
+            await self.publisher.relieve()
         return True
+
+    def _dead_letter(
+        self, name: str, source: StreamSource, message: Message, exc: Exception, stage: str
+    ) -> bool:
+        # ``_failed``'s steps for a record to be dead-lettered, with none of its other
+        # cases applying (no retry, skip or stop, no window rule, not a refusal): counted,
+        # logged within the budget, and noted for the next flush. Not a coroutine: True
+        # when the publisher is full and the caller is to await its ``relieve``.
+        attempts = 1
+        previous = self._retrying.pop(source.name, None)
+        if previous is not None and previous[0] is message:
+            attempts = previous[1] + 1  # the retries of an earlier error of this record
+        where = (name, stage)
+        self._errors[where] = self._errors.get(where, 0) + 1
+        if self.log_budget.allow(name):
+            log.error(
+                "record failed",
+                agent=name,
+                stage=stage,
+                action="dead_letter",
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                attempts=attempts,
+                error=repr(exc),
+            )
+        return self.letters.note(
+            message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
+        )
 
     async def _failed_or_raise(
         self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
