@@ -25,7 +25,6 @@ from ..errors import (
     FutureRecord,
     LateRecord,
     NotRunningError,
-    ProcessingError,
     RecordRejected,
     SinkError,
     TransportError,
@@ -38,7 +37,7 @@ from ..sinks import SinkRunner
 from ..streams import Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
-from .letters import Letter, LetterSender
+from .letters import Letter, LetterSender, log_failure, stage_of
 from .logbudget import LogBudget
 from .publisher import Publisher
 from .routes import Route
@@ -322,11 +321,7 @@ class Dispatcher:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
         emit = self.emitters[source.name].emit
-        # What a failure of each exception class comes to, decided once per class (the
-        # error policy's rules are classes): raised out of the loop (None), handled by
-        # ``_failed`` (False), or dead-lettered right here (True): the common case, a
-        # burst of bad records, in this one coroutine rather than three.
-        handling: dict[type, bool | None] = {}
+        handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
         dead_letter, relieve = self._dead_letter, self.publisher.relieve
 
         async def failed(exc: Exception) -> bool:
@@ -341,7 +336,7 @@ class Dispatcher:
                 return False
             if not how:
                 await self._failed(agent, source, message, exc)
-            elif dead_letter(agent.name, source, message, exc, _stage_of(exc)):
+            elif dead_letter(agent.name, source, message, exc, stage_of(exc)):
                 await relieve()
             return True
 
@@ -349,9 +344,8 @@ class Dispatcher:
         await source.call_each(agent.fn, emit, failed, is_async=agent.is_async, many=agent.many)
 
     def _handling(self, agent: Agent[Any], exc: Exception) -> bool | None:
-        # How a per-record agent's failure of this class is dealt with (see
-        # ``_drive_per_record``): a dead letter made in place only where ``_failed`` would
-        # do nothing else (no retry, decode, refusal or window rule applies).
+        # Raised (None), left to ``_failed`` (False), or dead-lettered in ``failed()`` (True,
+        # one coroutine, not three) where ``_failed`` would do nothing else. By class.
         if not self._in_place(agent, exc):
             return None
         special = DecodeError | RecordRejected | LateRecord | FutureRecord
@@ -369,9 +363,7 @@ class Dispatcher:
     async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
         # The current record of ``source`` does not decode: dead-lettered where the stream
         # found it, so the agent goes on without being restarted (True); with fail_fast it
-        # raises through the agent instead (False). What ``_failed`` does for a
-        # ``DecodeError``, without its other cases (bytes that do not decode never will:
-        # no retry, no skip).
+        # raises through the agent instead (False). ``_failed``'s steps for a DecodeError.
         message = source.current_message()
         if self.fail_fast or message is None:
             return False
@@ -386,28 +378,15 @@ class Dispatcher:
     def _dead_letter(
         self, name: str, source: StreamSource, message: Message, exc: Exception, stage: str
     ) -> bool:
-        # ``_failed``'s steps for a record to be dead-lettered, with none of its other
-        # cases applying (no retry, skip or stop, no window rule, not a refusal): counted,
-        # logged within the budget, and noted for the next flush. Not a coroutine: True
-        # when the publisher is full and the caller is to await its ``relieve``.
+        # ``_failed``'s steps for a dead letter where none of its other cases apply. Not a
+        # coroutine: True when the publisher is full (the caller awaits its ``relieve``).
         attempts = 1
         previous = self._retrying.pop(source.name, None)
         if previous is not None and previous[0] is message:
             attempts = previous[1] + 1  # the retries of an earlier error of this record
-        where = (name, stage)
-        self._errors[where] = self._errors.get(where, 0) + 1
+        self._errors[name, stage] = self._errors.get((name, stage), 0) + 1
         if self.log_budget.allow(name):
-            log.error(
-                "record failed",
-                agent=name,
-                stage=stage,
-                action="dead_letter",
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                attempts=attempts,
-                error=repr(exc),
-            )
+            log_failure(name, stage, "dead_letter", message, attempts, exc)
         return self.letters.note(
             message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
         )
@@ -432,7 +411,7 @@ class Dispatcher:
         *,
         retry: bool = True,
     ) -> None:
-        stage = _stage_of(exc)
+        stage = stage_of(exc)
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
             if self._decode_owner.get(message.topic, agent.name) != agent.name:
@@ -473,17 +452,7 @@ class Dispatcher:
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
         if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
-            log.error(
-                "record failed",
-                agent=agent.name,
-                stage=stage,
-                action=action,
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                attempts=attempts,
-                error=repr(exc),
-            )
+            log_failure(agent.name, stage, action, message, attempts, exc)
         if self.fail_fast or action == "stop":
             self._move_errors()  # the worker stops: counted now
             raise exc
@@ -529,8 +498,3 @@ class Dispatcher:
             self.metrics.skipped.labels(name).inc()
             return
         await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])
-
-
-def _stage_of(exc: BaseException) -> str:
-    """The stage a failure names in its dead letter."""
-    return exc.stage if isinstance(exc, ProcessingError) else "process"

@@ -26,12 +26,12 @@ import structlog
 
 from ..clock import Clock
 from ..deadletter import describe_failure, fit_dead_letter
-from ..errors import RecordRejected
+from ..errors import ProcessingError, RecordRejected
 from ..metrics import Metrics
 from ..records import Headers, Message, record_size
 from .logbudget import LogBudget
 
-__all__ = ["Letter", "LetterSender"]
+__all__ = ["Letter", "LetterSender", "log_failure", "stage_of"]
 
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
@@ -255,3 +255,25 @@ class LetterSender:
             offset=message.offset,
             error=str(exc),
         )
+
+
+def stage_of(exc: BaseException) -> str:
+    """The stage that a failure names in its log line and dead letter."""
+    return exc.stage if isinstance(exc, ProcessingError) else "process"
+
+
+def log_failure(
+    agent: str, stage: str, action: Any, message: Message, attempts: int, exc: BaseException
+) -> None:
+    """The error line of a failed record (the dispatcher's, within its log budget)."""
+    log.error(
+        "record failed",
+        agent=agent,
+        stage=stage,
+        action=action,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        attempts=attempts,
+        error=repr(exc),
+    )
