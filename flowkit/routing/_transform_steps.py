@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 import msgspec
 
 from ..errors import ConfigurationError, MissingFieldError
-from ._codegen import Codegen
+from ._codegen import NOTHING, Codegen
 from .paths import MISSING, Path, parse_path, path_text, resolve
 
 __all__ = [
@@ -166,8 +166,29 @@ class Shape(Step):
             node[out[-1]] = source
         # Walked once here: `apply` runs for each record the generated code cannot handle.
         self.leaves = list(_leaves(self.tree))
+        self._missing_at = (
+            _missing_finder(self.leaves) if self.options.get("missing") is None else None
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_missing_at"]  # generated code does not pickle: made again on loading
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._missing_at = (
+            _missing_finder(self.leaves) if self.options.get("missing") is None else None
+        )
 
     def apply(self, value: Any) -> Any:
+        find = self._missing_at
+        if find is not None:
+            # A record of dicts that lacks a source: the error at once, without resolving
+            # the sources before it (most of what a failing record cost here).
+            source = find(value)
+            if source is not None:
+                raise _missing(self.kind, source)
         out: dict[Any, Any] = {}
         for path, source in self.leaves:
             if isinstance(source, Literal):
@@ -201,6 +222,43 @@ class Shape(Step):
 
     def emit(self, cg: Codegen, src: str) -> str:
         return render(cg, self.sources(cg, src))
+
+
+def _missing_finder(leaves: list[tuple[Path, Any]]) -> Callable[[Any], Path | None] | None:
+    """A generated ``find(value)``: the first source path (in ``apply``'s order) that a
+    record of plain dicts lacks, else None (none is missing, or the record is not all
+    dicts: ``apply``'s loop decides). Exact: each container on a path is checked to be a
+    ``dict`` before ``.get`` reads it, where ``resolve`` reads a dict the same way. None
+    when a source has a list index, or a literal is not a plain JSON scalar (its deep copy
+    comes first in ``apply``, and only these surely cannot fail)."""
+    cg = Codegen("missing-field check")
+    nothing, plain = cg.const(NOTHING), cg.const(dict)
+    body = [f"if v.__class__ is not {plain}: return None"]
+    for _, source in leaves:
+        if isinstance(source, Literal):
+            if source.value is not None and source.value.__class__ not in _SCALARS:
+                return None
+            continue
+        if any(not isinstance(key, str) for key in source):
+            return None
+        found, held = cg.const(source), "v"
+        for depth, key in enumerate(source):
+            t = cg.local()
+            body.append(f"{t} = {held}.get({cg.const(key)}, {nothing})")
+            body.append(f"if {t} is {nothing}: return {found}")
+            if depth + 1 < len(source):
+                body.append(f"if {t}.__class__ is not {plain}: return None")
+            held = t
+    if len(body) == 1:
+        return None
+    return cg.function([*body, "return None"], _unknown)
+
+
+_SCALARS: Final = (str, int, float, bool)
+
+
+def _unknown(value: Any) -> None:
+    return None
 
 
 def _leaves(tree: dict[Any, Any], at: Path = ()) -> Iterator[tuple[Path, Any]]:

@@ -25,7 +25,6 @@ from ..errors import (
     FutureRecord,
     LateRecord,
     NotRunningError,
-    ProcessingError,
     RecordRejected,
     SinkError,
     TransportError,
@@ -38,7 +37,7 @@ from ..sinks import SinkRunner
 from ..streams import Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
-from .letters import Letter, LetterSender
+from .letters import Letter, LetterSender, log_failure, stage_of
 from .logbudget import LogBudget
 from .publisher import Publisher
 from .routes import Route
@@ -322,16 +321,35 @@ class Dispatcher:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
         emit = self.emitters[source.name].emit
+        handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
+        dead_letter, relieve = self._dead_letter, self.publisher.relieve
 
         async def failed(exc: Exception) -> bool:
             message = source.current_message()
-            if message is None or not self._in_place(agent, exc):
+            if message is None:
                 return False
-            await self._failed(agent, source, message, exc)
+            try:
+                how = handling[exc.__class__]
+            except KeyError:
+                how = handling[exc.__class__] = self._handling(agent, exc)
+            if how is None:
+                return False
+            if not how:
+                await self._failed(agent, source, message, exc)
+            elif dead_letter(agent.name, source, message, exc, stage_of(exc)):
+                await relieve()
             return True
 
         # The stream's loop calls the function itself: no generator step per record.
         await source.call_each(agent.fn, emit, failed, is_async=agent.is_async, many=agent.many)
+
+    def _handling(self, agent: Agent[Any], exc: Exception) -> bool | None:
+        # Raised (None), left to ``_failed`` (False), or dead-lettered in ``failed()`` (True,
+        # one coroutine, not three) where ``_failed`` would do nothing else. By class.
+        if not self._in_place(agent, exc):
+            return None
+        special = DecodeError | RecordRejected | LateRecord | FutureRecord
+        return agent.on_error.action_for(exc) == "dead_letter" and not isinstance(exc, special)
 
     def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
         # Whether a per-record agent's failed record is dealt with where it failed: not
@@ -345,12 +363,33 @@ class Dispatcher:
     async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
         # The current record of ``source`` does not decode: dead-lettered where the stream
         # found it, so the agent goes on without being restarted (True); with fail_fast it
-        # raises through the agent instead (False).
+        # raises through the agent instead (False). ``_failed``'s steps for a DecodeError.
         message = source.current_message()
         if self.fail_fast or message is None:
             return False
-        await self._failed(agent, source, message, exc, retry=False)
+        if not isinstance(exc, DecodeError):
+            await self._failed(agent, source, message, exc, retry=False)
+        elif self._decode_owner.get(message.topic, agent.name) != agent.name:
+            pass  # the topic's first reader dead-letters it; the others pass it by
+        elif self._dead_letter(agent.name, source, message, exc, "decode"):
+            await self.publisher.relieve()
         return True
+
+    def _dead_letter(
+        self, name: str, source: StreamSource, message: Message, exc: Exception, stage: str
+    ) -> bool:
+        # ``_failed``'s steps for a dead letter where none of its other cases apply. Not a
+        # coroutine: True when the publisher is full (the caller awaits its ``relieve``).
+        attempts = 1
+        previous = self._retrying.pop(source.name, None)
+        if previous is not None and previous[0] is message:
+            attempts = previous[1] + 1  # the retries of an earlier error of this record
+        self._errors[name, stage] = self._errors.get((name, stage), 0) + 1
+        if self.log_budget.allow(name):
+            log_failure(name, stage, "dead_letter", message, attempts, exc)
+        return self.letters.note(
+            message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
+        )
 
     async def _failed_or_raise(
         self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
@@ -372,7 +411,7 @@ class Dispatcher:
         *,
         retry: bool = True,
     ) -> None:
-        stage = exc.stage if isinstance(exc, ProcessingError) else "process"
+        stage = stage_of(exc)
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
             if self._decode_owner.get(message.topic, agent.name) != agent.name:
@@ -413,17 +452,7 @@ class Dispatcher:
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
         if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
-            log.error(
-                "record failed",
-                agent=agent.name,
-                stage=stage,
-                action=action,
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                attempts=attempts,
-                error=repr(exc),
-            )
+            log_failure(agent.name, stage, action, message, attempts, exc)
         if self.fail_fast or action == "stop":
             self._move_errors()  # the worker stops: counted now
             raise exc

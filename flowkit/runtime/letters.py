@@ -25,13 +25,13 @@ from typing import Any
 import structlog
 
 from ..clock import Clock
-from ..deadletter import describe_failure, failure_headers, fit_dead_letter
-from ..errors import RecordRejected
+from ..deadletter import describe_failure, fit_dead_letter
+from ..errors import ProcessingError, RecordRejected
 from ..metrics import Metrics
-from ..records import Headers, Message
+from ..records import Headers, Message, record_size
 from .logbudget import LogBudget
 
-__all__ = ["Letter", "LetterSender"]
+__all__ = ["Letter", "LetterSender", "log_failure", "stage_of"]
 
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
@@ -50,6 +50,33 @@ class Letter:
         self.stage = stage
         self.headers = headers  # the dead letter's headers, before any truncation marks
         self.valueless = valueless  # sent again without the value, after the broker refused it
+
+
+# The names of the three headers made per letter (their size, counted once).
+_NAMES = len("flowkit.source.offset") + len("flowkit.source.timestamp") + len("flowkit.failed_at")
+
+
+def _shared_headers(
+    message: Message,
+    described: tuple[bytes, bytes, bytes],
+    stage: str,
+    agent: str | None,
+    attempts: int,
+) -> tuple[tuple[tuple[str, bytes], ...], int]:
+    # The headers that the letters of one failure, source partition and agent share, as
+    # ``failure_headers`` makes them, and their size as ``record_size`` counts it.
+    kind, text, trace = described
+    headers = (
+        ("flowkit.error.type", kind),
+        ("flowkit.error.message", text),
+        ("flowkit.error.stage", stage.encode()),
+        ("flowkit.error.traceback", trace),
+        ("flowkit.source.topic", message.topic.encode()),
+        ("flowkit.source.partition", str(message.partition).encode()),
+        ("flowkit.agent", (agent or "").encode()),
+        ("flowkit.attempts", str(attempts).encode()),
+    )
+    return headers, record_size(None, None, headers)
 
 
 class LetterSender:
@@ -99,6 +126,21 @@ class LetterSender:
     ) -> None:
         """Send ``message`` to the dead-letter ``topic``, with headers saying why: noted
         now, built and placed in its lane by the publisher's next flush (``build``)."""
+        if self.note(message, error, stage=stage, agent=agent, attempts=attempts, topic=topic):
+            await self._relieve()
+
+    def note(
+        self,
+        message: Message,
+        error: BaseException,
+        *,
+        stage: str,
+        agent: str | None,
+        attempts: int = 1,
+        topic: str | None = None,
+    ) -> bool:
+        """``send`` without its wait: True when the publisher is full, and the caller is
+        to await its ``relieve`` before going on."""
         # A decode failure is logged once, as "record failed" by the agent that dead-letters
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
@@ -116,8 +158,7 @@ class LetterSender:
                 int(self.clock.time() * 1000),
             )
         )
-        if self._placed(1):  # counted as buffered: no commit before it is acknowledged
-            await self._relieve()
+        return self._placed(1)  # counted as buffered: no commit before it is acknowledged
 
     def build(self) -> None:
         """Make the noted dead letters and place them in their lanes (the publisher calls
@@ -127,20 +168,51 @@ class LetterSender:
             return
         limit = self.max_record_bytes
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
+        # The headers of ``failure_headers``, in its order, made here for the whole batch:
+        # the letters of a burst share all but their offset, timestamp and time of failure,
+        # so the shared headers are encoded once (with their size) and only those three
+        # per letter. A letter over ``limit`` is cut by ``fit_dead_letter`` as before.
+        shared: dict[tuple[Any, ...], tuple[tuple[tuple[str, bytes], ...], int]] = {}
+        failed_ms, failed = -1, ("flowkit.failed_at", b"")
         for message, described, stage, agent, attempts, topic, failed_at_ms in noted:
             stages[stage] = stages.get(stage, 0) + 1
-            headers = failure_headers(
-                message,
-                described,
-                stage=stage,
-                agent=agent,
-                attempts=attempts,
-                failed_at_ms=failed_at_ms,
+            # The noted list holds ``described`` until the end: its id is not reused here.
+            where = (id(described), stage, message.topic, message.partition, agent, attempts)
+            common = shared.get(where)
+            if common is None:
+                common = shared[where] = _shared_headers(message, described, stage, agent, attempts)
+            (kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h), size = common
+            if failed_at_ms != failed_ms:
+                failed_ms, failed = failed_at_ms, ("flowkit.failed_at", str(failed_at_ms).encode())
+            offset = str(message.offset).encode()
+            timestamp = str(message.timestamp).encode()
+            original = message.headers
+            headers = (
+                *original,
+                kind,
+                text,
+                stage_h,
+                trace,
+                topic_h,
+                partition,
+                ("flowkit.source.offset", offset),
+                ("flowkit.source.timestamp", timestamp),
+                agent_h,
+                attempts_h,
+                failed,
             )
             letter = Letter(message, topic, stage, headers)
-            value, headers = fit_dead_letter(message.key, message.value, headers, limit)
+            key, value = message.key, message.value
+            if limit is not None and value is not None:
+                size += _NAMES + len(offset) + len(timestamp) + len(failed[1]) + len(value)
+                if key is not None:
+                    size += len(key)
+                for name, data in original:
+                    size += len(name) + len(data)
+                if size > limit:  # as record_size counts it: cut, and marked, to fit
+                    value, headers = fit_dead_letter(key, value, headers, limit)
             try:
-                self._place(topic, value, message.key, headers, letter, message.timestamp)
+                self._place(topic, value, key, headers, letter, message.timestamp)
             except RecordRejected as exc:
                 self._log_lost(letter, exc)
         for stage, count in stages.items():
@@ -183,3 +255,25 @@ class LetterSender:
             offset=message.offset,
             error=str(exc),
         )
+
+
+def stage_of(exc: BaseException) -> str:
+    """The stage that a failure names in its log line and dead letter."""
+    return exc.stage if isinstance(exc, ProcessingError) else "process"
+
+
+def log_failure(
+    agent: str, stage: str, action: Any, message: Message, attempts: int, exc: BaseException
+) -> None:
+    """The error line of a failed record (the dispatcher's, within its log budget)."""
+    log.error(
+        "record failed",
+        agent=agent,
+        stage=stage,
+        action=action,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        attempts=attempts,
+        error=repr(exc),
+    )
