@@ -25,19 +25,20 @@ class Ratio(NamedTuple):
     unit: str = "wall clock"
 
 
-# flowkit / hand-written, same data, same run (docs/benchmarks.md, 2026-11-30, session 6,
+# flowkit / hand-written, same data, same run (docs/benchmarks.md, 2026-12-01, session 8,
 # quiet machine).
 RESULTS = [
-    Ratio("YSB, memory broker", 0.91, 0.91, 0.91, 0.8, "instructions"),
-    Ratio("YSB, memory broker", 0.77, 0.69, 0.94, 0.8, "CPU time"),
-    Ratio("YSB, Kafka, aiokafka", 1.74, 1.51, 2.37, 0.8),
-    Ratio("YSB, Kafka, aiokafka", 1.45, 1.23, 2.09, 0.8, "CPU time"),
-    Ratio("YSB, Kafka, librdkafka", 0.73, 0.66, 0.82, 0.8),
-    Ratio("YSB, Kafka, librdkafka", 0.76, 0.73, 0.87, 0.8, "CPU time"),
-    Ratio("Router, Kafka, aiokafka", 0.93, 0.76, 1.17, 0.8),
-    Ratio("Router, Kafka, aiokafka", 0.92, 0.76, 1.15, 0.8, "CPU time"),
-    Ratio("Router, Kafka, librdkafka", 0.69, 0.54, 0.86, 0.8),
-    Ratio("Router, Kafka, librdkafka", 0.73, 0.58, 0.92, 0.8, "CPU time"),
+    Ratio("YSB, memory broker", 0.92, 0.92, 0.92, 0.8, "instructions"),
+    Ratio("YSB, memory broker", 0.80, 0.79, 0.80, 0.8, "CPU time"),
+    Ratio("YSB, memory, per-record", 0.84, 0.82, 0.85, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, aiokafka", 1.98, 1.89, 2.12, 0.8),
+    Ratio("YSB, Kafka, aiokafka", 1.67, 1.56, 1.76, 0.8, "CPU time"),
+    Ratio("YSB, Kafka, librdkafka", 0.95, 0.83, 1.02, 0.8),
+    Ratio("YSB, Kafka, librdkafka", 1.03, 0.86, 1.08, 0.8, "CPU time"),
+    Ratio("Router, Kafka, aiokafka", 0.92, 0.74, 1.03, 0.8),
+    Ratio("Router, Kafka, aiokafka", 0.90, 0.72, 1.02, 0.8, "CPU time"),
+    Ratio("Router, Kafka, librdkafka", 0.76, 0.65, 0.78, 0.8),
+    Ratio("Router, Kafka, librdkafka", 0.83, 0.67, 0.84, 0.8, "CPU time"),
     Ratio("Table recovery, memory", 0.93, 0.93, 0.93, 0.8, "CPU time"),
 ]
 
