@@ -30,6 +30,7 @@ __all__ = [
     "describe_failure",
     "failure_headers",
     "fit_dead_letter",
+    "shared_failure_headers",
     "short_traceback",
 ]
 
@@ -67,6 +68,33 @@ def dead_letter_headers(
     )
 
 
+def shared_failure_headers(
+    message: Message,
+    described: tuple[bytes, bytes, bytes],
+    *,
+    stage: str,
+    agent: str | None,
+    attempts: int,
+) -> tuple[tuple[str, bytes], ...]:
+    """The eight ``flowkit.*`` headers of ``failure_headers`` that do not change from one
+    record to the next for the same failure, source partition, agent and attempts, in
+    order: error type, message, stage, traceback, source topic and partition, agent,
+    attempts. (The worker encodes them once for a burst of dead letters.)"""
+    # The names are written out whole (each is HEADER_PREFIX + its suffix): one tuple,
+    # no generator and no string concatenation per header.
+    kind, text, trace = described
+    return (
+        ("flowkit.error.type", kind),
+        ("flowkit.error.message", text),
+        ("flowkit.error.stage", stage.encode()),
+        ("flowkit.error.traceback", trace),
+        ("flowkit.source.topic", message.topic.encode()),
+        ("flowkit.source.partition", str(message.partition).encode()),
+        ("flowkit.agent", (agent or "").encode()),
+        ("flowkit.attempts", str(attempts).encode()),
+    )
+
+
 def failure_headers(
     message: Message,
     described: tuple[bytes, bytes, bytes],
@@ -76,22 +104,24 @@ def failure_headers(
     attempts: int,
     failed_at_ms: int,
 ) -> Headers:
-    """``dead_letter_headers`` for an error already described by ``describe_failure``."""
-    # The names are written out whole (each is HEADER_PREFIX + its suffix): one tuple,
-    # no generator and no string concatenation per header of every dead letter.
-    kind, text, trace = described
+    """``dead_letter_headers`` for an error already described by ``describe_failure``:
+    the record's own headers, then ``shared_failure_headers`` with the record's offset and
+    timestamp after its partition, and the time of failure last."""
+    kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h = shared_failure_headers(
+        message, described, stage=stage, agent=agent, attempts=attempts
+    )
     return (
         *message.headers,
-        ("flowkit.error.type", kind),
-        ("flowkit.error.message", text),
-        ("flowkit.error.stage", stage.encode()),
-        ("flowkit.error.traceback", trace),
-        ("flowkit.source.topic", message.topic.encode()),
-        ("flowkit.source.partition", str(message.partition).encode()),
+        kind,
+        text,
+        stage_h,
+        trace,
+        topic_h,
+        partition,
         ("flowkit.source.offset", str(message.offset).encode()),
         ("flowkit.source.timestamp", str(message.timestamp).encode()),
-        ("flowkit.agent", (agent or "").encode()),
-        ("flowkit.attempts", str(attempts).encode()),
+        agent_h,
+        attempts_h,
         ("flowkit.failed_at", str(failed_at_ms).encode()),
     )
 

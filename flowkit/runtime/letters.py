@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from ..clock import Clock
-from ..deadletter import describe_failure, fit_dead_letter
+from ..deadletter import describe_failure, fit_dead_letter, shared_failure_headers
 from ..errors import ProcessingError, RecordRejected
 from ..metrics import Metrics
 from ..records import Headers, Message, record_size
@@ -63,18 +63,10 @@ def _shared_headers(
     agent: str | None,
     attempts: int,
 ) -> tuple[tuple[tuple[str, bytes], ...], int]:
-    # The headers that the letters of one failure, source partition and agent share, as
-    # ``failure_headers`` makes them, and their size as ``record_size`` counts it.
-    kind, text, trace = described
-    headers = (
-        ("flowkit.error.type", kind),
-        ("flowkit.error.message", text),
-        ("flowkit.error.stage", stage.encode()),
-        ("flowkit.error.traceback", trace),
-        ("flowkit.source.topic", message.topic.encode()),
-        ("flowkit.source.partition", str(message.partition).encode()),
-        ("flowkit.agent", (agent or "").encode()),
-        ("flowkit.attempts", str(attempts).encode()),
+    # The headers that the letters of one failure, source partition and agent share, and
+    # their size as ``record_size`` counts it.
+    headers = shared_failure_headers(
+        message, described, stage=stage, agent=agent, attempts=attempts
     )
     return headers, record_size(None, None, headers)
 
@@ -170,8 +162,9 @@ class LetterSender:
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
         # The headers of ``failure_headers``, in its order, made here for the whole batch:
         # the letters of a burst share all but their offset, timestamp and time of failure,
-        # so the shared headers are encoded once (with their size) and only those three
-        # per letter. A letter over ``limit`` is cut by ``fit_dead_letter`` as before.
+        # so ``shared_failure_headers`` is encoded once per failure and source (with its
+        # size) and only those three per letter. A letter over ``limit`` is cut by
+        # ``fit_dead_letter`` as before.
         shared: dict[tuple[Any, ...], tuple[tuple[tuple[str, bytes], ...], int]] = {}
         failed_ms, failed = -1, ("flowkit.failed_at", b"")
         for message, described, stage, agent, attempts, topic, failed_at_ms in noted:
