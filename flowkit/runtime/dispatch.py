@@ -320,7 +320,7 @@ class Dispatcher:
     async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
-        emit = self.emitters[source.name].emit
+        emitter = self.emitters[source.name]
         handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
         dead_letter, relieve = self._dead_letter, self.publisher.relieve
 
@@ -341,7 +341,7 @@ class Dispatcher:
             return True
 
         # The stream's loop calls the function itself: no generator step per record.
-        await source.call_each(agent.fn, emit, failed, is_async=agent.is_async, many=agent.many)
+        await source.call_each(agent.fn, emitter, failed, is_async=agent.is_async, many=agent.many)
 
     def _handling(self, agent: Agent[Any], exc: Exception) -> bool | None:
         # Raised (None), left to ``_failed`` (False), or dead-lettered in ``failed()`` (True,

@@ -2,19 +2,20 @@
 
 Made once, when the worker is built: it holds the agent's targets, the ``Output(to=...)``
 choices already resolved, and its count of outputs, so an output costs no lookup by agent
-name. The record that caused an output (its origin, for the key and for a refusal) is
-asked of the stream source once per output, as its batch holds it (``current_record``),
-and reused for the record's other outputs.
+name. A per-record agent's loop hands it each record's outputs at once, with the record
+(``place``): what the outputs need of it (its origin, for a refusal; its key) is found
+once per record, and the publisher is told once per record how many were placed. An
+agent's ``yield`` goes through ``emit``, which asks the stream source for the record.
 
 A topic output is placed straight into the publisher's buffer of its destination
 partition (the topic's ``Lane``), with no call per output into the publisher and nothing
-left to group when it flushes; ``emit`` returns what must still be awaited (a sink's
-submit, a full publisher), or None.
+left to group when it flushes. What must still be awaited (a sink's submit, a full
+publisher) is returned, for ``settle``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 from ..agents import KEEP_KEY, Agent, Output
@@ -30,6 +31,11 @@ __all__ = ["Emitter"]
 # Where one output goes, flat, so the loop over a fan-out reads no attributes:
 # (lane, checked type, encode, topic) for a topic, (None, None, None, runner) for a sink.
 Dest = tuple[Any, Any, Any, Any]
+# What ``place`` stopped for: (sinks to submit to, the output, its origin, relieve?).
+Wait = tuple[list[SinkRunner] | None, Any, Any, bool]
+# Outputs of one record placed before the publisher is told (and may ask to be relieved):
+# a generator of a million outputs still meets the publisher's bound.
+_CHUNK = 1024
 
 
 class Emitter:
@@ -85,24 +91,21 @@ class Emitter:
         return dests
 
     def emit(self, out: Any) -> Awaitable[None] | None:
-        """Send one output (a value, or an ``Output``) to the agent's sinks, or to the ones
-        ``Output.to`` names."""
-        dests = self._dests
-        self.count += 1
-        key: Any = KEEP_KEY
-        headers: Headers = ()
-        value = out
-        if isinstance(out, Output):
-            value, key, headers, to = out.value, out.key, out.headers, out.to
-            if type(headers) is not tuple:
-                headers = tuple(headers)
-            if to is not None:
-                try:
-                    dests = self._routed[to]
-                except (KeyError, TypeError):  # not seen yet, or not hashable (a list)
-                    dests = self._route(to)
-        cause = self.source.current_record()
-        if cause is not self._cause:  # the record's first output: its origin and key
+        """Send one output (a value, or an ``Output``) of the record being processed to
+        the agent's sinks, or to the ones ``Output.to`` names (an agent's ``yield``)."""
+        wait = self.place((out,), self.source.current_record())
+        return None if wait is None else self.settle(wait)
+
+    def place(self, outs: Iterator[Any] | tuple[Any, ...], cause: Any) -> Wait | None:
+        """Place the outputs ``outs`` of the record ``cause`` (as its batch holds it) in
+        the publisher's lanes, in order; None when all are placed. Otherwise it stopped
+        after an output that must be waited for (a sink's submit, a full publisher): ``await
+        settle(wait)``, then call again with the same iterator for the rest.
+
+        A per-record agent's loop calls this once per record, with the record at hand:
+        what an output needs of its record (origin, key) is found once, not per output.
+        """
+        if cause is not self._cause:  # a new record: its origin and key
             self._cause = cause
             if cause.__class__ is Message:  # a list batch's (memory, aiokafka)
                 self._kept = cause.key
@@ -120,64 +123,86 @@ class Emitter:
         origin, kept = self._origin, self._kept  # kept: the record's key, for KEEP_KEY
         publisher = self._publisher
         limit = publisher.limit
-        placed = 0
+        base = self._dests
+        placed = n = 0
         relieve = False
         runners: list[SinkRunner] | None = None
-        encode: Any = None
-        data: bytes | None = None
-        size = 0
+        value: Any = None
         lane: Lane | None
-        for lane, vt, enc, sink in dests:
-            if lane is None:
-                if runners is None:
-                    runners = []
-                runners.append(sink)
-                continue
-            # a type check that costs one compare when it passes
-            if (
-                vt is not None
-                and value.__class__ is not vt
-                and value is not None
-                and not accepts(vt, value.__class__)
-            ):
-                raise TypeError(
-                    f"agent {self.agent.name!r} yielded {type(value).__qualname__}, but "
-                    f"topic {sink.name!r} takes {sink.value_type_name}"
-                )
-            if enc is not encode:  # a fan-out encodes a value once
-                encode = enc
-                data = None if value is None else enc(value)
-                size = 0 if data is None else len(data)
-                for name, raw in headers:
-                    size += len(name) + len(raw)
-            raw_key = kept if key is KEEP_KEY else sink.encode_key(key)
-            parts = lane.parts
-            if parts is None or size + (0 if raw_key is None else len(raw_key)) > limit:
-                # Not placed here: a topic whose partition count is not known yet, or a
-                # record the publisher refuses (with its message).
-                if placed and publisher.placed(placed):
-                    relieve = True
-                placed = 0
-                if publisher.publish(lane.topic, data, raw_key, headers, origin):
-                    relieve = True
-                continue
-            if raw_key is None:
-                group = parts[lane.spread]
-            else:
-                p = lane.keys.get(raw_key)
-                group = parts[lane.place(raw_key) if p is None else p]
-            group[0].append((raw_key, data, headers, None))
-            group[1].append(origin)
-            placed += 1
-        if placed and publisher.placed(placed):
-            relieve = True
-        if runners is None and not relieve:
+        try:
+            for out in outs:
+                n += 1
+                dests = base
+                key: Any = KEEP_KEY
+                headers: Headers = ()
+                value = out
+                if isinstance(out, Output):
+                    value, key, headers, to = out.value, out.key, out.headers, out.to
+                    if type(headers) is not tuple:
+                        headers = tuple(headers)
+                    if to is not None:
+                        try:
+                            dests = self._routed[to]
+                        except (KeyError, TypeError):  # not seen yet, or not hashable
+                            dests = self._route(to)
+                encode: Any = None
+                data: bytes | None = None
+                size = 0
+                for lane, vt, enc, sink in dests:
+                    if lane is None:
+                        if runners is None:
+                            runners = []
+                        runners.append(sink)
+                        continue
+                    # a type check that costs one compare when it passes
+                    if (
+                        vt is not None
+                        and value.__class__ is not vt
+                        and value is not None
+                        and not accepts(vt, value.__class__)
+                    ):
+                        raise TypeError(
+                            f"agent {self.agent.name!r} yielded {type(value).__qualname__}, "
+                            f"but topic {sink.name!r} takes {sink.value_type_name}"
+                        )
+                    if enc is not encode:  # a fan-out encodes a value once
+                        encode = enc
+                        data = None if value is None else enc(value)
+                        size = 0 if data is None else len(data)
+                        for name, raw in headers:
+                            size += len(name) + len(raw)
+                    raw_key = kept if key is KEEP_KEY else sink.encode_key(key)
+                    parts = lane.parts
+                    if parts is None or size + (0 if raw_key is None else len(raw_key)) > limit:
+                        # Not placed here: a topic whose partition count is not known yet,
+                        # or a record the publisher refuses (with its message).
+                        if placed and publisher.placed(placed):
+                            relieve = True
+                        placed = 0
+                        if publisher.publish(lane.topic, data, raw_key, headers, origin):
+                            relieve = True
+                        continue
+                    if raw_key is None:
+                        group = parts[lane.spread]
+                    else:
+                        p = lane.keys.get(raw_key)
+                        group = parts[lane.place(raw_key) if p is None else p]
+                    group[0].append((raw_key, data, headers, None))
+                    group[1].append(origin)
+                    placed += 1
+                if runners is not None or relieve or placed >= _CHUNK:
+                    break  # to wait before the next output (or for a full publisher)
+        finally:  # also when the agent raises after some outputs: those are placed
+            self.count += n
+            if placed and publisher.placed(placed):
+                relieve = True
+        if runners is None and not relieve and placed < _CHUNK:
             return None
-        return self._slow(runners, value, origin, relieve)
+        return runners, value, origin, relieve
 
-    async def _slow(
-        self, runners: list[SinkRunner] | None, value: Any, origin: Any, relieve: bool
-    ) -> None:
+    async def settle(self, wait: Wait) -> None:
+        """Do what ``place`` stopped for: relieve the publisher, submit to the sinks."""
+        runners, value, origin, relieve = wait
         if relieve:
             await self._publisher.relieve()
         if runners is not None:

@@ -108,30 +108,44 @@ def fused_loop(ops: tuple[tuple[str, Any], ...], stores: dict[Any, Any]) -> tupl
 
 
 def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
-    """The loop of a per-record agent: ``await loop(source, SKIP, fn, emit, failed)`` calls
-    ``fn`` on each value from inside the loop, so no generator hands the values over.
+    """The loop of a per-record agent: ``await loop(source, SKIP, fn, place, settle,
+    failed)`` calls ``fn`` on each value from inside the loop, so no generator hands the
+    values over.
 
     ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` an
-    iterable of outputs; ``emit(output)`` returns None or something to await. When the
-    call or its outputs raise, ``await failed(exc)`` says whether the record was dealt
-    with in place (the loop goes on) or the exception is to be raised out of the loop."""
+    iterable of outputs; ``place(outputs, record)`` places the record's outputs and returns
+    None, or something to ``await settle(...)`` before it is called again for the rest
+    (see ``Emitter.place``). When the call or its outputs raise, ``await failed(exc)`` says
+    whether the record was dealt with in place (the loop goes on) or the exception is to be
+    raised out of the loop."""
     loop = _calls.get((is_async, many))
     if loop is None:
-        call = "out = await fn(v)" if is_async else "out = fn(v)"
-        each = "for one in out:" if many else "if out is not None:"
+        call = "await fn(v)" if is_async else "fn(v)"
+        if many:
+            emit = [
+                f"    out = iter({call})",
+                "    wait = place(out, {rec})",
+                "    while wait is not None:",
+                "        await settle(wait)",
+                "        wait = place(out, {rec})",
+            ]
+        else:
+            emit = [
+                f"    out = {call}",
+                "    if out is not None:",
+                "        wait = place((out,), {rec})",
+                "        if wait is not None:",
+                "            await settle(wait)",
+            ]
         tail = [
             "try:",
-            f"    {call}",
-            f"    {each}",
-            f"        pending = emit({'one' if many else 'out'})",
-            "        if pending is not None:",
-            "            await pending",
+            *emit,
             "except Exception as exc:",
             "    if not await failed(exc):",
             "        raise",
         ]
         # A loop without ``yield``: a coroutine function, not an async generator's.
-        compiled: Any = _compile((), tail, ["fn", "emit", "failed"])
+        compiled: Any = _compile((), tail, ["fn", "place", "settle", "failed"])
         loop = _calls[is_async, many] = compiled
     return loop
 
@@ -212,7 +226,7 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 it.__setstate__(start)
             source._it = it
             for m in it:
-{_record("m.value", [], lines)}
+{_record("m.value", "m", [], lines)}
         else:
             # A client's own records: the value read through the client, and a Message
             # made only where one is used (batch.messages[i] makes it for everyone else).
@@ -223,7 +237,7 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 it.__setstate__(start)
             source._it = it
             for r in it:
-{_record("value_of(r)", ["m = convert(r)"] if uses_m else [], lines)}
+{_record("value_of(r)", "r", ["m = convert(r)"] if uses_m else [], lines)}
         source.records += len(messages)
         finish(batch)
 """
@@ -237,9 +251,10 @@ async def loop(source, {", ".join(["SKIP", *params])}):
     return fn
 
 
-def _record(value: str, made: list[str], lines: list[str]) -> str:
+def _record(value: str, rec: str, made: list[str], lines: list[str]) -> str:
     # The body of the loop over a batch: decode the record's ``value``, then ``made`` (the
-    # record's Message where the operators use it), then the operators and the tail.
+    # record's Message where the operators use it), then the operators and the tail, whose
+    # ``{rec}`` is the name of the record as the batch holds it.
     head = f"""\
 # Decoded here, one record at a time, not for the whole batch up front: the
 # object is fresh in the cache when the agent reads it.
@@ -252,7 +267,8 @@ except Exception as exc:
     if source.undecodable is None or not await source.undecodable(error):
         raise error from None
     continue"""
-    return "\n".join(" " * 16 + line for line in [*head.splitlines(), *made, *lines])
+    body = [*head.splitlines(), *made, *(line.replace("{rec}", rec) for line in lines)]
+    return "\n".join(" " * 16 + line for line in body)
 
 
 def interpreted(ops: tuple[tuple[str, Any], ...]) -> Callable[[Any, Topic[Any], Message], Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DefinitionError
 from ..records import Message, RawMessages, TopicPartition
@@ -25,7 +25,16 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..topics import Topic
 
-__all__ = ["Batch", "StreamSource"]
+__all__ = ["Batch", "Emitting", "StreamSource"]
+
+
+class Emitting(Protocol):
+    """Where a per-record agent's outputs go (the worker's ``Emitter``): ``place`` puts a
+    record's outputs in the publisher, ``settle`` waits for what it stopped for."""
+
+    def place(self, outs: Any, cause: Any) -> Any: ...
+
+    async def settle(self, wait: Any) -> None: ...
 
 
 class Batch:
@@ -313,32 +322,32 @@ class StreamSource(TaskScope):
     async def call_each(
         self,
         fn: Callable[[Any], Any],
-        emit: Callable[[Any], Awaitable[None] | None],
+        emitter: Emitting,
         failed: Callable[[Exception], Awaitable[bool]],
         *,
         is_async: bool,
         many: bool,
     ) -> None:
         """Call ``fn`` on each value from the current position on, from inside the stream's
-        loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emit``;
+        loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emitter``;
         when it raises, ``failed(exc)`` says whether the loop goes on."""
+        place, settle = emitter.place, emitter.settle
         if self.join is None:
-            await call_loop(is_async, many)(self, SKIP, fn, emit, failed)
+            await call_loop(is_async, many)(self, SKIP, fn, place, settle, failed)
             return
         async for value in self.iterate(()):  # a stream-stream join has a loop of its own
             try:
                 out = fn(value)
                 if is_async:
                     out = await out
-                if many:  # a generator: its outputs in order, each as it comes
-                    for one in out:
-                        pending = emit(one)
-                        if pending is not None:
-                            await pending
-                elif out is not None:
-                    pending = emit(out)
-                    if pending is not None:
-                        await pending
+                if out is None and not many:
+                    continue
+                outs = iter(out if many else (out,))  # a generator's outputs as they come
+                cause = self.current_record()
+                wait = place(outs, cause)
+                while wait is not None:
+                    await settle(wait)
+                    wait = place(outs, cause)
             except Exception as exc:
                 if not await failed(exc):
                     raise
