@@ -94,6 +94,9 @@ def make_app(
     for name in sorted({topic for route in compiled for topic in route.to}):
         app.topic(name, value_type=dict)
     unrouted = {"count": 0}
+    # What the agent calls per record: each filter's and transform's generated function
+    # itself (``.func``), which skips the Filter/Transform wrapper's call (~0.1 us each).
+    table = [(route.accepts.func, route.reshape.func, route.to) for route in compiled]
 
     # Per record: a generator that yields the order's outputs. A record that fails (a
     # transform's missing field) is dead-lettered where it failed and the next one goes
@@ -107,10 +110,10 @@ def make_app(
     def route_orders(order: dict[str, Any]) -> Iterator[flowkit.Output]:
         """Send the order to every route it matches; an unmatched order is counted."""
         matched = False
-        for route in compiled:
-            if route.accepts(order):
+        for accepts, reshape, to in table:
+            if accepts(order):
                 matched = True
-                yield flowkit.Output(route.reshape(order), to=route.to)
+                yield flowkit.Output(reshape(order), to=to)
         if not matched:
             unrouted["count"] += 1
 
