@@ -123,11 +123,13 @@ class Emitter:
         origin, kept = self._origin, self._kept  # kept: the record's key, for KEEP_KEY
         publisher = self._publisher
         limit = publisher.limit
-        base = self._dests
+        base, routed = self._dests, self._routed
         placed = n = 0
         relieve = False
         runners: list[SinkRunner] | None = None
         value: Any = None
+        data: bytes | None = None
+        size = 0
         lane: Lane | None
         try:
             for out in outs:
@@ -142,12 +144,10 @@ class Emitter:
                         headers = tuple(headers)
                     if to is not None:
                         try:
-                            dests = self._routed[to]
+                            dests = routed[to]
                         except (KeyError, TypeError):  # not seen yet, or not hashable
                             dests = self._route(to)
                 encode: Any = None
-                data: bytes | None = None
-                size = 0
                 for lane, vt, enc, sink in dests:
                     if lane is None:
                         if runners is None:
@@ -169,8 +169,9 @@ class Emitter:
                         encode = enc
                         data = None if value is None else enc(value)
                         size = 0 if data is None else len(data)
-                        for name, raw in headers:
-                            size += len(name) + len(raw)
+                        if headers:
+                            for name, raw in headers:
+                                size += len(name) + len(raw)
                     raw_key = kept if key is KEEP_KEY else sink.encode_key(key)
                     parts = lane.parts
                     if parts is None or size + (0 if raw_key is None else len(raw_key)) > limit:
