@@ -42,10 +42,7 @@ class Emitter:
     """Sends the outputs of one agent instance to its sinks."""
 
     __slots__ = (
-        "_cause",
         "_dests",
-        "_kept",
-        "_origin",
         "_publisher",
         "_resolver",
         "_routed",
@@ -71,9 +68,6 @@ class Emitter:
         self._dests = self._flat(targets)
         self._routed: dict[Any, tuple[Dest, ...]] = {}  # Output.to -> where it goes
         self.count = 0  # outputs so far: moved to the metrics once per checkpoint
-        self._cause: Any = None  # the record of the last output, its origin and key
-        self._origin: Any = None
-        self._kept: bytes | None = None
 
     def _flat(self, targets: list[Target]) -> tuple[Dest, ...]:
         lane = self._publisher.lane
@@ -105,24 +99,21 @@ class Emitter:
         A per-record agent's loop calls this once per record, with the record at hand:
         what an output needs of its record (origin, key) is found once, not per output.
         """
-        if cause is not self._cause:  # a new record: its origin and key
-            self._cause = cause
-            if cause.__class__ is Message:  # a list batch's (memory, aiokafka)
-                self._kept = cause.key
-                self._origin = (cause, self.agent.name)
-            elif cause is None:
-                self._origin = self._kept = None
-            else:
-                # A client's own record (librdkafka's, in a RawMessages batch) is not made
-                # a Message here: its key is read through the client, and its origin
-                # carries the conversion, made only if a send is refused or a sink holds
-                # it (``settled``).
-                messages: RawMessages = self.source.batch.messages  # type: ignore[union-attr,assignment]
-                self._kept = messages.key_of(cause)
-                self._origin = (cause, self.agent.name, messages.convert)
-        origin, kept = self._origin, self._kept  # kept: the record's key, for KEEP_KEY
+        if cause.__class__ is Message:  # a list batch's (memory, aiokafka)
+            kept = cause.key  # the record's key, for KEEP_KEY
+            origin: Any = (cause, self.agent.name)
+        elif cause is None:
+            origin = kept = None
+        else:
+            # A client's own record (librdkafka's, in a RawMessages batch) is not made a
+            # Message here: its key is read through the client, and its origin carries the
+            # conversion, made only if a send is refused or a sink holds it (``settled``).
+            messages: RawMessages = self.source.batch.messages  # type: ignore[union-attr,assignment]
+            kept = messages.key_of(cause)
+            origin = (cause, self.agent.name, messages.convert)
         publisher = self._publisher
         limit = publisher.limit
+        kept_room = limit if kept is None else limit - len(kept)  # bytes left for the rest
         base, routed = self._dests, self._routed
         placed = n = 0
         relieve = False
@@ -138,9 +129,12 @@ class Emitter:
                 key: Any = KEEP_KEY
                 headers: Headers = ()
                 value = out
-                if isinstance(out, Output):
-                    value, key, headers, to = out.value, out.key, out.headers, out.to
-                    if type(headers) is not tuple:
+                if out.__class__ is Output or isinstance(out, Output):
+                    value = out.value
+                    key = out.key
+                    headers = out.headers
+                    to = out.to
+                    if headers.__class__ is not tuple:
                         headers = tuple(headers)
                     if to is not None:
                         try:
@@ -172,9 +166,13 @@ class Emitter:
                         if headers:
                             for name, raw in headers:
                                 size += len(name) + len(raw)
-                    raw_key = kept if key is KEEP_KEY else sink.encode_key(key)
+                    if key is KEEP_KEY:
+                        raw_key, room = kept, kept_room
+                    else:
+                        raw_key = sink.encode_key(key)
+                        room = limit if raw_key is None else limit - len(raw_key)
                     parts = lane.parts
-                    if parts is None or size + (0 if raw_key is None else len(raw_key)) > limit:
+                    if parts is None or size > room:
                         # Not placed here: a topic whose partition count is not known yet,
                         # or a record the publisher refuses (with its message).
                         if placed and publisher.placed(placed):

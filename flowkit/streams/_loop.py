@@ -112,8 +112,8 @@ def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
     failed)`` calls ``fn`` on each value from inside the loop, so no generator hands the
     values over.
 
-    ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` an
-    iterable of outputs; ``place(outputs, record)`` places the record's outputs and returns
+    ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` a
+    generator of outputs; ``place(outputs, record)`` places the record's outputs and returns
     None, or something to ``await settle(...)`` before it is called again for the rest
     (see ``Emitter.place``). When the call or its outputs raise, ``await failed(exc)`` says
     whether the record was dealt with in place (the loop goes on) or the exception is to be
@@ -123,7 +123,7 @@ def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
         call = "await fn(v)" if is_async else "fn(v)"
         if many:
             emit = [
-                f"    out = iter({call})",
+                f"    out = {call}",  # a generator function's: an iterator already
                 "    wait = place(out, {rec})",
                 "    while wait is not None:",
                 "        await settle(wait)",

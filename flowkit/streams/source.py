@@ -342,7 +342,7 @@ class StreamSource(TaskScope):
                     out = await out
                 if out is None and not many:
                     continue
-                outs = iter(out if many else (out,))  # a generator's outputs as they come
+                outs = out if many else iter((out,))  # a generator's outputs as they come
                 cause = self.current_record()
                 wait = place(outs, cause)
                 while wait is not None:
