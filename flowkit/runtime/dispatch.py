@@ -69,10 +69,9 @@ class Dispatcher:
     ) -> None:
         self.app = app
         # The producer's limit: dead letters fit in it.
-        self.max_record_bytes = max_record_bytes = publisher.max_record_bytes
+        self.max_record_bytes = publisher.max_record_bytes
         self._send = send
         self.publisher = publisher  # outputs and dead letters: buffered, sent in batches
-        publish, relieve = publisher.publish, publisher.relieve
         self._spawn = spawn
         self.clock = clock
         self.metrics = metrics
@@ -90,11 +89,7 @@ class Dispatcher:
         # A burst of failing records logs its first lines, then one line per checkpoint.
         self.log_budget = LogBudget(clock.monotonic)
         self.letters = LetterSender(
-            publish=publish,
-            place=publisher.place,
-            placed=publisher.placed,
-            relieve=relieve,
-            max_record_bytes=max_record_bytes,
+            publisher=publisher,
             default_topic=dead_letter_topic(app.name),
             clock=clock,
             metrics=metrics,

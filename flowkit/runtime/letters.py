@@ -19,69 +19,99 @@ be dead-lettered must not stop every restart of the worker on the same offset.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from ..clock import Clock
-from ..deadletter import describe_failure, fit_dead_letter, shared_failure_headers
+from ..deadletter import (
+    describe_failure,
+    failure_headers,
+    fit_dead_letter,
+    shared_failure_headers,
+)
 from ..errors import ProcessingError, RecordRejected
 from ..metrics import Metrics
 from ..records import Headers, Message, record_size
 from .logbudget import LogBudget
+
+if TYPE_CHECKING:  # the publisher is handed in: a sibling, not imported
+    from .publisher import Lane, Publisher
 
 __all__ = ["Letter", "LetterSender", "log_failure", "stage_of"]
 
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
 
-class Letter:
-    """The origin of a dead-letter send: what to do if the broker refuses it."""
+class Letter(tuple[Message, tuple[bytes, bytes, bytes], str, str | None, int, str, int]):
+    """A failed record noted for the dead-letter ``topic``, and the origin of its send:
+    ``(message, described, stage, agent, attempts, topic, failed_at_ms)``, where
+    ``described`` is ``describe_failure``'s. A tuple, made by C: one per failed record, so
+    it is the note itself, and its headers are made from it (``headers``) only where they
+    are sent, not kept on it."""
 
-    # A plain class: one per dead letter, and a frozen dataclass's __init__ costs twice this.
-    __slots__ = ("headers", "message", "stage", "topic", "valueless")
+    __slots__ = ()
+    valueless = False  # sent again without the value, after the broker refused it
 
-    def __init__(
-        self, message: Message, topic: str, stage: str, headers: Headers, valueless: bool = False
-    ) -> None:
-        self.message = message
-        self.topic = topic
-        self.stage = stage
-        self.headers = headers  # the dead letter's headers, before any truncation marks
-        self.valueless = valueless  # sent again without the value, after the broker refused it
+    @property
+    def message(self) -> Message:
+        return self[0]
+
+    @property
+    def stage(self) -> str:
+        return self[2]
+
+    @property
+    def topic(self) -> str:
+        return self[5]
+
+    @property
+    def headers(self) -> Headers:
+        """The dead letter's headers, before any truncation marks: ``failure_headers``'s
+        (``LetterSender.build`` makes the same, in a batch)."""
+        message, described, stage, agent, attempts, _, failed_at_ms = self
+        return failure_headers(
+            message,
+            described,
+            stage=stage,
+            agent=agent,
+            attempts=attempts,
+            failed_at_ms=failed_at_ms,
+        )
+
+
+class _Valueless(Letter):
+    """A letter sent again without its value."""
+
+    __slots__ = ()
+    valueless = True
 
 
 # The names of the three headers made per letter (their size, counted once).
 _NAMES = len("flowkit.source.offset") + len("flowkit.source.timestamp") + len("flowkit.failed_at")
 
 
-def _shared_headers(
-    message: Message,
-    described: tuple[bytes, bytes, bytes],
-    stage: str,
-    agent: str | None,
-    attempts: int,
-) -> tuple[tuple[tuple[str, bytes], ...], int]:
-    # The headers that the letters of one failure, source partition and agent share, and
-    # their size as ``record_size`` counts it.
-    headers = shared_failure_headers(
-        message, described, stage=stage, agent=agent, attempts=attempts
-    )
-    return headers, record_size(None, None, headers)
+class _Group:
+    """The letters of one build that share their failure, source partition, agent,
+    attempts and topic: their eight shared headers, those headers' size, their lane."""
+
+    __slots__ = ("headers", "lane", "letters", "size")
+
+    def __init__(self, headers: tuple[tuple[str, bytes], ...], size: int, lane: Lane) -> None:
+        self.headers = headers
+        self.size = size
+        self.lane = lane
+        self.letters = 0
 
 
 class LetterSender:
-    """Builds and publishes the dead letters of one worker."""
+    """Builds and publishes the dead letters of one worker through its ``publisher``."""
 
     def __init__(
         self,
         *,
-        publish: Callable[..., bool],
-        place: Callable[..., None],
-        placed: Callable[[int], bool],
-        relieve: Callable[[], Awaitable[None]],
-        max_record_bytes: int | None,
+        publisher: Publisher,
         default_topic: str,
         clock: Clock,
         metrics: Metrics,
@@ -89,16 +119,14 @@ class LetterSender:
         log_budget: LogBudget,
         fail_fast: bool,
     ) -> None:
-        self._publish = publish
-        self._place = place
-        self._placed = placed
-        self._relieve = relieve
-        # Failed records noted and not built yet: (message, the error described, stage,
-        # agent, attempts, topic, failed_at_ms); ``build`` empties it before each flush.
-        self._noted: list[
-            tuple[Message, tuple[bytes, bytes, bytes], str, str | None, int, str, int]
-        ] = []
-        self.max_record_bytes = max_record_bytes
+        self._publisher = publisher
+        self._publish = publisher.publish
+        self._place = publisher.place
+        self._placed = publisher.placed
+        self._relieve = publisher.relieve
+        # Failed records noted and not built yet; ``build`` empties it before each flush.
+        self._noted: list[Letter] = []
+        self.max_record_bytes = publisher.max_record_bytes
         self.default_topic = default_topic
         self.clock = clock
         self.metrics = metrics
@@ -138,16 +166,19 @@ class LetterSender:
         if stage == "decode" and self.fail_fast:
             raise error
         self._noted.append(
-            (
-                message,
-                # Described now (a walk of its frames; formatted once per kind of failure):
-                # the error is not kept, so its frames and their cycles die with it.
-                describe_failure(error),
-                stage,
-                agent,
-                attempts,
-                topic or self.default_topic,
-                int(self.clock.time() * 1000),
+            Letter(
+                (
+                    message,
+                    # Described now (a walk of its frames; formatted once per kind of
+                    # failure): the error is not kept, so its frames and their cycles die
+                    # with it.
+                    describe_failure(error),
+                    stage,
+                    agent,
+                    attempts,
+                    topic or self.default_topic,
+                    int(self.clock.time() * 1000),
+                )
             )
         )
         return self._placed(1)  # counted as buffered: no commit before it is acknowledged
@@ -159,29 +190,31 @@ class LetterSender:
         if not noted:
             return
         limit = self.max_record_bytes
-        stages: dict[str, int] = {}  # the metric moved once per stage and batch
         # The headers of ``failure_headers``, in its order, made here for the whole batch:
         # the letters of a burst share all but their offset, timestamp and time of failure,
-        # so ``shared_failure_headers`` is encoded once per failure and source (with its
-        # size) and only those three per letter. A letter over ``limit`` is cut by
-        # ``fit_dead_letter`` as before.
-        shared: dict[tuple[Any, ...], tuple[tuple[tuple[str, bytes], ...], int]] = {}
+        # so ``shared_failure_headers`` is encoded once per group (failure, source
+        # partition, agent, attempts, topic), with its size and its topic's lane, and only
+        # those three per letter. Each letter is then put in its partition's list of the
+        # lane, as an emitter puts outputs: its size is known here, so the publisher's
+        # ``place`` (which counts every header again) is only for a letter over ``limit``
+        # (cut by ``fit_dead_letter``) or a lane whose partition count is not known yet.
+        groups: dict[tuple[Any, ...], _Group] = {}
         failed_ms, failed = -1, ("flowkit.failed_at", b"")
-        for message, described, stage, agent, attempts, topic, failed_at_ms in noted:
-            stages[stage] = stages.get(stage, 0) + 1
+        for letter in noted:
+            message, described, stage, agent, attempts, topic, failed_at_ms = letter
             # The noted list holds ``described`` until the end: its id is not reused here.
-            where = (id(described), stage, message.topic, message.partition, agent, attempts)
-            common = shared.get(where)
-            if common is None:
-                common = shared[where] = _shared_headers(message, described, stage, agent, attempts)
-            (kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h), size = common
+            where = (id(described), stage, message.topic, message.partition, agent, attempts, topic)
+            group = groups.get(where)
+            if group is None:
+                group = groups[where] = self._group(letter)
+            group.letters += 1
+            kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h = group.headers
             if failed_at_ms != failed_ms:
                 failed_ms, failed = failed_at_ms, ("flowkit.failed_at", str(failed_at_ms).encode())
             offset = str(message.offset).encode()
             timestamp = str(message.timestamp).encode()
             original = message.headers
-            headers = (
-                *original,
+            shared = (
                 kind,
                 text,
                 stage_h,
@@ -194,22 +227,48 @@ class LetterSender:
                 attempts_h,
                 failed,
             )
-            letter = Letter(message, topic, stage, headers)
+            headers = (*original, *shared) if original else shared
             key, value = message.key, message.value
+            parts = group.lane.parts
             if limit is not None and value is not None:
-                size += _NAMES + len(offset) + len(timestamp) + len(failed[1]) + len(value)
+                size = group.size + _NAMES + len(offset) + len(timestamp) + len(failed[1])
+                size += len(value)
                 if key is not None:
                     size += len(key)
                 for name, data in original:
                     size += len(name) + len(data)
                 if size > limit:  # as record_size counts it: cut, and marked, to fit
                     value, headers = fit_dead_letter(key, value, headers, limit)
-            try:
-                self._place(topic, value, key, headers, letter, message.timestamp)
-            except RecordRejected as exc:
-                self._log_lost(letter, exc)
+                    parts = None  # the publisher's place checks it again
+            if parts is None:
+                try:
+                    self._place(topic, value, key, headers, letter, message.timestamp)
+                except RecordRejected as exc:
+                    self._log_lost(letter, exc)
+                continue
+            if len(parts) == 1:  # a dead-letter topic's usual partition count
+                records, origins = parts[0]
+            else:
+                lane = group.lane
+                if key is None:
+                    records, origins = parts[lane.spread]
+                else:
+                    p = lane.keys.get(key)
+                    records, origins = parts[lane.place(key) if p is None else p]
+            records.append((key, value, headers, message.timestamp))
+            origins.append(letter)
+        stages: dict[str, int] = {}  # the metric moved once per stage and batch
+        for (_, stage, *_), group in groups.items():
+            stages[stage] = stages.get(stage, 0) + group.letters
         for stage, count in stages.items():
             self._counter(self.metrics.dead_letters, stage).inc(count)
+
+    def _group(self, letter: Letter) -> _Group:
+        message, described, stage, agent, attempts, topic, _ = letter
+        headers = shared_failure_headers(
+            message, described, stage=stage, agent=agent, attempts=attempts
+        )
+        return _Group(headers, record_size(None, None, headers), self._publisher.lane(topic))
 
     async def refused(self, letter: Letter, exc: RecordRejected) -> None:
         """The broker refused ``letter`` for good: send it again without its value, or,
@@ -220,7 +279,7 @@ class LetterSender:
             return
         # No value at all: the broker's own limit may be below the producer's, which
         # ``build`` already cut the letter to.
-        valueless = Letter(message, letter.topic, letter.stage, letter.headers, True)
+        valueless = _Valueless(letter)
         value, headers = fit_dead_letter(message.key, message.value, letter.headers, 0)
         try:
             full = self._publish(

@@ -10,6 +10,7 @@ checkpoint. Every record still has its metric and its dead letter.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LogBudget"]
 
@@ -34,23 +35,30 @@ class LogBudget:
         self._monotonic = monotonic
         self.burst = burst
         self.interval = interval
-        self._windows: dict[str, tuple[float, int]] = {}  # kind -> (window start, lines)
-        self._suppressed: dict[str, int] = {}
+        # kind -> [window start, lines logged in it, lines not logged since ``summary``]:
+        # changed in place, so a line of a burst costs a clock reading, one lookup and a
+        # count, no tuple made and no second dict.
+        self._windows: dict[str, list[Any]] = {}
 
     def allow(self, kind: str) -> bool:
         """True if a line of ``kind`` may be logged now; else it is counted."""
         now = self._monotonic()
-        start, lines = self._windows.get(kind, (now, 0))
-        if now - start >= self.interval:
-            start, lines = now, 0
-        if lines < self.burst:
-            self._windows[kind] = (start, lines + 1)
+        window = self._windows.get(kind)
+        if window is None:
+            window = self._windows[kind] = [now, 0, 0]
+        elif now - window[0] >= self.interval:
+            window[0], window[1] = now, 0
+        if window[1] < self.burst:
+            window[1] += 1
             return True
-        self._windows[kind] = (start, lines)
-        self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+        window[2] += 1
         return False
 
     def summary(self) -> dict[str, int]:
         """Lines not logged since the last call, per kind (and forget them)."""
-        suppressed, self._suppressed = self._suppressed, {}
+        suppressed = {}
+        for kind, window in self._windows.items():
+            if window[2]:
+                suppressed[kind] = window[2]
+                window[2] = 0
         return suppressed
