@@ -299,6 +299,17 @@ async def run_per_record(
         log.append(("out", out))
         return asyncio.sleep(0) if out % 2 else None
 
+    class Emitter:  # the worker's Emitter, as call_each uses it: emit per output
+        def place(self, outs: Any, cause: Any) -> Any:
+            for out in outs:
+                wait = emit(out)
+                if wait is not None:  # awaited before the agent's next output
+                    return wait
+            return None
+
+        async def settle(self, wait: Any) -> None:
+            await wait
+
     async def failed(exc: Exception) -> bool:
         message = source.current_message()
         assert message is not None
@@ -327,7 +338,7 @@ async def run_per_record(
     while True:
         try:
             if compiled:
-                await source.call_each(fn, emit, failed, is_async=is_async, many=many)
+                await source.call_each(fn, Emitter(), failed, is_async=is_async, many=many)
             else:
                 await generic()
             break
