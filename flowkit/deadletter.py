@@ -30,6 +30,7 @@ __all__ = [
     "describe_failure",
     "failure_headers",
     "fit_dead_letter",
+    "ordered_failure_headers",
     "shared_failure_headers",
     "short_traceback",
 ]
@@ -107,23 +108,42 @@ def failure_headers(
     """``dead_letter_headers`` for an error already described by ``describe_failure``:
     the record's own headers, then ``shared_failure_headers`` with the record's offset and
     timestamp after its partition, and the time of failure last."""
-    kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h = shared_failure_headers(
-        message, described, stage=stage, agent=agent, attempts=attempts
+    shared = shared_failure_headers(message, described, stage=stage, agent=agent, attempts=attempts)
+    return ordered_failure_headers(
+        message.headers,
+        shared,
+        ("flowkit.source.offset", str(message.offset).encode()),
+        ("flowkit.source.timestamp", str(message.timestamp).encode()),
+        ("flowkit.failed_at", str(failed_at_ms).encode()),
     )
-    return (
-        *message.headers,
+
+
+def ordered_failure_headers(
+    original: Headers,
+    shared: tuple[tuple[str, bytes], ...],
+    offset: tuple[str, bytes],
+    timestamp: tuple[str, bytes],
+    failed_at: tuple[str, bytes],
+) -> Headers:
+    """A dead letter's headers in their order: the record's own, then the eight of
+    ``shared_failure_headers`` with the record's offset and timestamp after its partition,
+    and the time of failure last. (The worker's batch build passes the shared ones encoded
+    once for a burst.)"""
+    kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h = shared
+    ordered = (
         kind,
         text,
         stage_h,
         trace,
         topic_h,
         partition,
-        ("flowkit.source.offset", str(message.offset).encode()),
-        ("flowkit.source.timestamp", str(message.timestamp).encode()),
+        offset,
+        timestamp,
         agent_h,
         attempts_h,
-        ("flowkit.failed_at", str(failed_at_ms).encode()),
+        failed_at,
     )
+    return (*original, *ordered) if original else ordered
 
 
 def short_traceback(error: BaseException) -> str:

@@ -29,6 +29,7 @@ from ..deadletter import (
     describe_failure,
     failure_headers,
     fit_dead_letter,
+    ordered_failure_headers,
     shared_failure_headers,
 )
 from ..errors import ProcessingError, RecordRejected
@@ -208,26 +209,18 @@ class LetterSender:
             if group is None:
                 group = groups[where] = self._group(letter)
             group.letters += 1
-            kind, text, stage_h, trace, topic_h, partition, agent_h, attempts_h = group.headers
             if failed_at_ms != failed_ms:
                 failed_ms, failed = failed_at_ms, ("flowkit.failed_at", str(failed_at_ms).encode())
             offset = str(message.offset).encode()
             timestamp = str(message.timestamp).encode()
             original = message.headers
-            shared = (
-                kind,
-                text,
-                stage_h,
-                trace,
-                topic_h,
-                partition,
+            headers = ordered_failure_headers(
+                original,
+                group.headers,
                 ("flowkit.source.offset", offset),
                 ("flowkit.source.timestamp", timestamp),
-                agent_h,
-                attempts_h,
                 failed,
             )
-            headers = (*original, *shared) if original else shared
             key, value = message.key, message.value
             parts = group.lane.parts
             if limit is not None and value is not None:
@@ -249,12 +242,7 @@ class LetterSender:
             if len(parts) == 1:  # a dead-letter topic's usual partition count
                 records, origins = parts[0]
             else:
-                lane = group.lane
-                if key is None:
-                    records, origins = parts[lane.spread]
-                else:
-                    p = lane.keys.get(key)
-                    records, origins = parts[lane.place(key) if p is None else p]
+                records, origins = group.lane.group_of(key)
             records.append((key, value, headers, message.timestamp))
             origins.append(letter)
         stages: dict[str, int] = {}  # the metric moved once per stage and batch

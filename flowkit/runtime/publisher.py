@@ -90,6 +90,17 @@ class Lane:
         p = keys[key] = partition_for_key(key, self.count)  # type: ignore[arg-type]
         return p
 
+    def group_of(self, key: bytes | None) -> tuple[list[OutRecord], list[Any]]:
+        """The records and origins of the partition ``key`` goes to (``parts`` known): its
+        key's partition, or this round's for a keyless record. (The emitter does the same
+        inline, per output.)"""
+        parts = self.parts
+        assert parts is not None, "a lane's partitions are placed once their count is known"
+        if key is None:
+            return parts[self.spread]
+        p = self.keys.get(key)
+        return parts[self.place(key) if p is None else p]
+
     def queued(self) -> bool:
         """True if records wait to be sent."""
         if self.loose[0]:
@@ -203,14 +214,7 @@ class Publisher:
         if size > self.limit:
             self._check_size(topic, key, value, headers)  # raises, with the message
         lane = self._lanes.get(topic) or self.lane(topic)
-        parts = lane.parts
-        if parts is None:
-            group = lane.loose
-        elif key is None:
-            group = parts[lane.spread]
-        else:
-            p = lane.keys.get(key)
-            group = parts[lane.place(key) if p is None else p]
+        group = lane.loose if lane.parts is None else lane.group_of(key)
         group[0].append((key, value, headers, timestamp_ms))
         group[1].append(origin)
 
