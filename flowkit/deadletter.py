@@ -331,14 +331,14 @@ class DeadLetter:
     def __init__(self, message: Message) -> None:
         self.message = message
         meta: dict[str, str] = {}
-        original: list[tuple[str, bytes]] = []
+        original: list[tuple[str, bytes | None]] = []
         for name, value in message.headers:
             if name.startswith(HEADER_PREFIX):
-                meta[name[len(HEADER_PREFIX) :]] = value.decode(errors="replace")
+                meta[name[len(HEADER_PREFIX) :]] = (value or b"").decode(errors="replace")
             else:
                 original.append((name, value))
         self.meta = meta
-        self.original_headers: tuple[tuple[str, bytes], ...] = tuple(original)
+        self.original_headers: Headers = tuple(original)
 
     @property
     def error_type(self) -> str:

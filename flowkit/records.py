@@ -19,25 +19,40 @@ __all__ = [
     "RawMessages",
     "Record",
     "TopicPartition",
+    "headers_size",
     "record_size",
 ]
 
 T = TypeVar("T")
 
-Headers = tuple[tuple[str, bytes], ...]
-"""Record headers: ordered (name, value) pairs; a name may repeat, as in Kafka."""
+Headers = tuple[tuple[str, bytes | None], ...]
+"""Record headers: ordered (name, value) pairs, as in Kafka: a name may repeat, and a value
+may be null (None), which is not the same as empty (``b""``)."""
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """The bytes of a record's key, value and headers, as a producer's size limit counts
     them (less the few bytes of framing a broker adds).
 
-    >>> record_size(b"k", b"value", (("h", b"12"),))
-    9
+    >>> record_size(b"k", b"value", (("h", b"12"), ("null", None)))
+    13
     """
     size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    return size + headers_size(headers) if headers else size
+
+
+def headers_size(headers: Headers) -> int:
+    """The bytes of ``headers`` as a producer counts them: each name in UTF-8 and each
+    value (a null value has none). The one place this rule is written.
+
+    >>> headers_size((("trace", b"abc"), ("é", None)))
+    10
+    """
+    size = 0
     for name, data in headers:
-        size += len(name) + len(data)
+        size += len(name) if name.isascii() else len(name.encode("utf-8", "surrogatepass"))
+        if data is not None:
+            size += len(data)
     return size
 
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Iterator
 from typing import Any
 
 from ..agents import KEEP_KEY, Agent, Output
-from ..records import Headers, Message, RawMessages
+from ..records import Headers, Message, RawMessages, headers_size
 from ..sinks import SinkRunner
 from ..streams import StreamSource
 from ..topics import Topic, accepts
@@ -164,8 +164,7 @@ class Emitter:
                         data = None if value is None else enc(value)
                         size = 0 if data is None else len(data)
                         if headers:
-                            for name, raw in headers:
-                                size += len(name) + len(raw)
+                            size += headers_size(headers)
                     if key is KEEP_KEY:
                         raw_key, room = kept, kept_room
                     else:

@@ -34,7 +34,7 @@ from ..deadletter import (
 )
 from ..errors import ProcessingError, RecordRejected
 from ..metrics import Metrics
-from ..records import Headers, Message, record_size
+from ..records import Headers, Message, headers_size, record_size
 from .logbudget import LogBudget
 
 if TYPE_CHECKING:  # the publisher is handed in: a sibling, not imported
@@ -228,8 +228,8 @@ class LetterSender:
                 size += len(value)
                 if key is not None:
                     size += len(key)
-                for name, data in original:
-                    size += len(name) + len(data)
+                if original:
+                    size += headers_size(original)
                 if size > limit:  # as record_size counts it: cut, and marked, to fit
                     value, headers = fit_dead_letter(key, value, headers, limit)
                     parts = None  # the publisher's place checks it again

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import RecordRejected, TransportError
 from ..partitioning import partition_for_key
-from ..records import Headers
+from ..records import Headers, headers_size
 from ..transports import Ack, OutRecord, Producer
 
 __all__ = ["Lane", "Publisher", "Rejected", "settled"]
@@ -209,8 +209,7 @@ class Publisher:
         # ~1 % to the router's instructions per order.
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
         if headers:
-            for name, data in headers:
-                size += len(name) + len(data)
+            size += headers_size(headers)
         if size > self.limit:
             self._check_size(topic, key, value, headers)  # raises, with the message
         lane = self._lanes.get(topic) or self.lane(topic)
@@ -325,8 +324,7 @@ class Publisher:
     ) -> None:
         size = (0 if value is None else len(value)) + (0 if key is None else len(key))
         if headers:
-            for name, data in headers:
-                size += len(name) + len(data)
+            size += headers_size(headers)
         if size > self.limit:
             raise RecordRejected(
                 f"a record of {size} bytes to {topic!r} is over the producer's limit "

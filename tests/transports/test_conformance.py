@@ -106,6 +106,24 @@ async def test_headers_none_values_and_timestamps_round_trip(
     assert all(isinstance(m, Message) and m.topic == topic and m.partition == 0 for m in got)
 
 
+async def test_a_null_header_value_round_trips_and_can_be_sent_again(
+    transport_factory: TransportFactory,
+) -> None:
+    """Kafka allows a header whose value is null (a dead letter re-sends it)."""
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    await producer.start()
+    headers = (("x", None), ("y", b""), ("x", b"v"))
+    await producer.send(topic, b"{", key=b"k", headers=headers, timestamp_ms=1_700_000_000_000)
+    await producer.flush()
+    (got,) = await collect(reader(transport, topic, 1), 1)
+    assert tuple(got.headers) == headers
+    # What a dead letter does: send the record's own headers again.
+    await (await producer.send(topic, got.value, key=got.key, headers=got.headers))
+    await producer.flush()
+
+
 async def test_a_record_over_max_record_bytes_is_rejected_and_the_producer_goes_on(
     transport_factory: TransportFactory,
 ) -> None:
