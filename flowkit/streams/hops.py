@@ -257,7 +257,12 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
             try:
                 v = source.value = decode(m.value)
             except Exception as exc:
-                raise batch.topic.decode_error(exc) from None
+                # Dead-lettered where it was found, as the compiled loop does: the agent
+                # is not started again (and its local state lost) for a record.
+                error = batch.topic.decode_error(exc)
+                if source.undecodable is None or not await source.undecodable(error):
+                    raise error from None
+                continue
             if home:
                 if post is not None:
                     v = post(v, batch.topic, m)

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DecodeError, FutureRecord, LateRecord
 from ..records import TopicPartition
 from ._loop import SKIP, interpreted
 
@@ -135,14 +136,22 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
             source.batch = batch
             source._pos = i
             m = batch.messages[i]
-            if m.key is None or m.value is None:  # nothing to join on, but its time counts
-                results = store.tick(part, m.timestamp)
-            else:
-                try:
-                    v = source.value = batch.decode(m.value)
-                except Exception as exc:
-                    raise batch.topic.decode_error(exc) from None
-                results = process(part, side, m.key, m.offset, m.timestamp, m.value, v)
+            try:
+                if m.key is None or m.value is None:  # nothing to join on, but its time counts
+                    results = store.tick(part, m.timestamp)
+                else:
+                    try:
+                        v = source.value = batch.decode(m.value)
+                    except Exception as exc:
+                        raise batch.topic.decode_error(exc) from None
+                    results = process(part, side, m.key, m.offset, m.timestamp, m.value, v)
+            except (DecodeError, LateRecord, FutureRecord) as error:
+                # The record's own fault: dead-lettered where it was found, and the join
+                # goes on with the next one (not started again, which costs its agent's
+                # local state).
+                if source.undecodable is None or not await source.undecodable(error):
+                    raise
+                results = None
             if results:
                 for result in results:
                     if post is not None:

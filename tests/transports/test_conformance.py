@@ -341,3 +341,44 @@ async def test_two_members_split_the_partitions_and_hand_them_over(
             holder[tp] = name
         else:
             assert holder.pop(tp) == name
+
+
+def _transport_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.node.callspec.params["transport_factory"])
+
+
+async def test_timestamps_0_and_minus_1_as_each_producer_writes_them(
+    transport_factory: TransportFactory, request: pytest.FixtureRequest
+) -> None:
+    """Kafka keeps a CreateTime of 0, and -1 means "no timestamp". librdkafka cannot write
+    0: to it, 0 means "now", so it writes the current time (a quirk of that client, which
+    docs/kafka.md names); every other transport writes both as they are."""
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    await producer.start()
+    for ts in (0, -1):
+        await (await producer.send(topic, b"%d" % ts, key=b"k", timestamp_ms=ts))
+    got = await collect(reader(transport, topic, 1), 2)
+    zero, minus_one = (m.timestamp for m in got)
+    assert minus_one == -1
+    if _transport_kind(request) == "rdkafka":
+        assert zero > 1_700_000_000_000  # the wall clock's
+    else:
+        assert zero == 0
+
+
+async def test_a_header_name_with_a_nul(
+    transport_factory: TransportFactory, request: pytest.FixtureRequest
+) -> None:
+    """A header name is any string to Kafka; librdkafka's C API ends it at a NUL, so that
+    client writes (and reads) only the part before it."""
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    producer = transport.producer()
+    await producer.start()
+    await producer.send(topic, b"v", headers=(("a\x00b", b"1"), ("c", b"2")))
+    await producer.flush()
+    (got,) = await collect(reader(transport, topic, 1), 1)
+    cut = _transport_kind(request) == "rdkafka"
+    assert tuple(got.headers) == ((("a" if cut else "a\x00b"), b"1"), ("c", b"2"))

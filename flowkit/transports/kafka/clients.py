@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -418,6 +419,8 @@ class KafkaProducer:
         """Queue one record; a keyed one goes where murmur2 of its key says."""
         if self._kafka is None:
             await self.start()
+        if key is None and value is None:
+            return await self._send_null(topic, partition, timestamp_ms, headers)
         try:
             future = await self._kafka.send(
                 topic,
@@ -427,6 +430,24 @@ class KafkaProducer:
                 timestamp_ms=timestamp_ms,
                 headers=list(headers) if headers else None,
             )
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        return _PendingAck(future)
+
+    async def _send_null(
+        self, topic: str, partition: int | None, timestamp_ms: int | None, headers: Headers
+    ) -> Awaitable[Ack]:
+        # A record with neither key nor value is valid Kafka (a keyless tombstone, which
+        # a dead letter may carry), but aiokafka's send() refuses one: a batch of its own.
+        kafka = self._kafka
+        try:
+            if partition is None:
+                partitions = sorted(await kafka.partitions_for(topic))
+                partition = partitions[random.randrange(len(partitions))]
+            batch = kafka.create_batch()
+            listed = list(headers) if headers else None
+            batch.append(key=None, value=None, timestamp=timestamp_ms, headers=listed)
+            future = await kafka.send_batch(batch, topic, partition=partition)
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
         return _PendingAck(future)
