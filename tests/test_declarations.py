@@ -449,3 +449,22 @@ def test_any_positive_partitions_are_taken(partitions: int) -> None:
     app = flowkit.App("p", partitions=partitions)
     assert app.topic("t").partitions == partitions
     assert app.table("c").partitions == partitions
+
+
+def test_a_group_by_in_an_agent_body_is_checked_when_the_agent_is_declared() -> None:
+    app = flowkit.App("hops")
+    clicks = app.topic("clicks", value_type=int)
+
+    with pytest.raises(DefinitionError, match=r"group_by\(name='g'\): partitions must be an int"):
+
+        @app.agent(clicks)
+        async def negative(stream: Any) -> None:
+            async for _ in stream.group_by(abs, name="g", partitions=-2):
+                pass
+
+    with pytest.raises(DefinitionError, match=r"group_by\(name='a b'\): name 'a b' may use only"):
+
+        @app.agent(clicks)
+        async def spaced(stream: Any) -> None:
+            async for _ in stream.group_by(abs, name="a b"):
+                pass

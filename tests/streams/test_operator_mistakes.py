@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import flowkit
 from flowkit.streams import StreamSource
@@ -170,12 +172,14 @@ async def test_a_mistake_in_a_per_record_agent_stops_the_worker_too() -> None:
     @app.agent(numbers, per_record=True)
     def handle(n: int) -> None:
         calls.append(n)
-        numbers.group_by(abs, name="bad name!")  # a declaration, made per record
+        flowkit.Retry(attempts=0)  # a declaration, made per record
 
     async with TestDriver(app) as driver:
         await driver.send(numbers, 1)
         await driver.send(numbers, 2)
-        with pytest.raises(flowkit.DefinitionError, match=r"^agent 'handle': topic 'numbers'"):
+        with pytest.raises(
+            flowkit.DefinitionError, match=r"^agent 'handle': Retry\(attempts=\) must be"
+        ):
             await driver.run_until_idle(timeout=10)
     assert calls == [1]
     assert await driver.dead_letters() == []
@@ -209,3 +213,22 @@ async def test_operators_a_join_stream_cannot_run_are_refused_when_called(
         with pytest.raises(flowkit.DefinitionError, match=f"^agent 'agent': {message}"):
             await driver.run_until_idle(timeout=10)
     assert await driver.dead_letters() == []
+
+
+NOT_A_SIZE = st.one_of(
+    st.integers(max_value=0), st.floats(), st.text(), st.booleans(), st.none(), st.binary()
+)
+
+
+@given(NOT_A_SIZE)
+def test_any_list_size_but_a_positive_int_is_refused_in_one_line(size: Any) -> None:
+    stream: flowkit.Stream[int] = flowkit.Stream(StreamSource("s"))
+    for call, name in (
+        (stream.take, r"take\(\): max_"),
+        (stream.batches, r"batches\(\): max_size"),
+    ):
+        with pytest.raises(
+            flowkit.DefinitionError, match=rf"^stream.{name} must be an int >= 1, not "
+        ) as info:
+            call(size, 1)
+        assert "\n" not in str(info.value)
