@@ -230,7 +230,10 @@ def graph(
 ) -> None:
     """Print APP's dataflow graph (no broker is contacted)."""
     with _errors():
-        the_graph = load_app(app).graph()
+        the_app = load_app(app)
+        if check:
+            parse_broker_url(the_app.broker)  # the app's own broker URL, as a worker would
+        the_graph = the_app.graph()
     if not check:
         typer.echo(render(the_graph, fmt))
         return

@@ -44,6 +44,12 @@ def test_a_bad_declaration_is_refused_in_one_line_at_its_own_line(command: str) 
     assert (code, out, err) == (2, [], [SINK.replace("/", os.sep)])
 
 
+def test_graph_check_refuses_the_apps_own_broker_url() -> None:
+    code, out, err = flowkit("graph", "ok_app:bad_broker", "--check")
+    assert (code, out, len(err)) == (2, [], 1), err
+    assert err[0].startswith("Error: unknown broker scheme 'amqp'"), err
+
+
 def test_an_operator_called_wrongly_stops_the_worker_in_one_line() -> None:
     code, out, err = flowkit("worker", "echo_name_app:app", "--log-level", "warning")
     assert code == 2  # bad input: a process group does not start it again
