@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from . import arguments
 from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
@@ -84,8 +85,10 @@ class Agent(Generic[T]):
         on_error: Any = None,
         dead_letter: str | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise DefinitionError(f"agent {name!r}: concurrency must be >= 1")
+        arguments.count(concurrency, f"agent {name!r}: concurrency")
+        arguments.flag(per_record, f"agent {name!r}: per_record")
+        if dead_letter is not None:
+            arguments.name(dead_letter, f"agent {name!r}: dead_letter")
         is_gen = inspect.isasyncgenfunction(fn)
         is_coro = inspect.iscoroutinefunction(fn)
         if not per_record and not (is_gen or is_coro):
@@ -117,7 +120,7 @@ class Agent(Generic[T]):
         self.concurrency = concurrency
         self.per_record = per_record
         self.internal = internal
-        self.on_error = ErrorPolicy.of(on_error)
+        self.on_error = ErrorPolicy.of(on_error, f"agent {name!r}: on_error")
         self.dead_letter = dead_letter
         self.yields = is_gen
         self.is_async = is_coro
@@ -217,6 +220,8 @@ class Timer:
         on_leader: bool = False,
     ) -> None:
         what = "timer" if interval is not None or cron is not None else "task"
+        arguments.text(name, f"{what} name")
+        arguments.flag(on_leader, f"{what} {name!r}: on_leader")
         if interval is not None:
             interval = seconds(interval, f"timer {name!r}: interval")
         if interval is not None and interval <= 0:

@@ -19,11 +19,12 @@ workers can run one App, one after another or at the same time.
 from __future__ import annotations
 
 import inspect
-import re
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
 from typing import Any, TypeVar, overload
 
+from . import arguments
 from .agents import Agent, Output, SinkTarget, Timer
 from .appmetrics import AppMetrics
 from .codecs import Codec
@@ -32,6 +33,7 @@ from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import Action, ErrorPolicy
+from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
 from .topics import Repartition, Topic
@@ -40,8 +42,6 @@ __all__ = ["App"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 class App:
@@ -61,15 +61,14 @@ class App:
         partitions: int = 1,
         commit_interval: Seconds = 1.0,
     ) -> None:
-        if not _NAME.match(name):
-            raise DefinitionError(
-                f"app name {name!r} may use only letters, digits, '.', '_' and '-'"
-            )
+        arguments.name(name, "app name")
+        arguments.text(broker, "App(): broker")
         commit_interval = seconds(commit_interval, "commit_interval")
         if commit_interval <= 0:
             raise DefinitionError("commit_interval must be > 0 seconds")
-        if partitions < 1:
-            raise DefinitionError("partitions must be >= 1")
+        if not math.isfinite(commit_interval):
+            raise DefinitionError("commit_interval must be a finite number of seconds")
+        arguments.count(partitions, "App(): partitions")
         self.name = name
         self.broker = broker
         self.partitions = partitions
@@ -111,13 +110,10 @@ class App:
     ) -> Topic[T]:
         """Declare a topic; values are decoded into ``value_type`` (JSON by default)."""
         self._check_open()
-        if not _NAME.match(name):
-            raise DefinitionError(
-                f"topic name {name!r} may use only letters, digits, '.', '_' and '-'"
-            )
+        arguments.name(name, "topic name")
         partitions = self.partitions if partitions is None else partitions
-        if partitions < 1:
-            raise DefinitionError(f"topic {name!r}: partitions must be >= 1")
+        arguments.count(partitions, f"topic {name!r}: partitions")
+        arguments.flag(compacted, f"topic {name!r}: compacted")
         topic: Topic[T] = Topic(
             name,
             value_type=value_type,
@@ -170,22 +166,23 @@ class App:
         right: Topic[Any],
         *,
         name: str,
-        within: float | None = None,
-        before: float | None = None,
-        after: float | None = None,
-        grace: float = 0.0,
+        within: Seconds | None = None,
+        before: Seconds | None = None,
+        after: Seconds | None = None,
+        grace: Seconds = 0.0,
         how: str = "inner",
     ) -> StreamJoin:
         """Declare a windowed join of two topics by record key, as Kafka Streams'
         ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
         when ``t - before <= t' <= t + after`` (both ``within`` by default). ``how`` is
         ``"inner"``, ``"left"`` or ``"outer"``; ``grace`` (seconds) is how long after its
-        window a record may still arrive. Read it with ``@app.agent(join)``: the agent
-        gets ``flowkit.Joined(key, left, right, timestamp)`` values (see
+        window a record may still arrive; each duration takes seconds or a ``timedelta``.
+        Read it with ``@app.agent(join)``: the agent gets ``flowkit.Joined(key, left,
+        right, timestamp)`` values (see
         ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
         """
         self._check_open()
-        self._check_table_name(name)
+        self._check_table_name(name, "join")
         for t in (left, right):
             if not isinstance(t, Topic) or t.name not in self.topics:
                 raise DefinitionError(f"join {name!r}: {t!r} is not a topic of this app")
@@ -220,6 +217,8 @@ class App:
         """
         self._check_open()
         self._check_table_name(name)
+        if loader is not None:
+            arguments.function(loader, f"table {name!r}: loader")
         topic = self.topic(
             name, value_type, key_type=key_type, partitions=partitions, compacted=True
         )
@@ -236,11 +235,8 @@ class App:
         self._tables[name] = table
         return table
 
-    def _check_table_name(self, name: str) -> None:
-        if not _NAME.match(name):
-            raise DefinitionError(
-                f"table name {name!r} may use only letters, digits, '.', '_' and '-'"
-            )
+    def _check_table_name(self, name: str, what: str = "table") -> None:
+        arguments.name(name, f"{what} name")
         if name in self._tables:
             raise DefinitionError(f"two tables are named {name!r}")
 
@@ -268,6 +264,9 @@ class App:
         (default: the app's ``<app>-dlq`` topic).
         """
         self._check_open()
+        _check_sources(topic)
+        if name is not None:
+            arguments.text(name, "@app.agent(): name")
         sinks = _as_list(sink)
         join = topic if isinstance(topic, StreamJoin) else None
         topics: Topic[Any] | str | Sequence[Topic[Any] | str] = (
@@ -278,9 +277,15 @@ class App:
                 self._declare_repartition(source)
 
         def decorate(fn: Callable[..., Any]) -> Agent[T]:
+            if not callable(fn):
+                raise DefinitionError(
+                    f"@app.agent() decorates a function, not {arguments.shown(fn)}"
+                )
             agent_name: str = name or getattr(fn, "__name__", None) or "agent"
             if any(a.name == agent_name for a in self.agents):
                 raise DefinitionError(f"two agents are named {agent_name!r}")
+            for target in sinks:
+                _check_sink(agent_name, target)
             agent: Agent[T] = Agent(
                 fn,
                 name=agent_name,
@@ -353,7 +358,7 @@ class App:
         def decorate(fn: F) -> F:
             timer = Timer(
                 fn,
-                name=name or fn.__name__,
+                name=_fn_name(fn) if name is None else name,
                 interval=interval,
                 on_error=on_error,
                 on_leader=on_leader,
@@ -386,7 +391,7 @@ class App:
         def decorate(fn: F) -> F:
             timer = Timer(
                 fn,
-                name=name or fn.__name__,
+                name=_fn_name(fn) if name is None else name,
                 interval=None,
                 on_error=on_error,
                 cron=cron,
@@ -412,7 +417,7 @@ class App:
         self._check_open()
 
         def decorate(f: F) -> F:
-            self.timers.append(Timer(f, name=f.__name__, interval=None, on_error=on_error))
+            self.timers.append(Timer(f, name=_fn_name(f), interval=None, on_error=on_error))
             return f
 
         return decorate if fn is None else decorate(fn)
@@ -466,10 +471,50 @@ class App:
             )
 
 
+def _fn_name(fn: object) -> str:
+    # A timer's or task's default name; what is not a function says what it is instead,
+    # and the Timer refuses it by that name.
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else repr(fn)
+
+
 def _hook(fn: F, what: str) -> F:
     if not inspect.iscoroutinefunction(fn):
         raise DefinitionError(f"@app.{what} {getattr(fn, '__name__', fn)!r} must be async def")
     return fn
+
+
+def _check_sources(topic: object) -> None:
+    # What @app.agent reads: a topic, a name, a list of them, or a join.
+    listed = topic if isinstance(topic, list | tuple) else (topic,)
+    for source in listed:
+        if not isinstance(source, Topic | str) and not (
+            source is topic and isinstance(source, StreamJoin)
+        ):
+            raise DefinitionError(
+                "@app.agent(): topic must be a topic declared with app.topic(), a topic "
+                f"name, a list of them, or a join (app.join), not {arguments.shown(source)}"
+            )
+
+
+def _check_sink(agent: str, sink: object) -> None:
+    # A sink of an agent: checked here, so `flowkit graph --check` and a worker's start
+    # refuse it, rather than the worker failing at its first output.
+    if isinstance(sink, str):
+        arguments.name(sink, f"agent {agent!r}: sink topic name")
+    elif isinstance(sink, type):  # a Sink class has the methods too, unbound
+        raise DefinitionError(
+            f"agent {agent!r}: sink {sink.__qualname__} is a class: give an instance of it"
+        )
+    elif isinstance(sink, Sink) or (
+        callable(sink) and not isinstance(sink, Topic | Agent | StreamJoin)
+    ):
+        runner_options(sink)
+    elif not isinstance(sink, Topic | Agent):
+        raise DefinitionError(
+            f"agent {agent!r}: sink must be a topic, a topic name, an agent, a Sink or a "
+            f"function, not {arguments.shown(sink)}"
+        )
 
 
 def _as_list(sink: Sequence[SinkTarget] | SinkTarget) -> list[SinkTarget]:

@@ -26,12 +26,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from . import arguments
 from .errors import DefinitionError
 from .scope import require_scope
 
 __all__ = ["AppMetric", "AppMetrics"]
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _KINDS: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 
 
@@ -125,11 +127,39 @@ class AppMetrics:
         buckets: Sequence[float] | None,
     ) -> AppMetric:
         self._check_open()
+        if not isinstance(name, str):
+            raise DefinitionError(f"metric name must be a str, not {arguments.shown(name)}")
         if not _NAME.match(name):
             raise DefinitionError(f"metric name {name!r} is not a Prometheus metric name")
         if name.startswith("flowkit_"):
             raise DefinitionError(f"metric name {name!r}: the flowkit_ prefix is flowkit's own")
         if name in self.declared:
             raise DefinitionError(f"metric {name!r} is declared twice")
+        _check_parts(name, documentation, labels, buckets)
         metric = self.declared[name] = AppMetric(kind, name, documentation, labels, buckets)
         return metric
+
+
+def _check_parts(name: str, documentation: object, labels: object, buckets: object) -> None:
+    # What prometheus-client would refuse only when a worker creates the metric.
+    what = f"metric {name!r}"
+    arguments.text(documentation, f"{what}: documentation")
+    if isinstance(labels, str | bytes) or not isinstance(labels, Sequence):
+        raise DefinitionError(
+            f"{what}: labels must be a list of str, not {arguments.shown(labels)}"
+        )
+    for label in labels:
+        if not (isinstance(label, str) and _LABEL.match(label)) or label.startswith("__"):
+            raise DefinitionError(f"{what}: label {label!r} is not a Prometheus label name")
+    if buckets is None:
+        return
+    numbers = isinstance(buckets, Sequence) and not isinstance(buckets, str | bytes)
+    if not numbers or not all(
+        isinstance(b, int | float) and not isinstance(b, bool)
+        for b in buckets  # type: ignore[attr-defined]
+    ):
+        raise DefinitionError(
+            f"{what}: buckets must be a list of numbers, not {arguments.shown(buckets)}"
+        )
+    if list(buckets) != sorted(buckets):  # type: ignore[call-overload]
+        raise DefinitionError(f"{what}: buckets must be in increasing order")

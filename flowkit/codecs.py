@@ -12,7 +12,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
-from .errors import ConfigurationError, DecodeError
+from .arguments import shown
+from .errors import ConfigurationError, DecodeError, DefinitionError
 
 __all__ = [
     "Codec",
@@ -141,15 +142,33 @@ class StrCodec:
     """``bytes.decode`` itself, without the error mapping (see ``JsonCodec``)."""
 
 
-def codec_for(type_: Any, codec: str | Codec[Any] | None = None) -> Codec[Any]:
+def codec_for(
+    type_: Any, codec: str | Codec[Any] | None = None, *, what: str = "type"
+) -> Codec[Any]:
     """The codec for values of ``type_``: ``codec`` if it is one, else by name or type.
 
     With no name, ``bytes`` gets the raw codec, ``str`` gets UTF-8 text and every other
-    type JSON.
+    type JSON. A ``type_`` the codec cannot decode into is a ``DefinitionError`` that
+    names it as ``what`` says:
 
     >>> codec_for(str).encode("k")
     b'k'
+    >>> codec_for(5, what="value_type")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    flowkit.errors.DefinitionError: value_type must be a type json can decode (...), not int 5
     """
+    try:
+        return _codec_for(type_, codec)
+    except TypeError:  # msgspec: "Type '5' is not supported"
+        name = codec if isinstance(codec, str) else "json"
+        raise DefinitionError(
+            f"{what} must be a type {name} can decode (int, str, a flowkit.Record, "
+            f"list[int], ...), not {shown(type_)}"
+        ) from None
+
+
+def _codec_for(type_: Any, codec: str | Codec[Any] | None) -> Codec[Any]:
     if codec is not None and not isinstance(codec, str):
         if not isinstance(codec, Codec):
             raise ConfigurationError(f"codec {codec!r} has no encode/decode methods")

@@ -2,7 +2,7 @@
 
 ```
 FlowkitError
-├── DefinitionError        a bad App declaration; raised before anything runs
+├── DefinitionError        a mistake in the app: a bad declaration, an operator misused
 │   └── GraphError         the graph fails a check (unknown topic, type mismatch, ...)
 ├── AppNotFound            the CLI could not load "module:attr"
 ├── ConfigurationError     a bad setting: broker URL, CLI option, client setting
@@ -64,7 +64,8 @@ class FlowkitError(Exception):
 
 
 class DefinitionError(FlowkitError):
-    """The app declaration is wrong (raised at declaration or worker start)."""
+    """The app is wrong: a declaration (raised where it is made, or at worker start), or a
+    stream operator an agent calls with a wrong argument (the worker stops with it)."""
 
 
 class GraphError(DefinitionError):

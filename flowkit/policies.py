@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Union, cast
 
+from . import arguments
 from .durations import Seconds, seconds
 from .errors import DefinitionError
 
@@ -50,8 +51,11 @@ class Retry:
         # Stored as float seconds whatever was given (frozen: set through object).
         object.__setattr__(self, "backoff", seconds(self.backoff, "Retry(backoff=)"))
         object.__setattr__(self, "max_backoff", seconds(self.max_backoff, "Retry(max_backoff=)"))
-        if self.attempts < 1:
-            raise DefinitionError("Retry(attempts=...) must be >= 1")
+        arguments.count(self.attempts, "Retry(attempts=)")
+        if not isinstance(self.jitter, int | float) or isinstance(self.jitter, bool):
+            raise DefinitionError(
+                f"Retry(jitter=) must be a number within [0, 1], not {arguments.shown(self.jitter)}"
+            )
         if self._backoff < 0 or self._max_backoff < 0 or not 0 <= self.jitter <= 1:
             raise DefinitionError("Retry backoffs must be >= 0 and jitter within [0, 1]")
         if self.then not in _TERMINAL:
@@ -86,6 +90,11 @@ class ErrorPolicy:
     default: Action = "dead_letter"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rules, Mapping):
+            raise DefinitionError(
+                "ErrorPolicy rules must be a dict of exception type -> action, "
+                f"not {arguments.shown(self.rules)}"
+            )
         for kinds, action in [*self.rules.items(), (Exception, self.default)]:
             types = kinds if isinstance(kinds, tuple) else (kinds,)
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
@@ -102,12 +111,19 @@ class ErrorPolicy:
         value: ErrorPolicy
         | Mapping[type[BaseException] | tuple[type[BaseException], ...], Action]
         | None,
+        what: str = "on_error",
     ) -> ErrorPolicy:
-        """An ``ErrorPolicy`` from a policy, a mapping of rules, or None (the default)."""
+        """An ``ErrorPolicy`` from a policy, a mapping of rules, or None (the default);
+        anything else is a ``DefinitionError`` naming it as ``what``."""
         if value is None:
             return cls()
         if isinstance(value, ErrorPolicy):
             return value
+        if not isinstance(value, Mapping):
+            raise DefinitionError(
+                f"{what} must be a flowkit.ErrorPolicy or a dict of exception type -> "
+                f"action, not {arguments.shown(value)}"
+            )
         return cls(dict(value))
 
     def action_for(self, exc: BaseException) -> Action:

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
-from .errors import PartialWrite
+from . import arguments
+from .errors import DefinitionError, PartialWrite
 from .policies import Retry
 
-__all__ = ["CallableSink", "Sink", "SinkRunner"]
+__all__ = ["CallableSink", "Sink", "SinkRunner", "runner_options"]
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +70,31 @@ class CallableSink:
 
     async def aclose(self) -> None:
         return None
+
+
+_OPTIONS = ("batch_size", "max_pending", "retry")
+
+
+def runner_options(sink: Any) -> dict[str, Any]:
+    """The ``runner_options`` of ``sink`` (a dict; none: ``{}``), checked: a wrong one is a
+    ``DefinitionError`` naming the sink and the option."""
+    options = getattr(sink, "runner_options", None)
+    if options is None:
+        return {}
+    what = f"sink {sink_name(sink)!r}: runner_options"
+    if not isinstance(options, Mapping):
+        raise DefinitionError(f"{what} must be a dict, not {arguments.shown(options)}")
+    for key, value in options.items():
+        if key not in _OPTIONS:
+            raise DefinitionError(f"{what} has no option {key!r} (it takes {', '.join(_OPTIONS)})")
+        if key == "retry":
+            if not isinstance(value, Retry):
+                raise DefinitionError(
+                    f"{what} retry must be a flowkit.Retry, not {arguments.shown(value)}"
+                )
+        else:
+            arguments.count(value, f"{what} {key}")
+    return dict(options)
 
 
 def sink_name(sink: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from . import arguments
 from .codecs import Codec, codec_for, decode_error_message
 from .errors import DecodeError, DefinitionError, NotRunningError
 from .records import Event, Headers, Message
@@ -51,8 +52,12 @@ class Topic(Generic[T]):
         self.partitions = partitions
         self.internal = internal
         self.compacted = compacted
-        self.value_codec: Codec[Any] = codec_for(value_type, codec)
-        self.key_codec: Codec[Any] = codec_for(key_type, key_codec)
+        self.value_codec: Codec[Any] = codec_for(
+            value_type, codec, what=f"topic {name!r}: value_type"
+        )
+        self.key_codec: Codec[Any] = codec_for(
+            key_type, key_codec, what=f"topic {name!r}: key_type"
+        )
         self._app_name: str | None = None
         # Fast path: a JSON/msgpack codec exposes msgspec's own decode, so a batch decodes
         # with one C call per record and no Python frame in between.
@@ -150,6 +155,10 @@ class Topic(Generic[T]):
         """
         if self._app_name is None:
             raise DefinitionError(f"topic {self.name!r} was not declared with app.topic()")
+        what = f"topic {self.name!r}: group_by()"
+        arguments.function(key, f"{what}: key")
+        arguments.name(name, f"{what}: name")
+        partitions = arguments.optional_count(partitions, f"{what}: partitions")
         return Repartition(self, key, name=name, partitions=partitions or self.partitions)
 
     # -- sending --------------------------------------------------------------------------

@@ -152,7 +152,7 @@ async def test_join_on_a_field_name() -> None:
             await driver.send(views, View(ad, 0), partition=1)
         await driver.run_until_idle()
     assert seen == [("ad3", "camp-b"), ("ad1", "camp-a")]
-    with pytest.raises(ValueError, match="field name"):
+    with pytest.raises(flowkit.DefinitionError, match="field name"):
         flowkit.Stream(StreamSource("s"), ()).join(campaigns, on="ad-id")
 
 

@@ -53,7 +53,13 @@ def _port_taken(host: str, port: int) -> bool:
 
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as exc:  # a name that does not resolve, an address not ours
+            raise DevBrokerError(
+                f"cannot listen on --host {host!r} ({exc.strerror or exc}): give a name or "
+                "address of this machine, such as 127.0.0.1"
+            ) from None
         return int(s.getsockname()[1])
 
 
@@ -111,8 +117,9 @@ def dev_broker(
     """
     try:
         binary = tansu_binary()
+        free = _free_port(host)  # also checks that the host is one of this machine's
         if port == 0:
-            port = _free_port(host)
+            port = free
         elif _port_taken(host, port):
             raise DevBrokerError(f"port {port} on {host} is in use; choose another with --port")
         log_path = Path(tempfile.mkdtemp(prefix="flowkit-dev-broker-")) / "tansu.log"

@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from ..app import App
-from ..errors import AppNotFound
+from ..errors import AppNotFound, FlowkitError
 
 __all__ = ["load_app"]
 
@@ -109,10 +109,18 @@ def _call_factory(spec: str, obj: object) -> App:
     return app
 
 
+_FLOWKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _raised_while(doing: str, exc: BaseException) -> str:
-    """``error while importing module 'x': ValueError: bad (at x.py:3)``, on one line."""
+    """``error while importing module 'x': ValueError: bad (at x.py:3)``, on one line.
+
+    A declaration flowkit refused (a ``FlowkitError``) is its own message, at the user's
+    line that made it: ``agent 'a': sink must be ..., not int 42 (at x.py:7)``.
+    """
     where = ""
-    frames = traceback.extract_tb(exc.__traceback__)
+    # The deepest frame outside flowkit: the user's line, not the check that refused it.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _theirs(f.filename)]
     # A SyntaxError's message already names the file and line.
     if frames and not (isinstance(exc, SyntaxError) and exc.filename):
         filename = frames[-1].filename
@@ -122,8 +130,14 @@ def _raised_while(doing: str, exc: BaseException) -> str:
             pass  # another drive (Windows): keep it absolute
         where = f" (at {filename}:{frames[-1].lineno})"
     message = " ".join(str(exc).split())
+    if isinstance(exc, FlowkitError) and message:
+        return f"{message}{where}"
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return f"error while {doing}: {text}{where}"
+
+
+def _theirs(filename: str) -> bool:
+    return not os.path.abspath(filename).startswith(_FLOWKIT)
 
 
 def _a(obj: object) -> str:

@@ -203,6 +203,8 @@ def worker(
             raise  # bad input: one line per problem, exit 2 (see _errors)
         except Exception as exc:  # the worker could not start: broker unreachable, ...
             error = exc
+        if isinstance(error, DefinitionError):  # the app's code, in an agent: bad input
+            _fail(str(error), USAGE)  # and exit 2: a process group does not restart it
         if error is not None:
             if log_level == "debug" and not isinstance(error, FlowkitError):
                 traceback.print_exception(error)
@@ -228,7 +230,10 @@ def graph(
 ) -> None:
     """Print APP's dataflow graph (no broker is contacted)."""
     with _errors():
-        the_graph = load_app(app).graph()
+        the_app = load_app(app)
+        if check:
+            parse_broker_url(the_app.broker)  # the app's own broker URL, as a worker would
+        the_graph = the_app.graph()
     if not check:
         typer.echo(render(the_graph, fmt))
         return

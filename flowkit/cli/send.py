@@ -39,6 +39,13 @@ def send(
         if declared is None:
             known = ", ".join(sorted(the_app.topics)) or "none"
             raise ConfigurationError(f"app {the_app.name!r} declares no topic {topic!r} ({known})")
+        if partition is not None and partition >= declared.partitions:
+            # Refused before the broker is asked: the declared count is the topic's (a
+            # worker refuses to start when the broker's differs).
+            raise ConfigurationError(
+                f"topic {topic!r} has {_partitions(declared.partitions)}; "
+                f"--partition {partition} is not one of them"
+            )
         decoded = parse_typed(value, declared.value_type, "VALUE")
         raw_key = None
         if key is not None:
@@ -46,6 +53,10 @@ def send(
         spec = TopicSpec(topic, declared.partitions, compacted=declared.compacted)
         ack = asyncio.run(_send(url, spec, declared.encode(decoded), raw_key, partition))
     typer.echo(f"sent to {ack.topic}/{ack.partition}@{ack.offset}")
+
+
+def _partitions(n: int) -> str:
+    return "1 partition (0)" if n == 1 else f"{n} partitions (0-{n - 1})"
 
 
 async def _send(url: str, spec: TopicSpec, value: bytes, key: bytes | None, partition: Any) -> Ack:

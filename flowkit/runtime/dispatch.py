@@ -270,9 +270,14 @@ class Dispatcher:
                             await pending
                 else:
                     await agent.fn(Stream(source))
-            except (asyncio.CancelledError, DefinitionError, NotRunningError):
-                # A wrong declaration (a table written off its partition), or state this
-                # worker no longer holds: not the record's fault, so not a dead letter.
+            except DefinitionError as exc:
+                # A mistake in the agent's code (an operator's argument, a table written off
+                # its partition): not the record's fault, and no restart mends it. Fatal.
+                if str(exc).startswith(f"agent {agent.name!r}"):
+                    raise
+                raise _of_agent(agent, exc) from exc
+            except (asyncio.CancelledError, NotRunningError):
+                # State this worker no longer holds: not the record's fault either.
                 raise
             except TransportError as exc:
                 if not isinstance(exc, RecordRejected):
@@ -493,3 +498,8 @@ class Dispatcher:
             self.metrics.skipped.labels(name).inc()
             return
         await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])
+
+
+def _of_agent(agent: Agent[Any], exc: DefinitionError) -> DefinitionError:
+    """``exc``, its line naming the agent whose code made the mistake."""
+    return DefinitionError(f"agent {agent.name!r}: {exc}")

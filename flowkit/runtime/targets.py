@@ -15,7 +15,7 @@ from typing import Any
 from ..agents import Agent
 from ..app import App
 from ..errors import DefinitionError
-from ..sinks import CallableSink, Sink, SinkRunner, sink_name
+from ..sinks import CallableSink, Sink, SinkRunner, runner_options, sink_name
 from ..topics import Topic
 
 __all__ = ["Target", "Targets"]
@@ -81,17 +81,12 @@ class Targets:
                 raise DefinitionError(
                     f"agent {agent.name!r}: {sink!r} is not a topic, agent, Sink or callable"
                 )
-            try:
-                runner = SinkRunner(
-                    wrapped,
-                    name=sink_name(sink),
-                    on_give_up=self._on_give_up,
-                    **getattr(sink, "runner_options", {}),
-                )
-            except TypeError as exc:
-                raise DefinitionError(
-                    f"sink {sink_name(sink)!r}: bad runner_options ({exc})"
-                ) from None
+            runner = SinkRunner(
+                wrapped,
+                name=sink_name(sink),
+                on_give_up=self._on_give_up,
+                **runner_options(sink),  # checked: one named at run time by Output(to=)
+            )
             if self.started:  # a target first named by an Output(to=...) at run time
                 runner.start(self._spawn)
             self.runners[id(sink)] = runner

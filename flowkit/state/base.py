@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from .. import arguments
 from ..codecs import Codec, codec_for
 from ..errors import DefinitionError
 from ..partitioning import partition_for_key
@@ -37,8 +38,7 @@ class TableBase(Generic[K, V]):
         key_codec: str | Codec[Any] | None = None,
         value_codec: str | Codec[Any] | None = None,
     ) -> None:
-        if partitions < 1:
-            raise DefinitionError(f"table {name!r}: partitions must be >= 1")
+        arguments.count(partitions, f"table {name!r}: partitions")
         if default is not None and not callable(default):
             raise DefinitionError(f"table {name!r}: default must be callable, like int or list")
         self.name = name
@@ -47,8 +47,12 @@ class TableBase(Generic[K, V]):
         self.default = default
         self.key_type = key_type
         self.value_type = value_type
-        self.key_codec: Codec[Any] = codec_for(key_type, key_codec)
-        self.value_codec: Codec[Any] = codec_for(value_type, value_codec or "json")
+        self.key_codec: Codec[Any] = codec_for(
+            key_type, key_codec, what=f"table {name!r}: key_type"
+        )
+        self.value_codec: Codec[Any] = codec_for(
+            value_type, value_codec or "json", what=f"table {name!r}: value_type"
+        )
         self._key_partition: dict[Any, int] = {}
 
     def __repr__(self) -> str:

@@ -16,6 +16,8 @@ These are declarations: the state lives in one store per worker (``flowkit.store
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -95,6 +97,13 @@ class Table(TableBase[K, V]):
         self._check_open()
         if self.windowed_as is not None:
             raise DefinitionError(f"table {self.name!r} is already windowed")
+        taken = _window_options()
+        for option in options:
+            if option not in taken:
+                raise DefinitionError(
+                    f"table {self.name!r}: {spec.kind}() has no option {option!r} "
+                    f"(it takes {', '.join(taken)})"
+                )
         # The app lists the windowed form in this table's place (App.tables).
         self.windowed_as = WindowedTable(
             self.name,
@@ -215,3 +224,10 @@ class GlobalTable(TableBase[K, V]):
     async def put(self, key: K, value: V | None) -> None:
         """Produce ``key -> value`` to the table's topic (None deletes); inside a worker."""
         await self.topic.send(value, key=key)
+
+
+@functools.cache
+def _window_options() -> tuple[str, ...]:
+    """The options ``tumbling()`` and ``hopping()`` pass on to ``WindowedTable``."""
+    own = inspect.signature(WindowedTable.__init__).parameters
+    return tuple(p for p in own if p not in ("self", "name", "spec", "kwargs"))

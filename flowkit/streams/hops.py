@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import arguments
 from ..errors import DefinitionError, NotRunningError
 from ..topics import Repartition, Topic
 from ._loop import ECHO, FILTER, MAP, SKIP, interpreted
@@ -67,7 +68,8 @@ class Hop(NamedTuple):
 class Found:
     """The hops written in an agent's body."""
 
-    groups: dict[str, int | None] = field(default_factory=dict)  # name -> partitions
+    # name -> partitions, as written (checked by agent_hops)
+    groups: dict[str, Any] = field(default_factory=dict)
     throughs: list[tuple[Any, str]] = field(default_factory=list)  # (topic or name, text)
 
     def __bool__(self) -> bool:
@@ -95,16 +97,22 @@ def found_hops(fn: Callable[..., Any]) -> Found:
             kw = {k.arg: k.value for k in node.keywords if k.arg is not None}
             name, partitions = kw.get("name"), kw.get("partitions")
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                found.groups[name.value] = (
-                    partitions.value
-                    if isinstance(partitions, ast.Constant) and isinstance(partitions.value, int)
-                    else None
-                )
+                found.groups[name.value] = _literal(partitions)
         elif node.func.attr == THROUGH:
             args = [*node.args, *(k.value for k in node.keywords if k.arg == "topic")]
             if len(args) == 1:
                 found.throughs.append((_resolve(args[0], fn), ast.unparse(args[0])))
     return found
+
+
+def _literal(node: ast.expr | None) -> Any:
+    """The value a literal (``4``, ``-2``, ``"4"``) writes; None for anything else."""
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None  # a name or an expression: known only when the agent runs
 
 
 def _resolve(node: ast.expr, fn: Callable[..., Any]) -> Any:
@@ -146,6 +154,9 @@ def agent_hops(
     for group, partitions in found.groups.items():
         source = reads[0]
         assert isinstance(source, Topic)
+        what = f"agent {agent!r}: group_by(name={group!r})"
+        arguments.name(group, f"{what}: name")
+        arguments.optional_count(partitions, f"{what}: partitions")
         repartition = Repartition(
             source, lambda v: v, name=group, partitions=partitions or source.partitions
         )

@@ -19,17 +19,16 @@ import functools
 import itertools
 import operator
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
-from ..durations import Seconds, seconds
+from .. import arguments
+from ..durations import Seconds
 from ..errors import DefinitionError
 from ..records import Event
+from ..topics import Topic
 from ._loop import ECHO, EVENTS, FILTER, JOIN, MAP
-from .hops import GROUP_BY, HOP, THROUGH, Hop
+from .hops import GROUP_BY, HOP, THROUGH, Hop, split
 from .source import StreamSource
-
-if TYPE_CHECKING:
-    from ..topics import Topic
 
 __all__ = ["Stream"]
 
@@ -63,17 +62,27 @@ class Stream(Generic[T]):
     def __aiter__(self) -> AsyncIterator[T]:
         return cast("AsyncIterator[T]", self._source.iterate(self._ops))
 
+    def _then(self, kind: str, arg: Any) -> Stream[Any]:
+        # The chain with one more operator. Its order is checked here, when the agent
+        # calls the operator, not when the first record reaches it.
+        ops = (*self._ops, (kind, arg))
+        if kind == HOP or any(k == HOP for k, _ in self._ops):
+            split(ops)
+        return Stream(self._source, ops)
+
     def filter(self, predicate: Callable[[T], object]) -> Stream[T]:
         """Only the values for which ``predicate`` is true."""
-        return Stream(self._source, (*self._ops, (FILTER, _unwrap(predicate))))
+        arguments.function(predicate, "stream.filter(): predicate")
+        return self._then(FILTER, _unwrap(predicate))
 
     def map(self, fn: Callable[[T], U]) -> Stream[U]:
         """Each value passed through ``fn``."""
-        return Stream(self._source, (*self._ops, (MAP, _unwrap(fn))))
+        arguments.function(fn, "stream.map(): fn")
+        return self._then(MAP, _unwrap(fn))
 
     def events(self) -> Stream[Event[T]]:
         """Each value in its envelope: key, headers, topic, partition, offset, timestamp."""
-        return Stream(self._source, (*self._ops, (EVENTS, None)))
+        return self._then(EVENTS, None)
 
     def join(
         self, table: Any, on: Callable[[T], Any] | str, *, missing: str = "skip"
@@ -86,22 +95,25 @@ class Stream(Generic[T]):
         default), ``"none"`` (paired with None) or ``"error"`` (raises ``KeyError``, so
         the record goes to the dead-letter topic).
         """
-        if missing not in ("skip", "none", "error"):
-            raise ValueError("missing must be 'skip', 'none' or 'error'")
         if not hasattr(table, "get"):  # a topic: that is a stream-stream join
             raise DefinitionError(
-                f"stream.join({table!r}) joins a table; to join two topics within a time "
-                "window, declare app.join(left, right, within=..., name=...) and read it "
-                "with @app.agent(join)"
+                f"stream.join() joins a table, not {arguments.shown(table)}; to join two "
+                "topics within a time window, declare app.join(left, right, within=..., "
+                "name=...) and read it with @app.agent(join)"
             )
+        arguments.choice(missing, "stream.join(): missing", ("skip", "none", "error"))
         if isinstance(on, str):
             if not on.isidentifier():
-                raise ValueError(f"join(on={on!r}): a field name must be an identifier")
+                raise DefinitionError(f"stream.join(): on={on!r} is not a field name")
             on = operator.attrgetter(on)
-        return Stream(self._source, (*self._ops, (JOIN, (table, on, missing))))
+        elif not callable(on):
+            raise DefinitionError(
+                f"stream.join(): on must be a function or a field name, not {arguments.shown(on)}"
+            )
+        return self._then(JOIN, (table, on, missing))
 
     def group_by(
-        self, key: Callable[[T], Any], *, name: str, partitions: int | None = None
+        self, key: Callable[[T], Any], *, name: str = "", partitions: int | None = None
     ) -> Stream[T]:
         """This stream re-keyed by ``key``, through the internal topic
         ``<app>-<name>-repartition``: each value goes there keyed by ``key(value)``, and
@@ -112,8 +124,13 @@ class Stream(Generic[T]):
         declared with the agent. Only ``filter`` may come before it.
         """
         if not name:
-            raise ValueError("group_by needs name=, the repartition topic's name")
-        return Stream(self._source, (*self._ops, (HOP, Hop(GROUP_BY, name, key))))
+            raise DefinitionError(
+                "stream.group_by() needs name=, the repartition topic's name (a string literal)"
+            )
+        arguments.function(key, "stream.group_by(): key")
+        arguments.name(name, "stream.group_by(): name")
+        arguments.optional_count(partitions, "stream.group_by(): partitions")
+        return self._then(HOP, Hop(GROUP_BY, name, key))
 
     @overload
     def through(self, topic: Topic[U]) -> Stream[U]: ...
@@ -136,9 +153,11 @@ class Stream(Generic[T]):
         (at-least-once).
         """
         name = topic if isinstance(topic, str) else getattr(topic, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"through() takes a topic or a topic name, not {topic!r}")
-        return Stream(self._source, (*self._ops, (HOP, Hop(THROUGH, name))))
+        if not isinstance(topic, Topic | str) or not name:
+            raise DefinitionError(
+                f"stream.through() takes a topic or a topic name, not {arguments.shown(topic)}"
+            )
+        return self._then(HOP, Hop(THROUGH, name))
 
     def enumerate(self, start: int = 0) -> Stream[tuple[int, T]]:
         """Each value with its number: ``(start, v0), (start + 1, v1), ...``.
@@ -147,6 +166,10 @@ class Stream(Generic[T]):
         started again after an error), as Python's ``enumerate`` and Faust's do; they are
         not offsets (``events()`` has those).
         """
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise DefinitionError(
+                f"stream.enumerate(): start must be an int, not {arguments.shown(start)}"
+            )
         counter = itertools.count(start)
         return self.map(lambda v: (next(counter), v))
 
@@ -158,9 +181,21 @@ class Stream(Generic[T]):
         the broker before the offset of its record is committed; after a crash, the
         records since the last commit are echoed again (at-least-once).
         """
-        if not topics or not all(hasattr(t, "encode") for t in topics):
-            raise ValueError("echo() takes one or more topics declared with app.topic()")
-        return Stream(self._source, (*self._ops, (ECHO, _echo_to(topics))))
+        if not topics:
+            raise DefinitionError(
+                "stream.echo() takes one or more topics declared with app.topic()"
+            )
+        for topic in topics:
+            if not isinstance(topic, Topic):
+                raise DefinitionError(
+                    "stream.echo() takes topics declared with app.topic(), not "
+                    f"{arguments.shown(topic)}"
+                )
+        if self._source.join is not None:
+            raise DefinitionError(
+                "stream.echo() does not work on a join's stream: send the copies in the loop"
+            )
+        return self._then(ECHO, _echo_to(topics))
 
     def take(self, max_: int, within: Seconds | None = None) -> AsyncIterator[list[T]]:
         """Lists of up to ``max_`` values (Faust's ``take``): a list is yielded when it is
@@ -171,17 +206,24 @@ class Stream(Generic[T]):
         Delivery: the records of a list are done (committable) when the agent asks for
         the next list; if the loop body raises, every record of the list is dead-lettered.
         """
-        limit = None if within is None else seconds(within, "take(within=)")
-        if max_ < 1 or (limit is not None and limit < 0):
-            raise ValueError("take() needs max_ >= 1 and within >= 0")
-        self._no_echo("take()")
+        arguments.count(max_, "stream.take(): max_")
+        limit = None
+        if within is not None:
+            limit = arguments.non_negative_seconds(within, "stream.take(): within")
+        self._listable("take()")
         return self._source.chunks(self._ops, max_, limit, self._source.clock)
 
-    def _no_echo(self, what: str) -> None:
-        if any(kind == ECHO for kind, _ in self._ops):
-            raise ValueError(
-                f"echo() cannot come before {what}: echo each list's values in the loop"
+    def _listable(self, what: str) -> None:
+        # What may come before take() and batches(): checked when they are called.
+        kinds = {kind for kind, _ in self._ops}
+        if ECHO in kinds:
+            raise DefinitionError(
+                f"stream.echo() cannot come before {what}: echo each list's values in the loop"
             )
+        if HOP in kinds:
+            raise DefinitionError(f"stream.{what} after group_by() or through() is not supported")
+        if self._source.join is not None:
+            raise DefinitionError(f"stream.{what} does not work on a join's stream")
 
     def batches(self, max_size: int, within_seconds: Seconds) -> AsyncIterator[list[T]]:
         """Lists of up to ``max_size`` values, each waiting at most ``within_seconds``
@@ -189,10 +231,9 @@ class Stream(Generic[T]):
 
         The records of a list are done (committable) when the next list is requested.
         """
-        within = seconds(within_seconds, "batches(within_seconds=)")
-        if max_size < 1 or within < 0:
-            raise ValueError("batches() needs max_size >= 1 and within_seconds >= 0")
-        self._no_echo("batches()")
+        arguments.count(max_size, "stream.batches(): max_size")
+        within = arguments.non_negative_seconds(within_seconds, "stream.batches(): within_seconds")
+        self._listable("batches()")
         return self._source.chunks(self._ops, max_size, within)
 
     @property

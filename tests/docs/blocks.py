@@ -21,6 +21,8 @@ HTML comment on the line just above the fence (MkDocs passes it through; readers
   it is written into this page's working directory first.
 - ``<!-- docs-test: run with --port 0 -->``: the commands run with these arguments added (a
   fixed port could be taken on the machine that runs the tests).
+- ``<!-- docs-test: refused DefinitionError -->`` on a titled Python block: a file showing a
+  mistake; importing it must raise that flowkit error (a console block then shows it).
 - ``<!-- docs-test: skip REASON -->``: not run, for a reason the comment states.
 
 Several markers go in one comment, separated by ``;``.

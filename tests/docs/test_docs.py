@@ -20,7 +20,7 @@ import pytest
 from tests.docs.blocks import Block, pages, read_blocks
 from tests.docs.console import REPO, matches, normalise, parse_console, run_command
 
-_MARKERS = ("fragment", "signature", "kafka", "needs ", "run with ", "skip")
+_MARKERS = ("fragment", "signature", "kafka", "needs ", "run with ", "skip", "refused ")
 _KAFKA_URL = re.compile(r"kafka://[\w.-]+:\d+(,[\w.-]+:\d+)*")
 
 
@@ -69,16 +69,21 @@ def _run_python(block: Block, namespace: dict[str, Any]) -> None:
     exec(compile(block.body, block.where, "exec"), namespace)
 
 
-def _import_file(block: Block, workdir: Path) -> None:
+def _import_file(block: Block, workdir: Path, refused: str | None = None) -> None:
+    """Import the page's file ``block``; with ``refused``, the import must raise that
+    flowkit error (a page showing a mistake flowkit refuses)."""
     assert block.title is not None
     name = block.title.removesuffix(".py")
     sys.modules.pop(name, None)
     try:
         importlib.import_module(name)
-    except Exception as exc:  # pragma: no cover - the message is the test's failure
+    except Exception as exc:
+        if refused is not None and type(exc).__name__ == refused:
+            return
         raise AssertionError(f"{block.where}: importing {block.title} failed: {exc!r}") from exc
     finally:
         sys.modules.pop(name, None)
+    assert refused is None, f"{block.where}: importing {block.title} raised no {refused}"
 
 
 def _run_console(block: Block, workdir: Path, kafka: str | None, extra: str) -> None:
@@ -138,7 +143,15 @@ def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None
                         )
                 elif block.title:
                     if not block.title.startswith("test_"):
-                        _import_file(block, tmp_path)
+                        refused = next(
+                            (
+                                m.removeprefix("refused ")
+                                for m in markers
+                                if m.startswith("refused ")
+                            ),
+                            None,
+                        )
+                        _import_file(block, tmp_path, refused)
                 else:
                     _run_python(block, namespace)
             elif block.lang == "console" and _has_output(block):

@@ -110,9 +110,9 @@ def test_echo_needs_topics_and_cannot_come_before_lists() -> None:
     from flowkit.streams import StreamSource
 
     stream: flowkit.Stream[int] = flowkit.Stream(StreamSource("s"))
-    with pytest.raises(ValueError, match="one or more topics"):
+    with pytest.raises(flowkit.DefinitionError, match="one or more topics"):
         stream.echo()
-    with pytest.raises(ValueError, match=r"echo\(\) cannot come before take\(\)"):
+    with pytest.raises(flowkit.DefinitionError, match=r"echo\(\) cannot come before take\(\)"):
         stream.echo(nums).take(2)
-    with pytest.raises(flowkit.DefinitionError, match=r"take\(within=\) must be seconds"):
+    with pytest.raises(flowkit.DefinitionError, match=r"take\(\): within must be seconds"):
         stream.take(2, within="1s")  # type: ignore[arg-type]

@@ -22,9 +22,12 @@ keys): ``flowkit graph --check`` says so when they are not.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...arguments import non_negative_seconds
+from ...durations import Seconds
 from ...errors import DefinitionError
 from ..base import TableBase
 
@@ -37,9 +40,10 @@ __all__ = ["HOW", "StreamJoin"]
 HOW = ("inner", "left", "outer")
 
 
-def _ms(seconds: float | None, what: str, name: str) -> int:
-    if seconds is None or seconds < 0:
-        raise DefinitionError(f"join {name!r}: {what} must be >= 0 seconds")
+def _ms(value: Seconds | None, what: str, name: str) -> int:
+    seconds = non_negative_seconds(value, f"join {name!r}: {what}")
+    if not math.isfinite(seconds):
+        raise DefinitionError(f"join {name!r}: {what} must be a finite number of seconds")
     return round(seconds * 1000)
 
 
@@ -56,10 +60,10 @@ class StreamJoin(TableBase[bytes, Any]):
         *,
         name: str,
         app_name: str,
-        within: float | None = None,
-        before: float | None = None,
-        after: float | None = None,
-        grace: float = 0.0,
+        within: Seconds | None = None,
+        before: Seconds | None = None,
+        after: Seconds | None = None,
+        grace: Seconds = 0.0,
         how: str = "inner",
     ) -> None:
         if how not in HOW:
@@ -72,8 +76,8 @@ class StreamJoin(TableBase[bytes, Any]):
         self.left = left
         self.right = right
         self.how = how
-        self.before_ms = _ms(within if before is None else before, "before", name)
-        self.after_ms = _ms(within if after is None else after, "after", name)
+        self.before_ms = _ms(*((within, "within") if before is None else (before, "before")), name)
+        self.after_ms = _ms(*((within, "within") if after is None else (after, "after")), name)
         self.grace_ms = _ms(grace, "grace", name)
 
     @property

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from ... import arguments
 from ...durations import Seconds, optional_seconds
 from ...errors import DefinitionError, LateRecord, NotRunningError
 from ...scope import TaskScope, current_scope, require_scope
@@ -87,6 +88,15 @@ class WindowedTable(TableBase[K, V]):
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
+        what = f"table {name!r}"
+        arguments.function(combine, f"{what}: combine")
+        for option, fn in (("on_close", on_close), ("time", time), ("emit", emit)):
+            if fn is not None:
+                arguments.function(fn, f"{what}: {option}")
+        if to is not None and not isinstance(to, Topic):
+            raise DefinitionError(
+                f"{what}: to must be a topic declared with app.topic(), not {arguments.shown(to)}"
+            )
         if late not in ("dlq", "drop") and not callable(late) and not isinstance(late, Topic):
             raise DefinitionError(
                 f"table {name!r}: late must be 'dlq', 'drop', a topic or a callable"
@@ -109,6 +119,11 @@ class WindowedTable(TableBase[K, V]):
         self.time = time
         self.late = late
         self.idle_timeout = optional_seconds(idle_timeout, f"table {name!r}: idle_timeout")
+        if self.idle_timeout is not None and self.idle_timeout <= 0:
+            raise DefinitionError(
+                f"table {name!r}: idle_timeout must be > 0 seconds (None: never), "
+                f"not {self.idle_timeout}"
+            )
         self._size = spec.size_ms
         self._grace = spec.grace_ms
         # The common case, inlined in add(): tumbling windows summed with ``+``.
