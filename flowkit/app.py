@@ -34,6 +34,7 @@ from .graph import Graph
 from .policies import Action, ErrorPolicy
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
+from .streamtime import DEFAULT_MAX_FUTURE
 from .topics import Repartition, Topic
 
 __all__ = ["App"]
@@ -175,12 +176,15 @@ class App:
         after: float | None = None,
         grace: float = 0.0,
         how: str = "inner",
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
     ) -> StreamJoin:
         """Declare a windowed join of two topics by record key, as Kafka Streams'
         ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
         when ``t - before <= t' <= t + after`` (both ``within`` by default). ``how`` is
         ``"inner"``, ``"left"`` or ``"outer"``; ``grace`` (seconds) is how long after its
-        window a record may still arrive. Read it with ``@app.agent(join)``: the agent
+        window a record may still arrive; ``max_future`` (seconds, 1 hour by default, as
+        for windows) how far ahead of the wall clock a timestamp may be before the record
+        is dead-lettered as ``FutureRecord``. Read it with ``@app.agent(join)``: the agent
         gets ``flowkit.Joined(key, left, right, timestamp)`` values (see
         ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
         """
@@ -199,6 +203,7 @@ class App:
             after=after,
             grace=grace,
             how=how,
+            max_future=max_future,
         )
         self._tables[name] = join
         return join
