@@ -1,6 +1,8 @@
 """Far-future records: one record stamped in 2100 must not move stream time (it would close
 every window at once and make every later record late). In a stream-stream join, on the
-memory broker and Kafka; a keyless one neither."""
+memory broker and Kafka; a keyless one neither; nor a stream time restored from a
+changelog that an older version wrote. The same guard in windowed tables: their stored
+watermarks, and the markers of their internal topic."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 import flowkit
 from examples import payments
-from flowkit.testing import TestDriver
+from flowkit.state.joins.store import TIME_KEY
+from flowkit.state.windowed import wire
+from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests.conftest import DriverFactory
 
@@ -110,6 +115,110 @@ def test_max_future_must_be_positive_seconds(max_future: Any) -> None:
         app.join(a, a, within=1.0, name="x", max_future=max_future)
     with pytest.raises(flowkit.DefinitionError, match="max_future"):
         flowkit.TumblingWindow(10.0, max_future=max_future)
+
+
+async def test_a_stream_time_in_2100_from_the_changelog_is_not_trusted() -> None:
+    """An older version let a 2100 record move stream time and wrote it to the changelog:
+    a restart does not take it back (one log line says so), and the join goes on."""
+    broker = MemoryBroker()
+    first, second = (
+        payments.sample(400, start_ms=T0),
+        payments.sample(400, start_ms=T0 + 60_000, seed=8, prefix="n"),
+    )
+    async with TestDriver(payments.make_app(generate=False), broker=broker) as driver:
+        await send(driver, first)
+    # What an older version wrote for every partition: stream time in 2100.
+    producer = MemoryTransport(broker).producer()
+    for p in range(payments.PARTITIONS):
+        state = msgspec.json.encode((FAR, -1, -1))
+        await producer.send("payments-settled-changelog", state, key=TIME_KEY, partition=p)
+    with capture_logs() as logs:
+        async with TestDriver(payments.make_app(generate=False), broker=broker) as driver:
+            await send(driver, second)
+            paid = await driver.values("paid-orders")
+            dead = await driver.dead_letters()
+    assert {p.id for p in paid} == paid_order_ids(first) | paid_order_ids(second)
+    assert dead == []
+    distrusted = warnings_about(logs, "stream time in the changelog")
+    assert len(distrusted) == payments.PARTITIONS  # one line per partition
+
+
+# -- windowed tables: the same guard -----------------------------------------------------
+
+
+class Click(flowkit.Record):
+    campaign: str
+    t: int
+
+
+def window_app(closed: list[tuple[str, int, int]]) -> flowkit.App:
+    app = flowkit.App("win", partitions=2)
+    clicks = app.topic("clicks", value_type=Click)
+    counts = app.table("counts", default=int).tumbling(
+        10.0,
+        grace=2.0,
+        time=lambda c: c.t,
+        on_close=lambda key, window, value: closed.append((key, window.start, value)),
+    )
+
+    @app.agent(clicks)
+    async def count(stream: flowkit.Stream[Click]) -> None:
+        async for click in stream:
+            counts[click.campaign] += 1
+
+    return app
+
+
+def warnings_about(logs: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    return [e for e in logs if what in e["event"] and e["log_level"] == "warning"]
+
+
+async def test_a_windowed_table_does_not_trust_a_stored_watermark_in_2100() -> None:
+    """Both stages' stored watermarks in 2100 (an older version's, or a wrong clock's):
+    without the guard every later record is late (stage 1) and every partial a replay
+    (stage 2)."""
+    broker, clock, closed = MemoryBroker(), FakeClock(), []
+    t0 = T0 - 600_000
+    async with TestDriver(window_app(closed), broker=broker, clock=clock) as driver:
+        for i in range(10):
+            await driver.send("clicks", Click("c", t0 + i * 1000), partition=i % 2)
+        await driver.run_until_idle()
+    producer = MemoryTransport(broker).producer()
+    for p in range(2):
+        state = wire.encode((FAR - 2000, FAR, FAR - 2000))
+        await producer.send("win-counts-changelog", state, key=wire.WATERMARK_KEY, partition=p)
+        for source in range(2):
+            key = wire.source_key(source)
+            await producer.send("win-counts-changelog", wire.encode(FAR), key=key, partition=p)
+    with capture_logs() as logs:
+        async with TestDriver(window_app(closed), broker=broker, clock=clock) as driver:
+            for i in range(10, 30):
+                await driver.send("clicks", Click("c", t0 + i * 1000), partition=i % 2)
+            await driver.run_until_idle()
+            assert await driver.dead_letters() == []
+            await driver.advance(70)  # the data ends: idle partitions close the rest
+    assert sorted(closed) == [("c", t0, 10), ("c", t0 + 10_000, 10), ("c", t0 + 20_000, 10)]
+    # One line per stored watermark: stage 1 of each partition, stage 2 of each source.
+    assert len(warnings_about(logs, "stream time in the changelog")) == 2 + 2 * 2
+
+
+async def test_a_marker_in_2100_on_the_repartition_topic_is_ignored() -> None:
+    """Anyone with produce rights can write the internal topic: a forged watermark of
+    source 0 would let the owner close windows without that source's partials."""
+    closed: list[tuple[str, int, int]] = []
+    t0 = T0 - 600_000
+    with capture_logs() as logs:
+        async with TestDriver(window_app(closed)) as driver:
+            for q in range(2):
+                await driver.send_raw("win-counts-repartition", wire.marker(FAR, 0), partition=q)
+            await driver.send("clicks", Click("c", t0 + 1000), partition=0)
+            await driver.send("clicks", Click("c", t0 + 1000), partition=1)
+            await driver.send("clicks", Click("c", t0 + 15_000), partition=1)  # 1 passes W0
+            await driver.run_until_idle()
+            assert closed == []  # source 0 has not passed the first window's end
+            await driver.advance(70)
+    assert sorted(closed) == [("c", t0, 2), ("c", t0 + 10_000, 1)]
+    assert warnings_about(logs, "markers beyond max_future")
 
 
 # -- the property: far-future records change nothing but the dead letters -----------------

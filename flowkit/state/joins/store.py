@@ -464,6 +464,10 @@ class JoinStore(FutureGuard):
         assert part.recovered is not None
         ordered = sorted(part.recovered.values(), key=lambda e: (e[0], e[6], e[5]))
         part.recovered = None
+        if part.time != NONE and not self.trusts(part.time, part.number):
+            # Beyond the guard: it would make every record late. It starts again from
+            # what is buffered (every buffered record was read, so stream time is past it).
+            part.time = part.done = ordered[-1][0] if ordered else NONE
         part.buffers = ({}, {})
         part.expiring = deque(ordered)
         part.closing = (deque(), deque())

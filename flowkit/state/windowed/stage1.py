@@ -261,7 +261,12 @@ class Stage1(FutureGuard):
             part.partials.setdefault(start, {})[key] = value
 
     def recovered(self, part: Part) -> None:
-        """Tidy ``part`` after its changelog was applied."""
+        """Tidy ``part`` after its changelog was applied. A stream time there beyond
+        ``max_future`` (an older version's, or a wrong clock's) starts again: what it
+        closed is shipped, and it must not make every record late."""
+        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
+            part.wm = part.max_ts = part.sent_wm = NONE
+            part.logged = None
         for start in [s for s, v in part.partials.items() if not v]:
             del part.partials[start]
         part.next_end = min((s + self.size for s in part.partials), default=INF)
