@@ -36,6 +36,7 @@ from .policies import Action, ErrorPolicy
 from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
+from .streamtime import DEFAULT_MAX_FUTURE
 from .topics import Repartition, Topic
 
 __all__ = ["App"]
@@ -171,14 +172,17 @@ class App:
         after: Seconds | None = None,
         grace: Seconds = 0.0,
         how: str = "inner",
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
     ) -> StreamJoin:
         """Declare a windowed join of two topics by record key, as Kafka Streams'
         ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
         when ``t - before <= t' <= t + after`` (both ``within`` by default). ``how`` is
         ``"inner"``, ``"left"`` or ``"outer"``; ``grace`` (seconds) is how long after its
-        window a record may still arrive; each duration takes seconds or a ``timedelta``.
-        Read it with ``@app.agent(join)``: the agent gets ``flowkit.Joined(key, left,
-        right, timestamp)`` values (see
+        window a record may still arrive; ``max_future`` (seconds, 1 hour by default, as
+        for windows) how far ahead of the wall clock a timestamp may be before the record
+        is dead-lettered as ``FutureRecord``; each duration takes seconds or a
+        ``timedelta``. Read it with ``@app.agent(join)``: the agent gets
+        ``flowkit.Joined(key, left, right, timestamp)`` values (see
         ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
         """
         self._check_open()
@@ -196,6 +200,7 @@ class App:
             after=after,
             grace=grace,
             how=how,
+            max_future=max_future,
         )
         self._tables[name] = join
         return join

@@ -13,26 +13,15 @@ partition when that partition's watermark (the largest event time seen there, mi
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 
 import msgspec
 
 from .durations import Seconds, seconds
 from .errors import DefinitionError
+from .streamtime import DEFAULT_MAX_FUTURE, max_future_ms, utc
 
 __all__ = ["HoppingWindow", "TumblingWindow", "Window", "WindowSpec", "WindowResult", "utc"]
-
-
-def utc(ms: int) -> str:
-    """``ms`` since the epoch as a UTC time, for people (milliseconds only when not 0).
-
-    >>> utc(1_700_000_000_000), utc(1_700_000_000_250)
-    ('2023-11-14 22:13:20', '2023-11-14 22:13:20.250')
-    """
-    when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    text = f"{when:%Y-%m-%d %H:%M:%S}"
-    return text if ms % 1000 == 0 else f"{text}.{ms % 1000:03d}"
 
 
 class Window(msgspec.Struct, frozen=True, order=True):
@@ -70,7 +59,8 @@ class WindowSpec:
     ``grace`` is how far behind the newest event time a record may arrive and still count.
     ``expires`` is how long a closed window's final values stay readable.
     ``max_future`` bounds how far ahead of the wall clock an event time may be: later ones
-    are bad input, so one wrong clock cannot close every window at once.
+    are bad input, so one wrong clock cannot close every window at once (the rule is
+    ``flowkit.streamtime``'s, shared with joins).
     """
 
     size_ms: int
@@ -121,7 +111,7 @@ def TumblingWindow(
     *,
     grace: Seconds | None = None,
     expires: Seconds | None = None,
-    max_future: Seconds = 3600.0,
+    max_future: Seconds = DEFAULT_MAX_FUTURE,
 ) -> WindowSpec:
     """Back-to-back windows of ``size`` seconds. Every duration here is seconds or a
     ``datetime.timedelta``.
@@ -139,7 +129,7 @@ def HoppingWindow(
     step: Seconds,
     grace: Seconds | None = None,
     expires: Seconds | None = None,
-    max_future: Seconds = 3600.0,
+    max_future: Seconds = DEFAULT_MAX_FUTURE,
 ) -> WindowSpec:
     """Windows of ``size`` seconds starting every ``step`` seconds (``size % step == 0``)."""
     size_ms, step_ms = _ms(size, "size"), _ms(step, "step")
@@ -152,4 +142,4 @@ def HoppingWindow(
         )
     grace_ms = size_ms if grace is None else _ms(grace, "grace")
     expires_ms = size_ms + grace_ms if expires is None else _ms(expires, "expires")
-    return WindowSpec(size_ms, step_ms, grace_ms, expires_ms, _ms(max_future, "max_future"))
+    return WindowSpec(size_ms, step_ms, grace_ms, expires_ms, max_future_ms(max_future, "window"))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..durations import Seconds
 from ..errors import DefinitionError
 from ..scope import current_scope, require_scope
+from ..streamtime import DEFAULT_MAX_FUTURE
 from ..windows import HoppingWindow, TumblingWindow, WindowSpec
 from .base import TableBase
 from .stores import GlobalStore, TableStore
@@ -72,7 +73,7 @@ class Table(TableBase[K, V]):
         *,
         grace: Seconds | None = None,
         expires: Seconds | None = None,
-        max_future: Seconds = 3600.0,
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
         **options: Any,
     ) -> WindowedTable[K, V]:
         """This table as tumbling windows of ``size`` seconds (see ``WindowedTable``)."""
@@ -86,7 +87,7 @@ class Table(TableBase[K, V]):
         *,
         grace: Seconds | None = None,
         expires: Seconds | None = None,
-        max_future: Seconds = 3600.0,
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
         **options: Any,
     ) -> WindowedTable[K, V]:
         """This table as windows of ``size`` seconds starting every ``step`` seconds."""

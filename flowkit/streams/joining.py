@@ -9,7 +9,9 @@ partition has records not fetched yet (``source.behind``), the join waits for th
 
 The loop picks a partition (the one whose next record is oldest), then merges the heads
 of its two sides record by record until one of them is done: the choice of partition is
-made once per batch, not once per record.
+made once per batch, not once per record. A head stamped beyond the join's guard on
+stream time (``max_future``, see ``flowkit.streamtime``) is taken at once, out of order:
+it only goes to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -122,14 +124,31 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         one_sided = lb is None or rb is None
         part = store.part(p)
         source._set_pos(-1)
+        limit = store.future_limit
         while True:
-            if rb is None or (
-                lb is not None
-                and lb.messages[lb.cursor].timestamp <= rb.messages[rb.cursor].timestamp
-            ):
+            if rb is None:
                 batch, side = lb, 0
-            else:
+            elif lb is None:
                 batch, side = rb, 1
+            else:
+                lt = lb.messages[lb.cursor].timestamp
+                rt = rb.messages[rb.cursor].timestamp
+                # Timestamp order, but a head beyond the guard on stream time goes first:
+                # it is dead-lettered and moves nothing, while in its place it would hold
+                # back its whole topic (records behind it would wait for the other topic
+                # to reach the year 2100, and come late). One comparison a record.
+                if lt <= rt:
+                    batch, side = lb, 0
+                    if rt > limit:
+                        if not store.admits(rt):
+                            batch, side = rb, 1
+                        limit = store.future_limit
+                else:
+                    batch, side = rb, 1
+                    if lt > limit:
+                        if not store.admits(lt):
+                            batch, side = lb, 0
+                        limit = store.future_limit
             assert batch is not None
             i = batch.cursor
             batch.cursor = i + 1

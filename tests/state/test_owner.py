@@ -61,7 +61,7 @@ def test_the_changelog_rebuilds_stage_2() -> None:
         fresh.apply_record(
             fresh.owners[0], parts[0], parts, None if value is None else wire.decode(value)
         )
-    fresh.recovered(fresh.owners[0])
+    fresh.recovered(fresh.owners[0], 0)
     got, want = fresh.owners[0], o.owners[0]
     assert got.open == want.open == {10_000: {"b": {1: 4}}}
     assert got.closed == want.closed == {0: {"a": 2}}

@@ -14,10 +14,12 @@ timestamp)`` values:
 
 Stream time is per partition, shared by both topics: the largest timestamp read. A
 record whose window has already closed is late and raises ``LateRecord`` (so it goes to
-the dead-letter topic). Both sides wait in buffers backed by the changelog
-``<app>-<name>-changelog``, recovered on assignment, and expire ``before + after + grace``
-after their timestamp. The two topics must be co-partitioned (same partition count, same
-keys): ``flowkit graph --check`` says so when they are not.
+the dead-letter topic). A record stamped more than ``max_future`` (1 hour) ahead of the
+wall clock raises ``FutureRecord`` and moves no stream time (``flowkit.streamtime``).
+Both sides wait in buffers backed by the changelog ``<app>-<name>-changelog``, recovered
+on assignment, and expire ``before + after + grace`` after their timestamp. The two topics
+must be co-partitioned (same partition count, same keys): ``flowkit graph --check`` says
+so when they are not.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...arguments import non_negative_seconds
 from ...durations import Seconds
 from ...errors import DefinitionError
+from ...streamtime import DEFAULT_MAX_FUTURE, max_future_ms
 from ..base import TableBase
 
 if TYPE_CHECKING:
@@ -65,6 +68,7 @@ class StreamJoin(TableBase[bytes, Any]):
         after: Seconds | None = None,
         grace: Seconds = 0.0,
         how: str = "inner",
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
     ) -> None:
         if how not in HOW:
             raise DefinitionError(f"join {name!r}: how must be 'inner', 'left' or 'outer'")
@@ -79,6 +83,7 @@ class StreamJoin(TableBase[bytes, Any]):
         self.before_ms = _ms(*((within, "within") if before is None else (before, "before")), name)
         self.after_ms = _ms(*((within, "within") if after is None else (after, "after")), name)
         self.grace_ms = _ms(grace, "grace", name)
+        self.max_future_ms = max_future_ms(max_future, f"join {name!r}")
 
     @property
     def retention_ms(self) -> int:
@@ -99,7 +104,7 @@ class StreamJoin(TableBase[bytes, Any]):
     def new_store(self, now_ms: Callable[[], int]) -> JoinStore:
         from .store import JoinStore
 
-        return JoinStore(self)
+        return JoinStore(self, now_ms)
 
     def problems(self) -> list[str]:
         """What ``flowkit graph --check`` reports about this join."""

@@ -34,6 +34,7 @@ import msgspec
 from ...codecs import StrCodec
 from ...errors import LateRecord, NotRunningError
 from ...records import Message
+from ...streamtime import FutureGuard
 
 if TYPE_CHECKING:
     from .declaration import StreamJoin
@@ -133,10 +134,12 @@ class JoinPart:
         self.recovered: dict[tuple[int, bytes, int], list[Any]] | None = None
 
 
-class JoinStore:
-    """A worker's state of one ``StreamJoin``."""
+class JoinStore(FutureGuard):
+    """A worker's state of one ``StreamJoin``. The guard on stream time (``max_future``)
+    is inherited, so ``process`` reads its limit in one step."""
 
-    def __init__(self, join: StreamJoin) -> None:
+    def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
+        super().__init__(join.max_future_ms, now_ms=now_ms, owner=f"join {join.name!r}")
         self.join = join
         self.parts: dict[int, JoinPart] = {}
         self.late_records = 0
@@ -177,6 +180,8 @@ class JoinStore:
             return None  # recovered with the state: processed before the restart
         time = part.time
         if ts > time:
+            if ts > self.future_limit:
+                self.check_future(ts)  # before the record changes anything
             part.time = time = ts
         close = ts + self._close[side]
         if close < time:
@@ -264,9 +269,12 @@ class JoinStore:
         )
 
     def tick(self, part: JoinPart, ts: int) -> list[Joined] | None:
-        """A record with nothing to join (no key or no value) still moves stream time."""
+        """A record with nothing to join (no key or no value) still moves stream time,
+        within the same guard as any other."""
         if ts <= part.time:
             return None
+        if ts > self.future_limit:
+            self.check_future(ts)
         part.time = ts
         if ts > part.due:
             return self.advance(part)
@@ -456,6 +464,10 @@ class JoinStore:
         assert part.recovered is not None
         ordered = sorted(part.recovered.values(), key=lambda e: (e[0], e[6], e[5]))
         part.recovered = None
+        if part.time != NONE and not self.trusts(part.time, part.number):
+            # Beyond the guard: it would make every record late. It starts again from
+            # what is buffered (every buffered record was read, so stream time is past it).
+            part.time = part.done = ordered[-1][0] if ordered else NONE
         part.buffers = ({}, {})
         part.expiring = deque(ordered)
         part.closing = (deque(), deque())

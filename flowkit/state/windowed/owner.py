@@ -24,6 +24,7 @@ import structlog
 
 from ...errors import NotRunningError
 from ...records import Message
+from ...streamtime import FutureGuard
 from ...windows import Window, WindowSpec
 from . import wire
 from .stage1 import NONE
@@ -57,8 +58,13 @@ class Owners:
         sources: int,
         combine: Callable[[Any, Any], Any],
         name: str = "table",
+        guard: FutureGuard | None = None,
     ) -> None:
         self.spec = spec
+        # The table's guard on stream time: a marker beyond it is not trusted (a source's
+        # watermark comes from the internal topic, which anyone with produce rights can
+        # write). None: markers are taken as they come.
+        self.guard = guard
         self.sources = sources
         self.combine = combine
         self.name = name
@@ -86,7 +92,8 @@ class Owners:
             raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
         size = self.spec.size_ms
         changed_wm = False
-        replays = 0
+        replays = future = 0
+        guard = self.guard
         for m in messages:
             if m.value is None:
                 continue
@@ -100,6 +107,9 @@ class Owners:
                 owner.open.setdefault(start, {}).setdefault(key, {})[src] = value
                 self._changes.append((q, wire.owned_key(start, key, src), wire.encode(value)))
             elif kind == "w" and a > owner.source_wm[src]:
+                if guard is not None and a > guard.future_limit and not guard.admits(a):
+                    future += 1  # it would close every window of every key at once
+                    continue
                 owner.source_wm[src] = a
                 changed_wm = True
                 self._changes.append((q, wire.source_key(src), wire.encode(a)))
@@ -108,6 +118,13 @@ class Owners:
             self.replays_ignored += replays
             log.debug(
                 "partials for closed windows ignored (a replay)", table=self.name, count=replays
+            )
+        if future:
+            log.warning(
+                "watermark markers beyond max_future ignored",
+                table=self.name,
+                partition=q,
+                count=future,
             )
         if not changed_wm:
             return []
@@ -160,9 +177,14 @@ class Owners:
         else:
             owner.closed.setdefault(start, {})[key] = value
 
-    @staticmethod
-    def recovered(owner: Owner) -> None:
-        """Tidy ``owner`` after its changelog was applied."""
+    def recovered(self, owner: Owner, partition: int) -> None:
+        """Tidy ``owner`` after its changelog was applied. A source's watermark there
+        beyond ``max_future`` is not trusted: the owner waits for that source's next
+        marker instead."""
+        if self.guard is not None:
+            for src, wm in enumerate(owner.source_wm):
+                if wm != NONE and not self.guard.trusts(wm, partition):
+                    owner.source_wm[src] = NONE
         for d in (owner.open, owner.closed):
             for start in [s for s, v in d.items() if not v]:
                 del d[start]

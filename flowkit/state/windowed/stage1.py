@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...errors import FutureRecord, NotRunningError
-from ...windows import WindowSpec, utc
+from ...errors import NotRunningError
+from ...streamtime import FutureGuard
+from ...windows import WindowSpec
 from . import wire
 
 __all__ = ["NONE", "Part", "Stage1"]
@@ -73,8 +74,10 @@ class Part:
         self.hot = {}
 
 
-class Stage1:
-    """One worker's stage-1 state of one windowed table: its source partitions."""
+class Stage1(FutureGuard):
+    """One worker's stage-1 state of one windowed table: its source partitions. The
+    guard on stream time (``max_future``) is inherited, so the per-record ``add`` reads
+    its limit in one step."""
 
     def __init__(
         self,
@@ -86,15 +89,14 @@ class Stage1:
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
     ) -> None:
+        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
         self.spec = spec
         self.partitions = partitions
         self.name = name
         self._partition_of = partition_of
         self._encode_key = encode_key
-        self.now_ms = now_ms
         self.size = spec.size_ms
         self.parts: dict[int, Part] = {}
-        self.future_limit = NONE  # refreshed from the wall clock on first use
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
         self._outbox: list[tuple[int, bytes | None, bytes]] = []
 
@@ -139,18 +141,6 @@ class Stage1:
         if end < part.next_end:
             part.next_end = end
         return window
-
-    def check_future(self, ts: int) -> None:
-        """Raise ``FutureRecord`` when ``ts`` is too far ahead of the wall clock."""
-        # The limit is cached and only refreshed when a record passes it, so the wall clock
-        # is read once in a while, not per record; a stale limit only causes a refresh.
-        self.future_limit = self.now_ms() + self.spec.max_future_ms
-        if ts > self.future_limit:
-            raise FutureRecord(
-                f"event time {utc(ts)} UTC ({ts} ms) is more than max_future="
-                f"{self.spec.max_future_ms / 1000:g} s ahead of the wall clock; table "
-                f"{self.name!r} does not let it move the watermark"
-            )
 
     def advance(self, part: Part, ts: int) -> None:
         """Event time ``ts`` (newer than any seen) moves ``part``'s watermark."""
@@ -271,7 +261,12 @@ class Stage1:
             part.partials.setdefault(start, {})[key] = value
 
     def recovered(self, part: Part) -> None:
-        """Tidy ``part`` after its changelog was applied."""
+        """Tidy ``part`` after its changelog was applied. A stream time there beyond
+        ``max_future`` (an older version's, or a wrong clock's) starts again: what it
+        closed is shipped, and it must not make every record late."""
+        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
+            part.wm = part.max_ts = part.sent_wm = NONE
+            part.logged = None
         for start in [s for s, v in part.partials.items() if not v]:
             del part.partials[start]
         part.next_end = min((s + self.size for s in part.partials), default=INF)

@@ -34,7 +34,11 @@ class WindowedStore(Stage1):
         )
         self.table = table
         self.owners = Owners(
-            table.spec, sources=table.partitions, combine=table.combine, name=table.name
+            table.spec,
+            sources=table.partitions,
+            combine=table.combine,
+            name=table.name,
+            guard=self,  # one guard on stream time for both stages
         )
         self.late_records = 0
         self.callback_errors = 0
@@ -93,7 +97,7 @@ class WindowedStore(Stage1):
                 self.apply_record(part, kind, parts, value)
             else:
                 self.owners.apply_record(owner, kind, parts, value)
-        self.owners.recovered(owner)
+        self.owners.recovered(owner, partition)
         self.recovered(part)
 
     # -- reads ----------------------------------------------------------------------------

@@ -262,10 +262,8 @@ class WindowedTable(TableBase[K, V]):
         else:
             ts = int(last.timestamp)
         if ts > part.max_ts:
-            if ts > st.future_limit:
-                st.future_limit = st.now_ms() + self.spec.max_future_ms
-                if ts > st.future_limit:
-                    return  # bad input: the record's own add() dead-letters it
+            if ts > st.future_limit and not st.admits(ts):
+                return  # bad input: the record's own add() dead-letters it
             st.advance(part, ts)
 
     def _time_of(self, scope: Any) -> int:
