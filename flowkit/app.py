@@ -31,7 +31,7 @@ from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
-from .policies import Action, ErrorPolicy
+from .policies import APP_DEFAULT, Action, ErrorPolicy, FailureGuard
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
 from .topics import Repartition, Topic
@@ -42,6 +42,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+DEFAULT_GUARD = FailureGuard()  # stop after 1,000 failures in a row (frozen: shared)
 
 
 class App:
@@ -50,7 +51,8 @@ class App:
     ``broker`` is the default broker URL (``memory://`` or ``kafka://host:port``);
     ``flowkit worker --broker`` and ``FLOWKIT_BROKER`` override it. ``partitions`` is the
     default partition count of its topics and tables, so they are co-partitioned unless
-    told otherwise.
+    told otherwise. ``failure_guard`` is every agent's ``FailureGuard`` unless it sets its
+    own (by default: the worker stops after 1,000 failures in a row; None: no guard).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class App:
         broker: str = "memory://",
         partitions: int = 1,
         commit_interval: Seconds = 1.0,
+        failure_guard: FailureGuard | None = DEFAULT_GUARD,
     ) -> None:
         if not _NAME.match(name):
             raise DefinitionError(
@@ -74,6 +77,7 @@ class App:
         self.broker = broker
         self.partitions = partitions
         self.commit_interval = commit_interval
+        self.failure_guard = FailureGuard.of(failure_guard, f"App {name!r}")
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
@@ -256,6 +260,7 @@ class App:
         | Mapping[type[BaseException] | tuple[type[BaseException], ...], Action]
         | None = None,
         dead_letter: str | None = None,
+        failure_guard: FailureGuard | None = APP_DEFAULT,
     ) -> Callable[[Callable[..., Any]], Agent[T]]:
         """Declare an agent over ``topic``, or over each topic of a list (``[a, b]``: one
         stream of both, in arrival order per partition); see ``flowkit.agents`` for the
@@ -265,7 +270,8 @@ class App:
         callables. ``concurrency`` runs that many instances, each owning some partitions,
         so the records of one partition are never reordered. ``on_error`` maps exception
         types to actions (``flowkit.policies``); failed records go to ``dead_letter``
-        (default: the app's ``<app>-dlq`` topic).
+        (default: the app's ``<app>-dlq`` topic). ``failure_guard`` stops the worker when
+        the agent fails on too many records (default: the app's; None: no guard).
         """
         self._check_open()
         sinks = _as_list(sink)
@@ -290,6 +296,7 @@ class App:
                 per_record=per_record,
                 on_error=on_error,
                 dead_letter=dead_letter,
+                failure_guard=failure_guard,
             )
             agent.join = join
             self._declare_hops(agent)
