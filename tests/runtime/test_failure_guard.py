@@ -256,6 +256,73 @@ async def test_the_agent_setting_wins_over_the_apps() -> None:
             await driver.run_until_idle()
 
 
+class Click(flowkit.Record):
+    user: str
+    campaign: str
+
+
+async def test_a_group_by_agent_counts_the_records_it_reads_back() -> None:
+    # Each record is read twice (forwarded, then read back from the repartition topic): the
+    # forwarded ones are not records of the agent, and do not break its run of failures.
+    app = flowkit.App("regroup", failure_guard=flowkit.FailureGuard(failures=30))
+    clicks = app.topic("clicks", value_type=Click, partitions=1)
+
+    @app.agent(clicks)
+    async def per_campaign(stream: flowkit.Stream[Click]) -> None:
+        async for click in stream.group_by(lambda c: c.campaign, name="by-campaign"):
+            raise ValueError(f"no campaign {click.campaign}")
+
+    async with TestDriver(app, max_fetch_records=7) as driver:
+        for i in range(100):
+            await driver.send(clicks, Click(f"u{i}", "c1"), key=f"u{i}")
+        with pytest.raises(flowkit.TooManyFailures, match="30 records in a row"):
+            await driver.run_until_idle()
+    assert len(await driver.dead_letters()) == 29
+
+
+async def test_a_batches_list_that_fails_counts_each_of_its_records() -> None:
+    app = flowkit.App("lists", failure_guard=flowkit.FailureGuard(failures=10))
+    nums = app.topic("nums", value_type=int, partitions=1)
+
+    @app.agent(nums)
+    async def save(stream: flowkit.Stream[int]) -> None:
+        async for chunk in stream.batches(max_size=4, within_seconds=0.01):
+            raise ConnectionError(f"cannot save {len(chunk)} rows")
+
+    async with TestDriver(app) as driver:
+        for i in range(40):
+            await driver.send(nums, i)
+        with pytest.raises(flowkit.TooManyFailures, match="10 records in a row"):
+            await driver.run_until_idle()
+    assert len(await driver.dead_letters()) == 9
+
+
+class Ev(flowkit.Record):
+    id: str
+
+
+async def test_a_join_agent_failing_on_half_its_records_trips_a_rate() -> None:
+    # An order then its payment: the payment makes the result, which the agent fails on.
+    app = flowkit.App("joins", failure_guard=flowkit.FailureGuard(failures=10, records=20))
+    orders = app.topic("orders", value_type=Ev, partitions=1)
+    payments = app.topic("payments", value_type=Ev, partitions=1)
+    paid = app.join(orders, payments, within=5.0, name="paid")
+
+    @app.agent(paid)
+    async def match(stream: flowkit.Stream[flowkit.Joined]) -> None:
+        async for j in stream:
+            raise ValueError(f"cannot match {j.key}")
+
+    t0 = 1_700_000_000_000
+    async with TestDriver(app) as driver:
+        for i in range(40):
+            await driver.send(orders, Ev(f"o{i}"), key=f"k{i}", timestamp_ms=t0 + 10 * i)
+            await driver.send(payments, Ev(f"p{i}"), key=f"k{i}", timestamp_ms=t0 + 10 * i + 1)
+        with pytest.raises(flowkit.TooManyFailures, match="10 of its last 20 records"):
+            await driver.run_until_idle()
+    assert len(await driver.dead_letters()) == 9
+
+
 # -- pausing ----------------------------------------------------------------------------------
 
 
