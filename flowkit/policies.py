@@ -32,7 +32,7 @@ from typing import Any, Literal, Union, cast
 from .durations import Seconds, seconds
 from .errors import DecodeError, DefinitionError, FutureRecord, LateRecord, MissingFieldError
 
-__all__ = ["APP_DEFAULT", "Action", "ErrorPolicy", "FailureGuard", "Retry"]
+__all__ = ["APP_DEFAULT", "INPUT_ERRORS", "Action", "ErrorPolicy", "FailureGuard", "Retry"]
 
 Terminal = Literal["dead_letter", "skip", "stop"]
 _TERMINAL = ("dead_letter", "skip", "stop")
