@@ -349,6 +349,26 @@ async def test_the_pause_option_pauses_the_agent_and_goes_on(
         assert await driver.values(out) == list(range(failed, 200))
 
 
+async def test_the_watchdog_does_not_take_a_pause_for_a_stall() -> None:
+    guard = flowkit.FailureGuard(failures=2, action="pause", pause=1.0, max_pause=1.0)
+    app, nums, out = failing_app("per_record", lambda n: n < 2, guard=guard)
+    # One record a fetch and one batch queued: while the agent pauses, the fetch waits, and
+    # its partition has lag.
+    options = {"stall_timeout": 1.0, "max_fetch_records": 1, "queue_batches": 1}
+    async with TestDriver(app, **options) as driver:
+        for i in range(10):
+            await driver.send(nums, i)
+        trips = driver.worker.metrics.guard_trips.labels("handle", "pause")
+        async with asyncio.timeout(30):
+            while trips._value.get() < 1:
+                await asyncio.sleep(0.001)
+        assert isinstance(driver.clock, flowkit.testing.FakeClock)
+        await driver.clock.advance(5)  # the watchdog looks, five times its timeout
+        assert driver.worker.error is None
+        await driver.run_until_idle()
+        assert await driver.values(out) == list(range(2, 10))
+
+
 # -- the counter ------------------------------------------------------------------------------
 
 
