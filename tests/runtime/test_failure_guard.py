@@ -354,8 +354,7 @@ async def test_the_watchdog_does_not_take_a_pause_for_a_stall() -> None:
     app, nums, out = failing_app("per_record", lambda n: n < 2, guard=guard)
     # One record a fetch and one batch queued: while the agent pauses, the fetch waits, and
     # its partition has lag.
-    options = {"stall_timeout": 1.0, "max_fetch_records": 1, "queue_batches": 1}
-    async with TestDriver(app, **options) as driver:
+    async with TestDriver(app, stall_timeout=1.0, max_fetch_records=1, queue_batches=1) as driver:
         for i in range(10):
             await driver.send(nums, i)
         trips = driver.worker.metrics.guard_trips.labels("handle", "pause")
