@@ -32,11 +32,12 @@ from .errors import (
     RecordRejected,
     SinkError,
     TaskFailed,
+    TooManyFailures,
     TransportError,
     WorkerStalled,
 )
 from .graph import Graph
-from .policies import ErrorPolicy, Retry
+from .policies import ErrorPolicy, FailureGuard, Retry
 from .records import Event, Message, Record, TopicPartition
 from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
@@ -64,6 +65,7 @@ __all__ = [
     "DefinitionError",
     "ErrorPolicy",
     "Event",
+    "FailureGuard",
     "Field",
     "Filter",
     "FlowkitError",
@@ -96,6 +98,7 @@ __all__ = [
     "SystemClock",
     "Table",
     "TaskFailed",
+    "TooManyFailures",
     "Topic",
     "TopicPartition",
     "Transform",

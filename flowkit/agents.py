@@ -35,7 +35,7 @@ from . import arguments
 from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
-from .policies import ErrorPolicy
+from .policies import APP_DEFAULT, ErrorPolicy, FailureGuard
 from .records import Headers
 from .topics import Topic
 
@@ -84,6 +84,7 @@ class Agent(Generic[T]):
         internal: bool = False,
         on_error: Any = None,
         dead_letter: str | None = None,
+        failure_guard: FailureGuard | None = APP_DEFAULT,
     ) -> None:
         arguments.count(concurrency, f"agent {name!r}: concurrency")
         arguments.flag(per_record, f"agent {name!r}: per_record")
@@ -122,6 +123,12 @@ class Agent(Generic[T]):
         self.internal = internal
         self.on_error = ErrorPolicy.of(on_error, f"agent {name!r}: on_error")
         self.dead_letter = dead_letter
+        # APP_DEFAULT until the worker reads it: the app's guard then (``guard_in``).
+        self.failure_guard: FailureGuard | None = (
+            failure_guard
+            if failure_guard is APP_DEFAULT
+            else FailureGuard.of(failure_guard, f"agent {name!r}")
+        )
         self.yields = is_gen
         self.is_async = is_coro
         # A per-record generator (a plain `def` that yields): several outputs per record.
@@ -148,6 +155,10 @@ class Agent(Generic[T]):
         if self.internal:
             return "repartition"
         return "per_record" if self.per_record else "stream"
+
+    def guard_in(self, default: FailureGuard | None) -> FailureGuard | None:
+        """The agent's ``FailureGuard``: its own, else ``default`` (the app's)."""
+        return default if self.failure_guard is APP_DEFAULT else self.failure_guard
 
     def output_type(self) -> Any:
         """The declared output type from the function's annotations, or None.

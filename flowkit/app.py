@@ -32,7 +32,7 @@ from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
-from .policies import Action, ErrorPolicy
+from .policies import APP_DEFAULT, Action, ErrorPolicy, FailureGuard
 from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
@@ -44,6 +44,8 @@ __all__ = ["App"]
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+DEFAULT_GUARD = FailureGuard()  # stop after 1,000 failures in a row (frozen: shared)
+
 
 class App:
     """A stream-processing application: what to run, not how.
@@ -51,7 +53,8 @@ class App:
     ``broker`` is the default broker URL (``memory://`` or ``kafka://host:port``);
     ``flowkit worker --broker`` and ``FLOWKIT_BROKER`` override it. ``partitions`` is the
     default partition count of its topics and tables, so they are co-partitioned unless
-    told otherwise.
+    told otherwise. ``failure_guard`` is every agent's ``FailureGuard`` unless it sets its
+    own (by default: the worker stops after 1,000 failures in a row; None: no guard).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class App:
         broker: str = "memory://",
         partitions: int = 1,
         commit_interval: Seconds = 1.0,
+        failure_guard: FailureGuard | None = DEFAULT_GUARD,
     ) -> None:
         arguments.name(name, "app name")
         arguments.text(broker, "App(): broker")
@@ -74,6 +78,7 @@ class App:
         self.broker = broker
         self.partitions = partitions
         self.commit_interval = commit_interval
+        self.failure_guard = FailureGuard.of(failure_guard, f"App {name!r}")
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
@@ -257,6 +262,7 @@ class App:
         | Mapping[type[BaseException] | tuple[type[BaseException], ...], Action]
         | None = None,
         dead_letter: str | None = None,
+        failure_guard: FailureGuard | None = APP_DEFAULT,
     ) -> Callable[[Callable[..., Any]], Agent[T]]:
         """Declare an agent over ``topic``, or over each topic of a list (``[a, b]``: one
         stream of both, in arrival order per partition); see ``flowkit.agents`` for the
@@ -266,7 +272,8 @@ class App:
         callables. ``concurrency`` runs that many instances, each owning some partitions,
         so the records of one partition are never reordered. ``on_error`` maps exception
         types to actions (``flowkit.policies``); failed records go to ``dead_letter``
-        (default: the app's ``<app>-dlq`` topic).
+        (default: the app's ``<app>-dlq`` topic). ``failure_guard`` stops the worker when
+        the agent fails on too many records (default: the app's; None: no guard).
         """
         self._check_open()
         _check_sources(topic)
@@ -300,6 +307,7 @@ class App:
                 per_record=per_record,
                 on_error=on_error,
                 dead_letter=dead_letter,
+                failure_guard=failure_guard,
             )
             agent.join = join
             self._declare_hops(agent)

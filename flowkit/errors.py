@@ -13,6 +13,7 @@ FlowkitError
 │   ├── ReadStalled        reading partitions to their end made no progress
 │   └── RecordRejected     one record refused for good (too large, invalid, not authorised)
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
+├── TooManyFailures        an agent failed on too many records in a row (its FailureGuard)
 ├── TaskFailed             a timer or task of the app raised (the worker stops)
 ├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
 └── ProcessingError        one record failed; carries where it came from
@@ -54,6 +55,7 @@ __all__ = [
     "RecordRejected",
     "SinkError",
     "TaskFailed",
+    "TooManyFailures",
     "TransportError",
     "WorkerStalled",
 ]
@@ -114,6 +116,38 @@ class RecordRejected(TransportError):
 
 class WorkerStalled(FlowkitError):
     """The worker holds partitions with lag but processed nothing for too long."""
+
+
+class TooManyFailures(FlowkitError):
+    """An agent failed on ``failures`` of its last ``records`` records (its
+    ``FailureGuard``): a bug, more likely than bad input, so the worker stops rather than
+    dead-letter the rest. The record that tripped the guard is not committed.
+
+    >>> error = TooManyFailures("a", failures=3, records=3, error=KeyError("k"), where="t/0")
+    >>> str(error)
+    "agent 'a' failed on 3 records in a row, the last with KeyError: 'k' (t/0, not committed)"
+    """
+
+    def __init__(
+        self, agent: str, *, failures: int, records: int, error: BaseException, where: str
+    ) -> None:
+        self.agent = agent
+        self.failures = failures
+        self.records = records
+        self.error_type = type(error).__name__
+        message = str(error)
+        # On one line, and short: it ends up as the worker's one ``Error:`` line.
+        message = " ".join(message.split())
+        self.error_message = message if len(message) <= 300 else message[:299] + "…"
+        many = (
+            f"{failures:,} records in a row"
+            if records == failures
+            else (f"{failures:,} of its last {records:,} records")
+        )
+        last = f"{self.error_type}: {self.error_message}" if self.error_message else self.error_type
+        super().__init__(
+            f"agent {agent!r} failed on {many}, the last with {last} ({where}, not committed)"
+        )
 
 
 class TaskFailed(FlowkitError):

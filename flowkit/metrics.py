@@ -50,6 +50,13 @@ class Metrics:
             ["agent"],
             registry=r,
         )
+        self.guard_trips = Counter(
+            "flowkit_failure_guard_trips",
+            "Times an agent failed on too many records (its FailureGuard), by what followed: "
+            "stop (the worker) or pause (the agent instance)",
+            ["agent", "action"],
+            registry=r,
+        )
         self.commits = Counter("flowkit_commits", "Offset commits", registry=r)
         self.commit_seconds = Histogram(
             "flowkit_commit_seconds",

@@ -16,6 +16,10 @@ with jitter, up to ``attempts`` times, then handled by ``then``.
 A retry waits in the agent instance that owns the record's partition (records of a
 partition are never reordered); other instances go on. With ``concurrency`` equal to the
 number of partitions, a retrying record holds up no other partition.
+
+Above the policy, a ``FailureGuard`` watches how many records fail: an agent that fails
+on every record has a bug, and dead-lettering its whole input helps no one, so by default
+the worker stops after 1,000 failures in a row.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union, cast
+from typing import Any, Literal, Union, cast
 
 from . import arguments
 from .durations import Seconds, seconds
-from .errors import DefinitionError
+from .errors import DecodeError, DefinitionError, FutureRecord, LateRecord, MissingFieldError
 
-__all__ = ["Action", "ErrorPolicy", "Retry"]
+__all__ = ["APP_DEFAULT", "INPUT_ERRORS", "Action", "ErrorPolicy", "FailureGuard", "Retry"]
 
 Terminal = Literal["dead_letter", "skip", "stop"]
 _TERMINAL = ("dead_letter", "skip", "stop")
@@ -147,3 +151,104 @@ def _show(action: Action) -> str:
     if isinstance(action, Retry):
         return f"retry x{action.attempts} then {action.then}"
     return action
+
+
+# Failures that are the input's fault, not the agent's: bytes that do not decode, a field
+# a transform needs and the record lacks, an event time too late or too far ahead.
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    DecodeError,
+    MissingFieldError,
+    LateRecord,
+    FutureRecord,
+)
+
+
+@dataclass(frozen=True)
+class FailureGuard:
+    """Stops the worker when an agent fails on ``failures`` of the last ``records``
+    records it read (by default ``records`` is ``failures``: that many in a row).
+
+    A failure is a record that made the agent raise and was dead-lettered or skipped by
+    the error policy (after its retries, if any). Failures of types in ``ignore`` are the
+    input's fault, not the agent's (by default: ``DecodeError``, ``MissingFieldError``,
+    ``LateRecord``, ``FutureRecord``): they are neither counted nor let a count start
+    again. ``action="pause"`` pauses the agent instance instead of stopping the worker:
+    for ``pause`` seconds, twice as long at each trip that follows another, up to
+    ``max_pause``; then it goes on, and trips again at its next failure unless records
+    went through in between.
+
+    >>> FailureGuard().describe()
+    'stop after 1,000 failures in a row'
+    >>> FailureGuard(failures=50, records=100, action="pause").describe()
+    'pause after 50 failures in 100 records'
+    """
+
+    failures: int = 1000
+    records: int | None = None
+    action: Literal["stop", "pause"] = "stop"
+    pause: Seconds = 1.0
+    max_pause: Seconds = 60.0
+    ignore: tuple[type[BaseException], ...] = INPUT_ERRORS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pause", seconds(self.pause, "FailureGuard(pause=)"))
+        object.__setattr__(self, "max_pause", seconds(self.max_pause, "FailureGuard(max_pause=)"))
+        if not isinstance(self.failures, int) or self.failures < 1:
+            raise DefinitionError("FailureGuard(failures=...) must be an int >= 1")
+        if self.records is None:
+            object.__setattr__(self, "records", self.failures)
+        elif not isinstance(self.records, int) or self.records < self.failures:
+            raise DefinitionError(
+                "FailureGuard(records=...) must be an int >= failures: the failures are "
+                "counted among the last `records` records"
+            )
+        if self.action not in ("stop", "pause"):
+            raise DefinitionError("FailureGuard(action=...) must be 'stop' or 'pause'")
+        if self.pause_seconds < 0 or self.max_pause_seconds < 0:
+            raise DefinitionError("FailureGuard pause and max_pause must be >= 0")
+        ignore = self.ignore if isinstance(self.ignore, tuple) else (self.ignore,)
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in ignore):
+            raise DefinitionError("FailureGuard(ignore=...) must be a tuple of exception types")
+        object.__setattr__(self, "ignore", ignore)
+
+    @property
+    def window(self) -> int:
+        """How many records the failures are counted among."""
+        return cast(int, self.records)  # set in __post_init__
+
+    @property
+    def pause_seconds(self) -> float:
+        """``pause``, in seconds."""
+        return cast(float, self.pause)
+
+    @property
+    def max_pause_seconds(self) -> float:
+        """``max_pause``, in seconds."""
+        return cast(float, self.max_pause)
+
+    def describe(self) -> str:
+        """The guard as text, for the graph and the logs."""
+        if self.window == self.failures:
+            return f"{self.action} after {self.failures:,} failures in a row"
+        return f"{self.action} after {self.failures:,} failures in {self.window:,} records"
+
+    @classmethod
+    def of(cls, value: Any, where: str) -> FailureGuard | None:
+        """``value`` checked: a ``FailureGuard`` or None (no guard)."""
+        if value is None or isinstance(value, FailureGuard):
+            return value
+        raise DefinitionError(
+            f"{where}: failure_guard must be a flowkit.FailureGuard(...) or None (no guard), "
+            f"not {value!r}"
+        )
+
+
+class _AppDefault:
+    """An agent's ``failure_guard`` when it sets none: the app's."""
+
+    def __repr__(self) -> str:
+        return "APP_DEFAULT"
+
+
+APP_DEFAULT: Any = _AppDefault()
+"""``@app.agent(failure_guard=...)``'s default: the app's ``failure_guard``."""

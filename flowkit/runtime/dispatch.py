@@ -3,7 +3,10 @@
 The ``Dispatcher`` owns every agent instance of a worker. For each record it routes the
 outputs (topics through the worker's producer, other sinks through a ``SinkRunner``
 each), and when processing raises it applies the agent's ``ErrorPolicy``: retry the
-record after a backoff, dead-letter it, skip it, or stop the worker.
+record after a backoff, dead-letter it, skip it, or stop the worker. A record dead-lettered
+or skipped is also counted by the instance's ``FailureCounter`` (its agent's
+``FailureGuard``), which stops the worker, or pauses the instance, when nearly every
+record fails.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..errors import (
     NotRunningError,
     RecordRejected,
     SinkError,
+    TooManyFailures,
     TransportError,
 )
 from ..metrics import Metrics
@@ -37,6 +41,7 @@ from ..sinks import SinkRunner
 from ..streams import Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
+from .guards import FailureCounter
 from .letters import Letter, LetterSender, log_failure, stage_of
 from .logbudget import LogBudget
 from .publisher import Publisher
@@ -103,6 +108,9 @@ class Dispatcher:
         self._decode_owner: dict[str, str] = {}
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self._reported: dict[str, int] = {}
+        # Per agent instance (its source's name), if its agent has a failure guard.
+        self.guards: dict[str, FailureCounter] = {}
+        self._paused = 0  # instances in a pause of their guard
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
             topics = [t if isinstance(t, Topic) else app.topics.get(t) for t in agent.topics]
@@ -133,6 +141,13 @@ class Dispatcher:
                 self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publisher)
                 s.undecodable = functools.partial(self._undecodable, agent, s)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
+            guard = agent.guard_in(app.failure_guard)
+            if guard is not None:
+                trips = functools.partial(self._guard_tripped, agent.name)
+                for s in sources:
+                    self.guards[s.name] = FailureCounter(
+                        agent.name, s.name, guard, s.reached, trips
+                    )
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
@@ -230,6 +245,9 @@ class Dispatcher:
         for (agent, stage), count in errors.items():
             self._counter(self.metrics.errors, agent, stage).inc(count)
 
+    def _guard_tripped(self, agent: str, action: str) -> None:
+        self._counter(self.metrics.guard_trips, agent, action).inc()
+
     def _counter(self, metric: Any, *labels: str) -> Any:
         # A failing record's counters, looked up once per label set, not per record.
         key = (id(metric), *labels)
@@ -276,8 +294,9 @@ class Dispatcher:
                 if str(exc).startswith(f"agent {agent.name!r}"):
                     raise
                 raise _of_agent(agent, exc) from exc
-            except (asyncio.CancelledError, NotRunningError):
-                # State this worker no longer holds: not the record's fault either.
+            except (asyncio.CancelledError, NotRunningError, TooManyFailures):
+                # State this worker no longer holds: not the record's fault either. Or the
+                # agent failed on too many records: the worker stops.
                 raise
             except TransportError as exc:
                 if not isinstance(exc, RecordRejected):
@@ -323,6 +342,8 @@ class Dispatcher:
         emitter = self.emitters[source.name]
         handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
         dead_letter, relieve = self._dead_letter, self.publisher.relieve
+        counter = self.guards.get(source.name)
+        count = None if counter is None else counter.failed
 
         async def failed(exc: Exception) -> bool:
             message = source.current_message()
@@ -336,8 +357,14 @@ class Dispatcher:
                 return False
             if not how:
                 await self._failed(agent, source, message, exc)
-            elif dead_letter(agent.name, source, message, exc, stage_of(exc)):
+                return True
+            # Counted first: a guard that stops the worker raises, and the record that
+            # tripped it is not dead-lettered.
+            pause = 0.0 if count is None else count(exc, message)
+            if dead_letter(agent.name, source, message, exc, stage_of(exc)):
                 await relieve()
+            if pause:
+                await self._pause(pause)
             return True
 
         # The stream's loop calls the function itself: no generator step per record.
@@ -369,11 +396,35 @@ class Dispatcher:
             return False
         if not isinstance(exc, DecodeError):
             await self._failed(agent, source, message, exc, retry=False)
-        elif self._decode_owner.get(message.topic, agent.name) != agent.name:
+            return True
+        pause = self._count(source, exc, message)  # (not counted, unless the guard says so)
+        if self._decode_owner.get(message.topic, agent.name) != agent.name:
             pass  # the topic's first reader dead-letters it; the others pass it by
         elif self._dead_letter(agent.name, source, message, exc, "decode"):
             await self.publisher.relieve()
+        if pause:
+            await self._pause(pause)
         return True
+
+    async def _pause(self, seconds: float) -> None:
+        # An instance whose guard tripped with action "pause". Real time, as a retry's
+        # wait: what makes every record fail (a service away) needs time to come back.
+        self._paused += 1
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._paused -= 1
+
+    @property
+    def pausing(self) -> bool:
+        """True while an agent instance pauses after too many failures (its guard)."""
+        return self._paused > 0
+
+    def _count(self, source: StreamSource, exc: Exception, message: Message) -> float:
+        # The instance's failure guard counts the record: the seconds to pause after it,
+        # or TooManyFailures raised.
+        counter = self.guards.get(source.name)
+        return 0.0 if counter is None else counter.failed(exc, message)
 
     def _dead_letter(
         self, name: str, source: StreamSource, message: Message, exc: Exception, stage: str
@@ -415,7 +466,10 @@ class Dispatcher:
         action = agent.on_error.action_for(exc)
         if isinstance(exc, DecodeError):
             if self._decode_owner.get(message.topic, agent.name) != agent.name:
-                return  # the topic's first reader dead-letters it; the others pass it by
+                # The topic's first reader dead-letters it; the others pass it by.
+                if not self.fail_fast and (pause := self._count(source, exc, message)):
+                    await self._pause(pause)
+                return
             action = "dead_letter"  # bytes that do not decode never will: no retry, no skip
         if isinstance(exc, RecordRejected):
             stage, retry = "output", False  # refused for good: a retry meets the same refusal
@@ -446,6 +500,11 @@ class Dispatcher:
                 return
             action = action.then
         self._retrying.pop(source.name, None)
+        pause = 0.0
+        if not self.fail_fast and action != "stop":
+            # Before the record is dealt with: a guard that stops the worker raises, and
+            # leaves the record that tripped it uncommitted.
+            pause = self._count(source, exc, message)
         where = (agent.name, stage)
         self._errors[where] = self._errors.get(where, 0) + 1
         if isinstance(exc, LateRecord | FutureRecord):
@@ -458,15 +517,17 @@ class Dispatcher:
             raise exc
         if action == "skip":
             self.metrics.skipped.labels(agent.name).inc()
-            return
-        await self.letters.send(
-            message,
-            exc,
-            stage=stage,
-            agent=agent.name,
-            attempts=attempts,
-            topic=self._dlq[agent.name],
-        )
+        else:
+            await self.letters.send(
+                message,
+                exc,
+                stage=stage,
+                agent=agent.name,
+                attempts=attempts,
+                topic=self._dlq[agent.name],
+            )
+        if pause:
+            await self._pause(pause)
 
     async def rejected(self, origin: Any, exc: RecordRejected) -> None:
         """The broker refused, for good, a send this dispatcher made (``origin`` says

@@ -26,7 +26,13 @@ from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
 from ..durations import Seconds, optional_seconds, seconds
-from ..errors import ConfigurationError, FlowkitError, GraphError, TransportError
+from ..errors import (
+    ConfigurationError,
+    FlowkitError,
+    GraphError,
+    TooManyFailures,
+    TransportError,
+)
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
@@ -291,8 +297,8 @@ class Worker:
             if self.state.windowed:
                 spawn(fetcher.tick_windows(self.clock, settings.tick_interval), "window-ticks")
             if settings.stall_timeout:
-                rebalancing = self._rebalancing
-                spawn(fetcher.watch(self.clock, settings.stall_timeout, rebalancing), "watchdog")
+                excused = self._excused
+                spawn(fetcher.watch(self.clock, settings.stall_timeout, excused), "watchdog")
         leader = leader_of(list(dispatcher.routes), consumer.assignment if consumer else None)
         if self.status_interval:
             spawn(self.console.run_status(self.status_interval), "status")
@@ -339,6 +345,10 @@ class Worker:
     def _rebalancing(self) -> bool:
         return self.assignment is not None and self.assignment.rebalancing > 0
 
+    def _excused(self) -> bool:
+        # No progress is expected while rebalancing, or while an agent pauses on purpose.
+        return self._rebalancing() or (self.dispatcher is not None and self.dispatcher.pausing)
+
     def _flush_outbox_soon(self) -> None:
         """An agent caught up: send the windowed tables' partials and markers now, not
         after the next fetch returns (up to ``fetch_timeout`` later when no data comes)."""
@@ -377,7 +387,10 @@ class Worker:
         if self.web is not None and self._error is None:
             await self.web.leaving()  # tell the group its tables are no longer here
         try:
-            if self._error is None and self.fetcher is not None:
+            # An agent that failed too often stopped a sound worker: what is done (its
+            # dead letters too) is committed, up to the record that tripped the guard.
+            sound = self._error is None or isinstance(self._error, TooManyFailures)
+            if sound and self.fetcher is not None:
                 await self.checkpoint()
         except FlowkitError as exc:
             self._error = self._error or exc

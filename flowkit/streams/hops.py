@@ -290,4 +290,6 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
             else:
                 await send(name, encode(v), key=encode_key(key_fn(v)), timestamp_ms=m.timestamp)
         source.records += n
+        if not home:
+            source.passed += n  # sent on: the agent reads them from the hop topic
         source._finish(batch)

@@ -98,6 +98,9 @@ class StreamSource(TaskScope):
         self.chunk: list[Message] | None = None  # records of the list batches() handed out
         self.value: Any = None  # the decoded value of the current record
         self.records = 0  # values handed to the agent
+        # Of those, the records a hop sent on to its topic (group_by, through) rather than
+        # to the agent: they come back as records of the hop topic (see ``reached``).
+        self.passed = 0
         # Set by the worker: takes a record that does not decode (the current one) and
         # returns True once it is dealt with (dead-lettered), so the stream goes on.
         self.undecodable: Callable[[Exception], Awaitable[bool]] | None = None
@@ -187,6 +190,20 @@ class StreamSource(TaskScope):
         if pos < 0:
             return None
         return batch.messages[pos].offset
+
+    def reached(self) -> int:
+        """How many records the stream has read for the agent, the current one included
+        (filtered ones too, not those a hop sent on): one more per record. Asked when a
+        record fails, so that two failures can be told apart from two with records between
+        them, at no cost per record.
+
+        >>> StreamSource("a").reached()
+        0
+        """
+        held = self.join_held
+        if held:  # a join's batches, side by side: each record read moves one cursor
+            return self.records + sum(b.cursor for sides in held.values() for q in sides for b in q)
+        return self.records - self.passed + self.pos + 1
 
     def marker(self) -> tuple[int, int, Batch | None]:
         """Something that changes whenever the agent reads a record."""

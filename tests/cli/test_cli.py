@@ -526,6 +526,20 @@ def test_a_fatal_worker_error_is_one_line_and_exit_1(spawn: Callable[..., Proces
     assert "Traceback" not in "".join(worker.err)
 
 
+def test_an_agent_failing_on_every_record_stops_the_worker_with_one_line(
+    spawn: Callable[..., Process],
+) -> None:
+    worker = spawn("worker", "failing_app:app", "--log-level", "warning")
+    assert worker.finish() == 1
+    errors = [line for line in worker.err if line.startswith("Error:")]
+    assert errors == [
+        "Error: worker failed: TooManyFailures: agent 'total' failed on 1,000 records in a "
+        "row, the last with ZeroDivisionError: 999 / 0 (numbers/0 offset 999, not committed)\n"
+    ]
+    assert worker.err[-1] == errors[0]
+    assert "Traceback" not in "".join(worker.err)
+
+
 def test_a_graph_problem_stops_the_worker_before_it_starts(
     spawn: Callable[..., Process],
 ) -> None:
