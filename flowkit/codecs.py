@@ -28,6 +28,21 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 
+# What a decoder raises for bytes it cannot read, besides msgspec's own errors (its
+# ValidationError among them): nesting deeper than the interpreter's recursion limit
+# (msgspec raises RecursionError, for a value of any type with lists or objects, or a record
+# skipping an unknown field), a value too big for memory, and from hand-written decoders
+# and msgspec's hooks ValueError (UnicodeDecodeError is one) and OverflowError. Each is the
+# record's fault, not a bug: a DecodeError, dead-lettered at stage "decode", never retried.
+DECODE_FAILURES: tuple[type[Exception], ...] = (
+    msgspec.DecodeError,
+    RecursionError,
+    MemoryError,
+    ValueError,
+    OverflowError,
+)
+
+
 def decode_error_message(exc: BaseException) -> str:
     """What a ``DecodeError`` says about ``exc``, a decoder's error, naming its type once.
 
@@ -43,7 +58,8 @@ def decode_error_message(exc: BaseException) -> str:
 class Codec(Protocol[T]):
     """Encodes a value to bytes and decodes bytes to a value.
 
-    ``decode`` raises ``flowkit.DecodeError`` for bytes it cannot read.
+    ``decode`` raises ``flowkit.DecodeError`` for bytes it cannot read. Whatever else it
+    raises is taken as a ``DecodeError`` too: the record does not decode.
     """
 
     def encode(self, value: T, /) -> bytes: ...
@@ -56,6 +72,9 @@ class JsonCodec(Generic[T]):
 
     >>> JsonCodec(int).decode(b"42")
     42
+    >>> JsonCodec(list).decode(b"[" * 10_000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    flowkit.errors.DecodeError: RecursionError: maximum recursion depth exceeded...
     """
 
     name = "json"
@@ -71,7 +90,7 @@ class JsonCodec(Generic[T]):
     def decode(self, data: bytes, /) -> T:
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:  # ValidationError is a subclass
+        except DECODE_FAILURES as exc:
             raise DecodeError(decode_error_message(exc)) from None
 
     @property
@@ -97,7 +116,7 @@ class MsgpackCodec(Generic[T]):
     def decode(self, data: bytes, /) -> T:
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except DECODE_FAILURES as exc:
             raise DecodeError(decode_error_message(exc)) from None
 
     @property

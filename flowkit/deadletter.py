@@ -333,7 +333,7 @@ class DeadLetter:
         meta: dict[str, str] = {}
         original: list[tuple[str, bytes | None]] = []
         for name, value in message.headers:
-            if name.startswith(HEADER_PREFIX):
+            if name.startswith(HEADER_PREFIX):  # (Kafka allows a header without a value)
                 meta[name[len(HEADER_PREFIX) :]] = (value or b"").decode(errors="replace")
             else:
                 original.append((name, value))
@@ -362,11 +362,11 @@ class DeadLetter:
 
     @property
     def source_partition(self) -> int:
-        return int(self.meta.get("source.partition", "-1"))
+        return self._number("source.partition", -1)
 
     @property
     def source_offset(self) -> int:
-        return int(self.meta.get("source.offset", "-1"))
+        return self._number("source.offset", -1)
 
     @property
     def truncated(self) -> bool:
@@ -376,9 +376,7 @@ class DeadLetter:
     @property
     def original_size(self) -> int:
         """The original value's size in bytes (as carried, if not truncated)."""
-        if "value.size" in self.meta:
-            return int(self.meta["value.size"])
-        return len(self.message.value or b"")
+        return self._number("value.size", len(self.message.value or b""))
 
     @property
     def value_sha256(self) -> str | None:
@@ -387,7 +385,15 @@ class DeadLetter:
 
     @property
     def failed_at_ms(self) -> int:
-        return int(self.meta.get("failed_at", "0"))
+        return self._number("failed_at", 0)
+
+    def _number(self, name: str, default: int) -> int:
+        # Anyone may write to a dead-letter topic: a header that is not a number reads
+        # as missing, and the letter is still shown and replayed.
+        try:
+            return int(self.meta[name])
+        except (KeyError, ValueError):
+            return default
 
     def matches(self, where: dict[str, str]) -> bool:
         """True if every ``field=value`` in ``where`` holds (fields: stage, error, agent,
@@ -405,14 +411,18 @@ class DeadLetter:
         """One readable line: where it came from, when, why, and a value preview."""
         import datetime
 
-        when = datetime.datetime.fromtimestamp(self.failed_at_ms / 1000, datetime.UTC)
+        try:
+            at = datetime.datetime.fromtimestamp(self.failed_at_ms / 1000, datetime.UTC)
+            when = f"{at:%Y-%m-%d %H:%M:%S}"
+        except (OverflowError, ValueError, OSError):  # a time no calendar holds
+            when = "????-??-?? ??:??:??"
         value = self.message.value
         # Bytes that are not UTF-8 show escaped (\xff), never raw on the terminal.
         preview = "<none>" if value is None else value[:width].decode(errors="backslashreplace")
         if value is not None and len(value) > width:
             preview += "…"
         return (
-            f"{self.message.offset:>6}  {when:%Y-%m-%d %H:%M:%S}  {self.stage:<7} "
+            f"{self.message.offset:>6}  {when}  {self.stage:<7} "
             f"{self.source_topic}/{self.source_partition}@{self.source_offset}  "
             f"agent={self.agent or '-'}  {self.error_type}: {self.error_message[:80]}  "
             f"value={preview}"

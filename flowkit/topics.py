@@ -93,8 +93,11 @@ class Topic(Generic[T]):
         return self.value_codec.encode(value)
 
     def decode(self, data: bytes) -> T:
-        """Decode one value; raises ``DecodeError``."""
-        value: T = self.value_codec.decode(data)
+        """Decode one value; raises ``DecodeError`` (whatever the codec raised)."""
+        try:
+            value: T = self.value_codec.decode(data)
+        except Exception as exc:
+            raise self.decode_error(exc) from None
         return value
 
     def encode_key(self, key: Any) -> bytes | None:
@@ -109,7 +112,7 @@ class Topic(Generic[T]):
             return None
         try:
             return self.key_codec.decode(data)
-        except DecodeError:
+        except Exception:  # whatever the codec raises (RecursionError, ...): no decode
             return data
 
     def decoder(self) -> Callable[[bytes | None], T]:

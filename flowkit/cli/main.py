@@ -33,7 +33,7 @@ from .devbroker import dev_broker
 from .loader import load_app
 from .placeholders import plain_arguments
 from .processes import child_index, parse_processes, run_group, serve_child
-from .stdout import stop_when_stdout_closes
+from .stdio import stop_when_stdout_closes
 
 __all__ = ["cli"]
 
@@ -428,20 +428,22 @@ async def _serve(worker: Worker) -> BaseException | None:
     forced = False
 
     def on_signal(signum: int) -> None:
+        # Each step acts before it logs: the stop must not hang on a line that cannot be
+        # written (the log lines cannot raise, but a handler that raised would stop nothing).
         nonlocal forced
         name = signal.Signals(signum).name
         if not worker.stopping:
-            log.info("stopping gracefully; send the signal again to force", signal=name)
             worker.stop()
+            log.info("stopping gracefully; send the signal again to force", signal=name)
         elif not forced:
             # Forced: queued batches are dropped (they are not committed, so nothing is
             # lost), but done work is still committed and the clients are closed.
-            log.warning("forcing the worker to stop; a third signal cancels", signal=name)
             forced = True
             worker.stop(force=True)
+            log.warning("forcing the worker to stop; a third signal cancels", signal=name)
         else:
-            log.warning("cancelling the worker", signal=name)
             task.cancel()
+            log.warning("cancelling the worker", signal=name)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from ..app import App
+from ..codecs import DECODE_FAILURES, decode_error_message
 from ..errors import ConfigurationError
 from ..transports import parse_broker_url
 from .loader import load_app
@@ -45,6 +46,11 @@ def parse_typed(text: str, type_: Any, what: str) -> Any:
         raise ConfigurationError(f"{what} {text!r} is not a valid {_name(type_)}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ConfigurationError(f"{what} {text!r} is not JSON: {exc}") from None
+    except DECODE_FAILURES as exc:  # nested too deep (RecursionError), ...
+        shown = text if len(text) <= 80 else text[:80] + "..."
+        raise ConfigurationError(
+            f"{what} {shown!r} is not JSON: {decode_error_message(exc)}"
+        ) from None
 
 
 def _name(type_: Any) -> str:

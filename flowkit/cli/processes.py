@@ -159,5 +159,5 @@ async def _watch_parent(worker: Worker) -> None:
     while await reader.read(4096):
         pass
     if not worker.stopping:
+        worker.stop()  # (before the line: the parent's stderr may have gone with it)
         log.warning("the parent process is gone; stopping")
-        worker.stop()

@@ -40,6 +40,7 @@ class Console:
         self.log = log  # where the lines go (a test can hand its own)
         self._last_draw = 0.0
         self._drawn = False
+        self._lost = False  # a write to the terminal failed: log lines from then on
         self._last_records = 0
         self._last_time = time.monotonic()
         worker.state.recovery.listeners.append(self.progress)
@@ -47,6 +48,8 @@ class Console:
     @property
     def terminal(self) -> bool:
         """True when the stream is a terminal: a bar, not log lines."""
+        if self._lost:
+            return False
         isatty = getattr(self.stream, "isatty", None)
         return bool(isatty and isatty())
 
@@ -72,18 +75,25 @@ class Console:
     def _bar(self, recovery: RecoveryProgress, total: int) -> None:
         if not recovery.active:
             if self._drawn:
-                self.stream.write("\r" + " " * (_WIDTH + 60) + "\r")
-                self.stream.flush()
+                self._draw("\r" + " " * (_WIDTH + 60) + "\r")
                 self._drawn = False
             return
         done = recovery.read
         filled = _WIDTH if total == 0 else int(_WIDTH * done / total)
         bar = "#" * filled + "." * (_WIDTH - filled)
-        self.stream.write(
+        self._draw(
             f"\rrecovering tables [{bar}] {done:,}/{total:,} records {recovery.rate():,.0f}/s"
         )
-        self.stream.flush()
         self._drawn = True
+
+    def _draw(self, text: str) -> None:
+        # A terminal that went away (a closed window, a dead ssh session) fails the
+        # write: the recovery goes on, its progress no longer drawn.
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._lost = True
 
     def status_line(self) -> dict[str, object]:
         """The figures of one status line (and reset the rate's start)."""

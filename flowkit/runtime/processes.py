@@ -174,15 +174,17 @@ class ProcessGroup:
         third kills them."""
         self._signals += 1
         self._stopping.set()
+        # The children are signalled before the line is logged: a log line that cannot be
+        # written must not keep them running.
         if self._signals == 1:
+            self._signal_all(signal.SIGTERM)
             log.info("stopping the worker processes gracefully; send the signal again to force")
-            self._signal_all(signal.SIGTERM)
         elif self._signals == 2:
-            log.warning("forcing the worker processes to stop; a third signal kills them")
             self._signal_all(signal.SIGTERM)
+            log.warning("forcing the worker processes to stop; a third signal kills them")
         else:
-            log.warning("killing the worker processes")
             self._signal_all(signal.SIGKILL)
+            log.warning("killing the worker processes")
 
     def _signal_all(self, signum: int) -> None:
         for child in self.children:

@@ -23,6 +23,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
+from ..codecs import DECODE_FAILURES
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, Table, WindowedStore, WindowedTable
 from ..transports import Ack, TopicSpec, read_topic
@@ -36,6 +37,18 @@ __all__ = ["TableQueries", "endpoints_topic"]
 log = structlog.get_logger(__name__)
 
 _ADVERTISE_EVERY = 0.5  # seconds between looks at the assignment
+# A key in a URL that does not decode, or decodes to a list or an object (no dict key).
+_NOT_A_KEY: tuple[type[Exception], ...] = (*DECODE_FAILURES, TypeError)
+
+
+class _Advert(msgspec.Struct):
+    """What a worker advertises (its URL is the record's key)."""
+
+    partitions: list[int]
+    at: float
+
+
+_decode_advert = msgspec.json.Decoder(_Advert).decode
 
 
 def endpoints_topic(app_name: str) -> str:
@@ -112,21 +125,27 @@ class TableQueries:
 
     async def owners(self) -> dict[int, str]:
         """partition -> URL of the worker that advertised it last (other than this one)."""
-        latest: dict[str, dict[str, Any]] = {}
+        latest: dict[str, _Advert] = {}
 
         def apply(tp: TopicPartition, messages: Sequence[Message]) -> None:
             for m in messages:
-                if m.key is not None and m.value is not None:
-                    latest[m.key.decode()] = json.loads(m.value)
+                if m.key is None or m.value is None:
+                    continue
+                # Anyone with produce rights may write here: a record that is not an
+                # advertisement is passed over.
+                try:
+                    latest[m.key.decode()] = _decode_advert(m.value)
+                except DECODE_FAILURES:
+                    continue
 
         await read_topic(self.worker.transport, self.topic, apply, client_id="flowkit-web")
         claims: dict[int, tuple[float, str]] = {}
         for url, advert in latest.items():
             if url == self.server.url:
                 continue
-            for p in advert.get("partitions", []):
-                if p not in claims or advert["at"] > claims[p][0]:
-                    claims[p] = (advert["at"], url)
+            for p in advert.partitions:
+                if p not in claims or advert.at > claims[p][0]:
+                    claims[p] = (advert.at, url)
         return {p: url for p, (_, url) in claims.items()}
 
     # -- routes ---------------------------------------------------------------------------
@@ -158,8 +177,10 @@ class TableQueries:
             return _error(404, f"no table {name!r}; GET /tables lists them")
         try:
             key = raw if table.key_type is str else msgspec.json.decode(raw, type=table.key_type)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return _error(400, f"key {raw!r} is not a {table.key_type.__name__}: {exc}")
+            hash(key)  # a list or an object is no table key
+        except _NOT_A_KEY as exc:
+            kind = getattr(table.key_type, "__name__", str(table.key_type))
+            return _error(400, f"key {raw[:80]!r} is not a {kind}: {exc!r}")
         store = self.worker.state.stores[table]
         if isinstance(table, GlobalTable):
             return self._value(name, key, None, store)

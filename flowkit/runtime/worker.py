@@ -203,10 +203,12 @@ class Worker:
         return self._error
 
     def _fatal(self, exc: BaseException, task: str) -> None:
-        if self._error is None:
+        first = self._error is None
+        if first:
             self._error = exc
+        self.stop(force=True)  # before the log line, which a broken stderr could fail
+        if first:
             log.error("worker stopping on a fatal error", task=task, error=str(exc) or repr(exc))
-        self.stop(force=True)
 
     async def start(self) -> None:
         """Validate the app, create topics, connect, and start the loops."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..errors import NotRunningError
+from ..errors import DecodeError, NotRunningError
 from ..records import Message
 
 if TYPE_CHECKING:
@@ -118,14 +118,17 @@ class TableStore(Generic[K, V]):
         key_decode = self.table.key_codec.decode
         if _apply_fast(data, messages, self.table.key_codec, self.table.value_codec):
             return
-        for m in messages:
-            if m.key is None:
-                continue
-            key = key_decode(m.key)
-            if m.value is None:
-                data.pop(key, None)
-            else:
-                data[key] = decode(m.value)
+        try:
+            for m in messages:
+                if m.key is None:
+                    continue
+                key = key_decode(m.key)
+                if m.value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = decode(m.value)
+        except TypeError as exc:
+            raise _not_a_key(exc) from None
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """The latest value of every key changed since the last drain: (partition, key,
@@ -140,6 +143,11 @@ class TableStore(Generic[K, V]):
                 out.append((p, encode_key(key), None if value is _MISSING else encode(value)))
         self._dirty = {}
         return out
+
+
+def _not_a_key(exc: TypeError) -> DecodeError:
+    # A key that decodes to a list or an object (JSON has no tuples) is no dict key.
+    return DecodeError(f"a changelog key does not decode to a table key: {exc}")
 
 
 def _apply_fast(
@@ -210,11 +218,14 @@ class GlobalStore(Generic[K, V]):
         topic = self.table.topic
         decode = topic.decode
         key_decode = topic.decode_key
-        for m in messages:
-            if m.key is None:
-                continue
-            key = key_decode(m.key)
-            if m.value is None:
-                data.pop(key, None)
-            else:
-                data[key] = decode(m.value)
+        try:
+            for m in messages:
+                if m.key is None:
+                    continue
+                key = key_decode(m.key)
+                if m.value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = decode(m.value)
+        except TypeError as exc:
+            raise _not_a_key(exc) from None

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from flowkit import SystemClock
 from flowkit.cli import cli
+from flowkit.cli.operator import parse_typed
+from flowkit.errors import ConfigurationError
 from flowkit.testing import TestDriver
 from flowkit.transports.kafka import KafkaTransport
 from tests.conftest import KAFKA_TEST_SETTINGS
@@ -112,3 +114,10 @@ def test_a_bad_reset_target_is_one_line() -> None:
     assert result.output.strip() == (
         "Error: --to 'yesterday': use earliest, latest, ms since the epoch or an ISO 8601 time"
     )
+
+
+@pytest.mark.parametrize("type_", [Any, list[Any], dict[str, Any]], ids=["Any", "list", "dict"])
+def test_a_value_nested_too_deep_is_one_line(type_: Any) -> None:
+    deep = "[" * 5_000 if type_ != dict[str, Any] else '{"a":' * 5_000
+    with pytest.raises(ConfigurationError, match=r"VALUE .* is not JSON: RecursionError"):
+        parse_typed(deep, type_, "VALUE")

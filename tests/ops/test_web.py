@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import aiohttp
 import pytest
 
+import flowkit
 from flowkit.errors import ConfigurationError
+from flowkit.runtime.web_tables import endpoints_topic
 from flowkit.testing import TestDriver
 from tests.conftest import DriverFactory
 from tests.ops.webapp import Click, build
@@ -147,3 +150,35 @@ async def test_health_and_readiness_fail_after_a_fatal_error() -> None:
         assert status == 503 and body["alive"] is False  # type: ignore[index]
         assert "the disk is full" in body["error"]  # type: ignore[index]
         assert (await get(f"{web.url}/ready"))[0] == 503
+
+
+async def test_hostile_keys_and_advertisements_are_answered_not_raised() -> None:
+    # A key nested deeper than msgspec decodes (RecursionError) is a bad request, and
+    # advertisements that anyone could have written are passed over, not raised.
+    app = flowkit.App("webhostile", partitions=2)
+    items = app.topic("items", value_type=int, key_type=Any)
+    by_key = app.table("by_key", key_type=Any, default=int)
+
+    @app.agent(items)
+    async def keep(stream: flowkit.Stream[int]) -> None:
+        async for n in stream:
+            by_key[n] += 1
+
+    async with TestDriver(app, web_port=0) as driver:
+        web = driver.worker.web
+        assert web is not None
+        status, value, _ = await get(f"{web.url}/tables/by_key/{'[' * 2_000}")
+        assert status == 400 and "is not a" in value["error"]  # type: ignore[index]
+        topic = endpoints_topic(app.name)
+        for key, data in [
+            (b"\xff\xfe", b"{}"),
+            (b"http://a:1", b"[" * 5_000),
+            (b"http://b:1", b"\xff"),
+            (b"http://c:1", b'"a string"'),
+            (b"http://d:1", b'{"partitions": "all", "at": "now"}'),
+            (b"http://e:1", b'{"partitions": [[0]], "at": 1}'),
+            (b"http://f:1", b'{"partitions": [1], "at": 2.5}'),  # the one good one
+        ]:
+            await driver.send_raw(topic, data, key=key)
+        await driver.run_until_idle()
+        assert await web.tables.owners() == {1: "http://f:1"}
