@@ -18,7 +18,7 @@ import structlog
 
 from ..app import App
 from ..clock import Clock
-from ..deadletter import dead_letter_topic
+from ..deadletter import dead_letter_headers, dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
 from ..transports import OutRecord, TopicSpec, Transport, read_to_end
@@ -277,6 +277,28 @@ class StateKeeper:
         table = self.repartition[tp.topic]
         store = self.stores[table]
         emissions = store.receive(tp.partition, messages)
+        for message, exc in store.owners.take_rejected():
+            # Not flowkit's (anyone with produce rights can write an internal topic): a
+            # dead letter, as any record that does not decode, and the table goes on.
+            log.error(
+                "record failed",
+                action="dead_letter",
+                stage="decode",
+                table=table.name,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                error=repr(exc),
+            )
+            headers = dead_letter_headers(
+                message,
+                exc,
+                stage="decode",
+                agent=f"table:{table.name}",
+                attempts=1,
+                failed_at_ms=int(self.clock.time() * 1000),
+            )
+            await self._send(self.dlq, message.value, key=message.key, headers=headers)
         if emissions:
             await table.emit(store, emissions, self._send, self.dlq)
 

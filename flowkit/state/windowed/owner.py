@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from ...errors import NotRunningError
+from ...errors import DecodeError, NotRunningError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import Window, WindowSpec
@@ -72,6 +72,14 @@ class Owners:
         self.closed_windows = 0
         self.replays_ignored = 0
         self._changes: list[tuple[int, bytes, bytes | None]] = []
+        # Records of the repartition topic that flowkit did not write, with why: the
+        # worker dead-letters them (``take_rejected``), and nothing else sees them.
+        self.rejected: list[tuple[Message, Exception]] = []
+
+    def take_rejected(self) -> list[tuple[Message, Exception]]:
+        """The records ``receive`` refused since the last call."""
+        rejected, self.rejected = self.rejected, []
+        return rejected
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Start owning these partitions."""
@@ -94,16 +102,20 @@ class Owners:
         changed_wm = False
         replays = future = 0
         guard = self.guard
+        sources = len(owner.source_wm)
         for m in messages:
             if m.value is None:
                 continue
-            kind, a, src, key, value = wire.decode(m.value)
+            try:
+                kind, a, src, key, value = wire.decode_record(m.value, sources)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))  # the worker dead-letters it
+                continue
             if kind == "p":
                 start = a
                 if start + size <= min(owner.source_wm) or start in owner.closed:
                     replays += 1  # a replay after a restart: the window closed already
                     continue
-                key = wire.key_from_json(key)
                 owner.open.setdefault(start, {}).setdefault(key, {})[src] = value
                 self._changes.append((q, wire.owned_key(start, key, src), wire.encode(value)))
             elif kind == "w" and a > owner.source_wm[src]:

@@ -22,14 +22,18 @@ Changelog keys (values are JSON; a None value deletes):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
+
+from ...codecs import DECODE_FAILURES, decode_error_message
+from ...errors import DecodeError
 
 __all__ = [
     "WATERMARK_KEY",
     "closed_key",
     "decode",
+    "decode_record",
     "encode",
     "key_from_json",
     "marker",
@@ -41,6 +45,35 @@ __all__ = [
 
 encode = msgspec.json.Encoder().encode
 decode = msgspec.json.Decoder().decode
+_REFUSED: tuple[type[Exception], ...] = (
+    *DECODE_FAILURES,
+    TypeError,
+)  # TypeError: a key that cannot be hashed
+_record = msgspec.json.Decoder(tuple[Literal["p", "w"], int, int, Any, Any]).decode
+
+
+def decode_record(data: bytes, sources: int) -> tuple[str, int, int, Any, Any]:
+    """A repartition record, checked: anyone who may write the topic may write anything
+    there, so a record that is not a partial or marker of ``sources`` source partitions
+    with a usable key raises ``DecodeError`` (the worker dead-letters it and goes on).
+
+    >>> decode_record(partial(10_000, 1, ["a", 1], 5), sources=2)
+    ('p', 10000, 1, ('a', 1), 5)
+    >>> decode_record(b'["p", 0, 7, "k", 1]', sources=2)
+    Traceback (most recent call last):
+    ...
+    flowkit.errors.DecodeError: not a repartition record: source partition 7 of 2
+    """
+    try:
+        kind, a, source, key, value = _record(data)
+        key = key_from_json(key)
+        hash(key)  # a table key: a list inside a list is not one
+    except _REFUSED as exc:
+        raise DecodeError(f"not a repartition record: {decode_error_message(exc)}") from None
+    if not 0 <= source < sources:
+        raise DecodeError(f"not a repartition record: source partition {source} of {sources}")
+    return kind, a, source, key, value
+
 
 WATERMARK_KEY = b'["w"]'
 
