@@ -142,6 +142,7 @@ class StateKeeper:
             total = await read_to_end(consumer, set(tps), apply)
         finally:
             self.recovery.finish()
+        await self._dead_letter_refused(set(tps.values()))
         return total, round(self.clock.monotonic() - started, 3)
 
     async def _has_records(self, table: GlobalTable[Any, Any]) -> bool:
@@ -162,6 +163,7 @@ class StateKeeper:
                 batches = await consumer.getmany(0.5, 10_000)
                 for tp, messages in batches.items():
                     tps[tp].apply_changelog(tp.partition, messages)
+                await self._dead_letter_refused(set(tps.values()))
         finally:
             await consumer.aclose()
 
@@ -277,14 +279,20 @@ class StateKeeper:
         table = self.repartition[tp.topic]
         store = self.stores[table]
         emissions = store.receive(tp.partition, messages)
-        for message, exc in store.owners.take_rejected():
-            # Not flowkit's (anyone with produce rights can write an internal topic): a
-            # dead letter, as any record that does not decode, and the table goes on.
+        await self._dead_letter(table.name, store.owners.take_rejected())
+        if emissions:
+            await table.emit(store, emissions, self._send, self.dlq)
+
+    async def _dead_letter(self, table: str, rejected: list[tuple[Message, Exception]]) -> None:
+        # Records of a table's own topics (changelog, repartition, a global table's topic)
+        # that do not decode: anyone with produce rights can write those topics. Each is a
+        # dead letter, as any record that does not decode, and the table goes on.
+        for message, exc in rejected:
             log.error(
                 "record failed",
                 action="dead_letter",
                 stage="decode",
-                table=table.name,
+                table=table,
                 topic=message.topic,
                 partition=message.partition,
                 offset=message.offset,
@@ -294,13 +302,20 @@ class StateKeeper:
                 message,
                 exc,
                 stage="decode",
-                agent=f"table:{table.name}",
+                agent=f"table:{table}",
                 attempts=1,
                 failed_at_ms=int(self.clock.time() * 1000),
             )
             await self._send(self.dlq, message.value, key=message.key, headers=headers)
-        if emissions:
-            await table.emit(store, emissions, self._send, self.dlq)
+
+    async def _dead_letter_refused(self, stores: Iterable[Any]) -> None:
+        for store in stores:
+            # (Tables' and global tables' stores keep what they refused; the stores of
+            # windowed tables and joins refuse nothing here.)
+            rejected = getattr(store, "rejected", None)
+            if rejected:
+                store.rejected = []
+                await self._dead_letter(store.table.name, rejected)
 
     def tick(self, caught_up: set[int]) -> None:
         """Let quiet, caught-up partitions move their watermarks."""

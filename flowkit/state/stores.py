@@ -36,6 +36,9 @@ class TableStore(Generic[K, V]):
     """A partitioned table's state in one worker: a dict per held partition."""
 
     def __init__(self, table: Table[K, V]) -> None:
+        # Changelog records that do not decode (anyone with produce rights can write the
+        # topic): the worker dead-letters them (``take_rejected``); the key keeps its value.
+        self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self._data: dict[int, dict[K, V]] = {}
         self._dirty: dict[int, set[K]] = {}
@@ -118,17 +121,19 @@ class TableStore(Generic[K, V]):
         key_decode = self.table.key_codec.decode
         if _apply_fast(data, messages, self.table.key_codec, self.table.value_codec):
             return
-        try:
-            for m in messages:
-                if m.key is None:
-                    continue
+        for m in messages:
+            if m.key is None:
+                continue
+            try:
                 key = key_decode(m.key)
                 if m.value is None:
                     data.pop(key, None)
                 else:
                     data[key] = decode(m.value)
-        except TypeError as exc:
-            raise _not_a_key(exc) from None
+            except DecodeError as exc:
+                self.rejected.append((m, exc))  # the worker dead-letters it and goes on
+            except TypeError as exc:
+                self.rejected.append((m, _not_a_key(exc)))
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """The latest value of every key changed since the last drain: (partition, key,
@@ -180,6 +185,8 @@ class GlobalStore(Generic[K, V]):
     """A global table's state in one worker: the whole topic as one dict."""
 
     def __init__(self, table: GlobalTable[K, V]) -> None:
+        # Records of the table's topic that do not decode: dead-lettered by the worker.
+        self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self._data: dict[K, V] = {}
         # The dict itself and its own ``get``, for reads per record: a stream join's, and
@@ -218,14 +225,16 @@ class GlobalStore(Generic[K, V]):
         topic = self.table.topic
         decode = topic.decode
         key_decode = topic.decode_key
-        try:
-            for m in messages:
-                if m.key is None:
-                    continue
+        for m in messages:
+            if m.key is None:
+                continue
+            try:
                 key = key_decode(m.key)
                 if m.value is None:
                     data.pop(key, None)
                 else:
                     data[key] = decode(m.value)
-        except TypeError as exc:
-            raise _not_a_key(exc) from None
+            except DecodeError as exc:
+                self.rejected.append((m, exc))  # the worker dead-letters it and goes on
+            except TypeError as exc:
+                self.rejected.append((m, _not_a_key(exc)))
