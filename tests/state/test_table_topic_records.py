@@ -42,7 +42,7 @@ async def seed(broker: MemoryBroker, topic: str, records: list[tuple[bytes, byte
 async def test_a_global_tables_topic_with_records_that_do_not_decode() -> None:
     broker = MemoryBroker()
     await seed(broker, "prices", [(b"a", b"1"), *[(b"a", v) for v in ODD], (b"b", b"2")])
-    app, prices, orders, out = app_with()
+    app, _, orders, out = app_with()
     async with TestDriver(app, broker=broker) as driver:
         await driver.send(orders, "a")
         await driver.send(orders, "b")
