@@ -1,4 +1,5 @@
-"""Losing the broker with records in flight, on a durable broker (S3 storage on moto).
+"""Losing the broker with records in flight, on a broker that keeps its data over a SIGKILL:
+Apache Kafka (its log directory) with both clients, and Tansu with S3 storage on moto.
 
 A worker process relays items (outputs, a table, dead letters: tests/kafka/apps/relay_app.py)
 while the broker is SIGKILLed and restarted. At-least-once: after de-duplication by
@@ -20,8 +21,16 @@ import msgspec
 import pytest
 
 from flowkit.records import Message
-from tests.kafka.conftest import Client, Spawn, broker_url, end_offsets, latest_by_key, start_worker
-from tests.kafka_broker import TansuBroker
+from tests.kafka.conftest import (
+    APACHE_KAFKA,
+    Client,
+    KafkaServer,
+    Spawn,
+    broker_url,
+    end_offsets,
+    latest_by_key,
+    start_worker,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -32,8 +41,30 @@ PARTITIONS = 4
 BAD_EVERY = 97
 # On S3 storage every produced batch is an object and a fetch lists them all: with a short
 # fetch_max_wait_ms the broker answers an empty fetch before it has read them (the docs'
-# broker page says so), so durable-mode clients wait up to a second.
-DURABLE = {"fetch_max_wait_ms": 1000}
+# broker page says so), so Tansu's durable-mode clients wait up to a second.
+TANSU_S3 = {"fetch_max_wait_ms": 1000}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("apache-kafka", "aiokafka"), marks=APACHE_KAFKA.marks, id="apache-kafka"),
+        pytest.param(("apache-kafka", "rdkafka"), marks=APACHE_KAFKA.marks, id="apache-rdkafka"),
+        pytest.param(("tansu-s3", "aiokafka"), id="tansu-s3"),
+    ]
+)
+def lost(request: pytest.FixtureRequest) -> tuple[KafkaServer, dict[str, Any]]:
+    """The broker a test loses, and the settings of the test's and the workers' clients:
+    the session's Apache Kafka (to the test alone, emptied after it) with aiokafka or
+    librdkafka workers, or a Tansu of the test's own on S3 storage with aiokafka workers."""
+    broker, client = request.param
+    if broker == "tansu-s3":
+        return request.getfixturevalue("durable_kafka"), {**TANSU_S3, "client": client}
+    return request.getfixturevalue("clean_apache_kafka"), {"client": client}
+
+
+def own_client(broker: KafkaServer, settings: dict[str, Any]) -> Client:
+    """The test's own client (aiokafka), with the broker's fetch settings."""
+    return Client(broker.bootstrap, **{k: v for k, v in settings.items() if k != "client"})
 
 
 def items(first: int, count: int, keys: int = 16) -> list[tuple[bytes, bytes, None]]:
@@ -92,25 +123,27 @@ def assert_exact(counts: Counter[int], expected: set[int], what: str) -> None:
 
 
 def assert_no_client_noise(err: str) -> None:
-    """Outages are reported by flowkit's own lines, not aiokafka's per-attempt errors."""
+    """Outages are reported by flowkit's own lines, not the client's per-attempt errors."""
     assert "Traceback" not in err, err[-3000:]
     assert "ERROR aiokafka" not in err, err[-3000:]
+    assert "|FAIL|" not in err, err[-3000:]  # librdkafka's own log lines
 
 
 async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[KafkaServer, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = own_client(broker, settings)
     try:
-        worker = start_worker(workers, "relay", APP, broker_url(durable_kafka.bootstrap, **DURABLE))
+        worker = start_worker(workers, "relay", APP, broker_url(broker.bootstrap, **settings))
         await worker.wait_for_log("tables recovered")
         total = 2_000
         acks = await client.produce(ITEMS, items(0, total))
         await wait_committed_at_least(client, 600, worker.err)
 
-        durable_kafka.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
+        broker.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
         await asyncio.sleep(3)
-        durable_kafka.start()
+        broker.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
         await worker.wait_for_log("Kafka broker is back")  # probed every 0.5 s while away
@@ -130,28 +163,29 @@ async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
 
 
 async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_the_job(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[KafkaServer, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = own_client(broker, settings)
     try:
-        url = broker_url(durable_kafka.bootstrap, broker_timeout=2, **DURABLE)
+        url = broker_url(broker.bootstrap, broker_timeout=2, **settings)
         first = start_worker(workers, "relay-1", APP, url)
         await first.wait_for_log("tables recovered")
         total = 2_000
         acks = await client.produce(ITEMS, items(0, total))
         await wait_committed_at_least(client, 400, first.err)
 
-        durable_kafka.stop()
+        broker.stop()
         assert await first.wait(deadline=30) == 1, first.err
         err = first.err
         errors = [line for line in err.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1, err[-3000:]
-        assert "BrokerUnavailable" in errors[0] and durable_kafka.bootstrap in errors[0]
+        assert "BrokerUnavailable" in errors[0] and broker.bootstrap in errors[0]
         assert "unreachable for" in errors[0] and "broker_timeout=2 s" in errors[0]
         assert err.count("Kafka broker unreachable") == 1
         assert_no_client_noise(err)
 
-        durable_kafka.start()
+        broker.start()
         committed = await client.committed(GROUP, ITEMS, PARTITIONS)
         # Nothing is committed past what was acknowledged: every record below a committed
         # offset has its output (or dead letter) and its table entry on the broker.
@@ -164,9 +198,7 @@ async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_th
             CHANGELOG, PARTITIONS, lambda ms: good <= set(table_seqs(ms)), deadline=60
         )
 
-        second = start_worker(
-            workers, "relay-2", APP, broker_url(durable_kafka.bootstrap, **DURABLE)
-        )
+        second = start_worker(workers, "relay-2", APP, broker_url(broker.bootstrap, **settings))
         await second.wait_for_log("tables recovered", deadline=60)
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
         assert await second.stop() == 0, second.err
@@ -181,11 +213,12 @@ async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_th
 
 
 async def test_a_broker_restart_during_a_rebalance_loses_nothing(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[KafkaServer, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = own_client(broker, settings)
     try:
-        url = broker_url(durable_kafka.bootstrap, **DURABLE)
+        url = broker_url(broker.bootstrap, **settings)
         first = start_worker(workers, "relay-a", APP, url)
         await first.wait_for_log("tables recovered")
         total = 2_000
@@ -194,9 +227,9 @@ async def test_a_broker_restart_during_a_rebalance_loses_nothing(
 
         second = start_worker(workers, "relay-b", APP, url)  # the group rebalances...
         await asyncio.sleep(0.5)
-        durable_kafka.stop()  # ...and loses its broker in the middle of it
+        broker.stop()  # ...and loses its broker in the middle of it
         await asyncio.sleep(2)
-        durable_kafka.start()
+        broker.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=90)
         # On a loaded machine the first worker may finish everything before the second is

@@ -17,8 +17,7 @@ import pytest
 from flowkit.partitioning import partition_for_key
 from flowkit.transports import Ack
 from tests.kafka.apps.join_app import GRACE, PARTITIONS, WITHIN
-from tests.kafka.conftest import Client, Spawn, broker_url, end_offsets, start_worker
-from tests.kafka_broker import TansuBroker
+from tests.kafka.conftest import Client, KafkaServer, Spawn, broker_url, end_offsets, start_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -64,9 +63,9 @@ def truth(records: list[Rec]) -> set[str]:
 
 
 async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     records = data_set()
     total = len(records)
     where: dict[str, tuple[int, int, int]] = {}  # id -> (partition, offset, timestamp)

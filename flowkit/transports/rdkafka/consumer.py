@@ -190,8 +190,7 @@ class RdkafkaConsumer:
         end = 0 if self._reset == "earliest" else 1
         for tp in tps:
             if tp not in starts:
-                marks = kafka.get_watermark_offsets(self._ktp(tp), timeout=timeout, cached=False)
-                starts[tp] = int(marks[end])
+                starts[tp] = _watermarks(kafka, self._ktp(tp), timeout)[end]
         return starts
 
     def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
@@ -456,3 +455,31 @@ def _without_errors(records: list[Any]) -> list[Any]:
         elif error.code() != ck.KafkaError._PARTITION_EOF:
             raise translate(ck.KafkaException(error))
     return kept
+
+
+# Answers of a partition's leader that is about to exist: Apache Kafka applies a new
+# topic's leadership a moment after its metadata shows it, and after a broker restart.
+_LEADER_NOT_READY = frozenset(
+    {
+        ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+        ck.KafkaError.LEADER_NOT_AVAILABLE,
+        ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
+    """A partition's low and high watermarks, asked of its leader (in the consume thread).
+
+    librdkafka hands a leader's "not ready yet" straight back from this call: retried
+    here every 50 ms for up to ``timeout`` seconds, as the Java client does.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
+            return int(low), int(high)
+        except ck.KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_NOT_READY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
