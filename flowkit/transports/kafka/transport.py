@@ -5,6 +5,7 @@ retries, and topic administration.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,21 @@ __all__ = ["KafkaTransport"]
 log = structlog.get_logger(__name__)
 
 CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
+
+
+def _not_a_retried_leader(record: logging.LogRecord) -> bool:
+    # aiokafka logs a partition leader that is not ready yet at ERROR, then retries the
+    # request, which succeeds: Apache Kafka answers so for a moment after it creates a
+    # topic (its metadata shows the partition before the leader serves it) and after a
+    # restart. The retry is the answer; the line would only alarm.
+    message = record.getMessage()
+    return not (
+        message.startswith("Failed fetch offsets")
+        and ("NotLeaderForPartitionError" in message or "LeaderNotAvailableError" in message)
+    )
+
+
+logging.getLogger("aiokafka.consumer.fetcher").addFilter(_not_a_retried_leader)
 
 
 Refusal = Callable[[str], Awaitable[ConfigurationError | None]]
