@@ -88,6 +88,8 @@ class RdkafkaConsumer:
         # (commit) run in the consume thread: librdkafka does not answer a commit made
         # from another thread during the callback.
         self._in_callback = False
+        # The rebalance callback's coroutine that the consume thread waits for, if any.
+        self._callback: concurrent.futures.Future[Any] | None = None
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
         self._calls = queue.SimpleQueue()
 
@@ -128,7 +130,17 @@ class RdkafkaConsumer:
         self._transport._opened.discard(self)
         inflight = self._inflight
         if inflight is not None:
-            await asyncio.wait([inflight])  # ends within _SLICE: it sees _closed
+            # It ends within _SLICE (it sees _closed), unless it runs a rebalance callback
+            # that waits for a lost broker (a revocation's commit): that is given up after
+            # the transport's closing limit, as the worker gives up its commits.
+            limit = self._transport.closing_limit()
+            await asyncio.wait([inflight], timeout=limit)
+            if not inflight.done():
+                log.warning("a Kafka client did not close while the broker is away", limit=limit)
+                callback = self._callback
+                if callback is not None:
+                    callback.cancel()
+                await asyncio.wait([inflight])
             if not inflight.cancelled():
                 inflight.exception()  # a batch nobody will read; its error is moot too
         kafka, self._kafka = self._kafka, None
@@ -228,6 +240,7 @@ class RdkafkaConsumer:
         self._in_callback = True
         try:
             future = asyncio.run_coroutine_threadsafe(coro, loop)
+            self._callback = future
             while not future.done():
                 try:
                     call, result = self._calls.get(timeout=0.02)
@@ -240,9 +253,12 @@ class RdkafkaConsumer:
                     result.set_result(call())
                 except BaseException as exc:
                     result.set_exception(exc)
+            if future.cancelled():  # given up by aclose()
+                return None
             return future.result()
         finally:
             self._in_callback = False
+            self._callback = None
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         # A blocking librdkafka call, off the event loop: in the consume thread while a

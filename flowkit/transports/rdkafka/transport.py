@@ -36,6 +36,8 @@ from .settings import check_settings, client_config
 __all__ = ["RdkafkaTransport"]
 
 log = structlog.get_logger(__name__)
+CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
+
 # librdkafka's own log lines (connection failures, ...) go to this stdlib logger.
 _LIBRDKAFKA_LOG = logging.getLogger("flowkit.transports.rdkafka.librdkafka")
 # confluent-kafka hands a client's log lines to the logger in the thread that polls it: while
@@ -126,6 +128,12 @@ class RdkafkaTransport:
             return certificate_refused(server, client_reason(reason))
         reason = client_reason(reason).removeprefix("SASL authentication error: ")
         return authentication_failed(server, self._settings, reason)
+
+    def closing_limit(self) -> float | None:
+        """How long closing a client may wait: unbounded normally, a few seconds while the
+        broker is away (a flush would wait out librdkafka's message timeout, a revocation
+        its commit)."""
+        return CLOSE_WHILE_AWAY if self.broker_watch.away else None
 
     async def watch(self) -> None:
         """Run until cancelled; raises ``BrokerUnavailable`` once the brokers have been
