@@ -13,7 +13,8 @@ Listeners of every broker:
 - ``sasl_bootstrap``: SASL_PLAINTEXT with SCRAM-SHA-512, user ``SCRAM_USER`` and password
   ``SCRAM_PASSWORD`` (``sasl_settings()`` gives the flowkit client settings);
 - ``ssl_bootstrap``: SSL, with a certificate for ``localhost``/``127.0.0.1`` signed by a
-  CA made for the session (``ca.ca_file``; ``ssl_settings()``).
+  CA made for the session (``ca.ca_file``; ``ssl_settings()``);
+- ``sasl_ssl_bootstrap``: SASL_SSL, the two together (``sasl_ssl_settings()``).
 
 Fixtures (Java 17+ and Maven are needed: without them the tests that use these fixtures are
 skipped with the reason, except under ``CI=true``, where they fail):
@@ -78,7 +79,7 @@ SCRAM_PASSWORD = "flowkit-secret"
 _START_DEADLINE = 180.0  # a JVM start on a loaded 2-core machine has taken 25 s
 _FETCH_DEADLINE = 900.0
 _ATTEMPTS = 4
-_LISTENERS = ("PLAINTEXT", "CONTROLLER", "SASL_PLAINTEXT", "SSL")
+_LISTENERS = ("PLAINTEXT", "CONTROLLER", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 _JVM_OPTIONS = [
     "-Xmx512m",
     "-Xms128m",
@@ -98,9 +99,12 @@ _BROKER_SETTINGS = {
         "CONTROLLER:CONTROLLER", "CONTROLLER:PLAINTEXT"
     ),
     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-    ),
+    **{
+        f"listener.name.{name}.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        )
+        for name in ("sasl_plaintext", "sasl_ssl")
+    },
     "ssl.keystore.type": "PKCS12",
     "ssl.client.auth": "none",
     "offsets.topic.replication.factor": "1",
@@ -305,6 +309,11 @@ class ApacheKafka:
         """``127.0.0.1:PORT`` of the SSL listener."""
         return self._address("SSL")
 
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the SASL_SSL (SCRAM-SHA-512 over TLS) listener."""
+        return self._address("SASL_SSL")
+
     def sasl_settings(self, password: str = SCRAM_PASSWORD) -> dict[str, Any]:
         """flowkit client settings for ``sasl_bootstrap``."""
         return {
@@ -319,6 +328,10 @@ class ApacheKafka:
         the CA that signed the broker's certificate)."""
         assert self.ca is not None, "broker not started"
         return {"security_protocol": "SSL", "ssl_cafile": str(cafile or self.ca.ca_file)}
+
+    def sasl_ssl_settings(self) -> dict[str, Any]:
+        """flowkit client settings for ``sasl_ssl_bootstrap``."""
+        return {**self.sasl_settings(), **self.ssl_settings(), "security_protocol": "SASL_SSL"}
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -16,13 +16,7 @@ from tests.apache_kafka import (  # noqa: F401
     clean_apache_kafka,
     fresh_apache_kafka,
 )
-from tests.kafka_broker import (  # noqa: F401
-    TansuBroker,
-    durable_kafka,
-    fresh_kafka,
-    kafka_bootstrap,
-    moto_s3,
-)
+from tests.kafka_broker import TansuBroker, fresh_kafka, kafka_bootstrap  # noqa: F401
 
 # Client settings for tests on Kafka: quick rebalances and fetches (docs/kafka.md: Tansu
 # holds each group join for half the session timeout).

@@ -1,5 +1,5 @@
-"""What the test brokers (Tansu, Apache Kafka, the moto S3 server) share: a free loopback
-port, a child process that dies with the test session, and a readiness wait with a deadline.
+"""What the test brokers (Tansu, Apache Kafka) share: a free loopback port, a child process
+that dies with the test session, and a readiness wait with a deadline.
 
 Every server process a test session starts is registered here and killed (SIGKILL, by its
 own pid) when the session ends: by the fixtures' finalizers, by ``atexit`` if a test run is

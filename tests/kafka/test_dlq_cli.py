@@ -15,7 +15,7 @@ from flowkit.testing import TestDriver
 from flowkit.transports.kafka import KafkaTransport
 from tests.conftest import KAFKA_TEST_SETTINGS
 from tests.kafka.apps import dlq_app
-from tests.kafka.conftest import KafkaServer
+from tests.kafka.conftest import ON_TANSU, KafkaServer
 
 pytestmark = pytest.mark.kafka
 
@@ -27,6 +27,7 @@ class _Runner:
         return await asyncio.to_thread(CliRunner().invoke, *args)
 
 
+@ON_TANSU
 async def test_show_and_replay_dead_letters(kafka_server: KafkaServer) -> None:
     url = f"kafka://{kafka_server.bootstrap}"
     transport = KafkaTransport([kafka_server.bootstrap], **KAFKA_TEST_SETTINGS)

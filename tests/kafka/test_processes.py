@@ -24,6 +24,7 @@ from examples import ysb
 from flowkit.transports import TopicSpec
 from flowkit.windows import WindowResult
 from tests.kafka.conftest import (
+    ON_APACHE_KAFKA,
     ON_TANSU,
     Client,
     KafkaServer,
@@ -103,6 +104,7 @@ def ysb_data_set(count: int = 8_000) -> tuple[list[tuple[bytes, bytes, int]], Co
     return records, truth
 
 
+@ON_APACHE_KAFKA
 async def test_two_worker_processes_split_ysb_and_count_exactly(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
@@ -151,6 +153,7 @@ async def test_two_worker_processes_split_ysb_and_count_exactly(
 
 # On both Kafka clients: the worker processes use aiokafka or librdkafka (the test's own
 # client is aiokafka either way).
+@ON_APACHE_KAFKA
 @pytest.mark.parametrize("kafka_client", ["aiokafka", "rdkafka"])
 async def test_sigkill_mid_run_loses_nothing_and_recovers_table_state(
     kafka_server: KafkaServer, client: Client, workers: Spawn, kafka_client: str
@@ -210,6 +213,7 @@ async def test_sigkill_mid_run_loses_nothing_and_recovers_table_state(
 # -- 3. SIGTERM mid-run, restart: every record exactly once ----------------------------------
 
 
+@ON_APACHE_KAFKA
 async def test_sigterm_and_restart_process_every_record_exactly_once(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
@@ -359,6 +363,7 @@ def topic_rows(out: str) -> dict[str, tuple[int, str, str]]:
     return rows
 
 
+@ON_TANSU
 async def test_topics_before_and_after_a_worker_ran(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
@@ -387,6 +392,7 @@ async def test_topics_before_and_after_a_worker_ran(
     assert_clean(before.err, worker.err, after.err)
 
 
+@ON_APACHE_KAFKA
 async def test_a_partition_count_mismatch_stops_the_worker_with_one_line(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:

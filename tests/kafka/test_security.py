@@ -2,10 +2,11 @@
 docs/kafka.md ("Security") shows.
 
 The session's broker has a SASL_PLAINTEXT listener (SCRAM-SHA-512, a user made when its log
-directory was formatted) and an SSL listener (a certificate signed by a CA made for the
-session): tests/apache_kafka.py. A worker produces and consumes through each; a wrong
-password and an untrusted certificate each stop ``flowkit worker`` with one ``Error:`` line
-that says what failed, at the first refusal rather than after ``connect_timeout``.
+directory was formatted), an SSL listener (a certificate signed by a CA made for the
+session) and a SASL_SSL one (both): tests/apache_kafka.py. A worker produces and consumes
+through each; a wrong password and an untrusted certificate each stop ``flowkit worker``
+with one ``Error:`` line that says what failed, at the first refusal rather than after
+``connect_timeout``.
 """
 
 from __future__ import annotations
@@ -29,16 +30,17 @@ pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka]
 CLIENTS = ["aiokafka", "rdkafka"]
 
 
-def listener(broker: ApacheKafka, kind: str, password: str | None = None) -> tuple[str, dict]:
-    """(bootstrap, settings) of the broker's SASL or SSL listener."""
+def listener(broker: ApacheKafka, kind: str) -> tuple[str, dict[str, Any]]:
+    """(bootstrap, settings) of the broker's SASL, SSL or SASL_SSL listener."""
     if kind == "sasl":
-        settings = broker.sasl_settings() if password is None else broker.sasl_settings(password)
-        return broker.sasl_bootstrap, settings
-    return broker.ssl_bootstrap, broker.ssl_settings()
+        return broker.sasl_bootstrap, broker.sasl_settings()
+    if kind == "ssl":
+        return broker.ssl_bootstrap, broker.ssl_settings()
+    return broker.sasl_ssl_bootstrap, broker.sasl_ssl_settings()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize("kind", ["sasl", "ssl"])
+@pytest.mark.parametrize("kind", ["sasl", "ssl", "sasl_ssl"])
 async def test_a_worker_reads_and_writes_over_a_secured_listener(
     apache_kafka: ApacheKafka, kind: str, client: str
 ) -> None:
@@ -72,7 +74,7 @@ def url(bootstrap: str, client: str, settings: dict[str, Any]) -> str:
     return f"kafka://{bootstrap}?{urlencode(query)}"
 
 
-async def refused(workers: Spawn, bootstrap: str, client: str, settings: dict) -> str:
+async def refused(workers: Spawn, bootstrap: str, client: str, settings: dict[str, Any]) -> str:
     """Start a worker that the broker refuses: its one ``Error:`` line, once it exited 2."""
     worker = start_worker(
         workers,

@@ -22,7 +22,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.kafka.conftest import Client, KafkaServer, Spawn, broker_url, end_offsets, latest_by_key
+from tests.kafka.conftest import (
+    ON_APACHE_KAFKA,
+    Client,
+    KafkaServer,
+    Spawn,
+    broker_url,
+    end_offsets,
+    latest_by_key,
+)
 from tests.kafka.test_processes import free_port
 
 pytestmark = pytest.mark.kafka
@@ -95,6 +103,7 @@ async def wait_ready(web: str, want: int, deadline: float) -> dict[str, Any]:
     return state
 
 
+@ON_APACHE_KAFKA
 async def test_two_processes_share_the_work_survive_a_kill_and_stop_together(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
