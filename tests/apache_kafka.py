@@ -1,9 +1,9 @@
 """Apache Kafka itself for tests: a one-node KRaft broker (broker and controller in one JVM).
 
 The broker's jars come from Maven Central through Maven (``tests/apache-kafka/pom.xml`` pins
-the version) into ``~/.cache/flowkit-tests/kafka-<version>/`` (``$FLOWKIT_KAFKA_CACHE``
-moves it), once per machine. The session formats one log directory with
-``kafka.tools.StorageTool`` (with the SCRAM user below), and every broker starts on a copy
+the version) into ``~/.cache/flowkit-tests/kafka-<version>-<pom hash>/`` (``$FLOWKIT_KAFKA_CACHE``
+moves it), once per machine. A log directory is formatted there too, once, with
+``kafka.tools.StorageTool`` (and the SCRAM user below), and every broker starts on a copy
 of it: ``java -cp 'jars/*' kafka.Kafka server.properties``, 512 MB of heap, on free loopback
 ports, logging to ``kafka.log`` in its directory.
 
@@ -115,6 +115,10 @@ _BROKER_SETTINGS = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # A restarted node re-registers with its own controller only once its previous
+    # registration's session has expired: 9 s by default, 2 s here.
+    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
     # The tests' clients use 2-3 s session timeouts (Kafka's minimum is 6 s).
     "group.min.session.timeout.ms": "500",
     # Transactions left open by a killed producer are aborted within a second of timing out.
@@ -219,45 +223,46 @@ def _write_properties(path: Path, settings: dict[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
 
 
-_TEMPLATES: dict[Path, Path] = {}
-
-
 def formatted_log_dir(jars: Path) -> Path:
-    """A log directory formatted once per session (``StorageTool format``, with the SCRAM
-    user): every broker starts on a copy. It names no ports (the quorum's one voter is in
-    ``controller.quorum.voters``, not on disk), so a copy suits any broker."""
-    if jars in _TEMPLATES:
-        return _TEMPLATES[jars]
-    work = Path(tempfile.mkdtemp(prefix="flowkit-kafka-format-"))
-    log_dir = work / "data"
-    properties = work / "format.properties"
-    _write_properties(
-        properties,
-        {
-            **_BROKER_SETTINGS,
-            "controller.quorum.voters": "1@127.0.0.1:9",
-            "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:9",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(log_dir),
-        },
-    )
+    """A log directory formatted by ``StorageTool format`` (with the SCRAM user), kept
+    beside the jars: every broker starts on a copy. It names no ports (the quorum's one
+    voter is in ``controller.quorum.voters``, not on disk), so a copy suits any broker, and
+    it is made again only when what it is formatted with changes."""
+    properties = {
+        **_BROKER_SETTINGS,
+        "controller.quorum.voters": "1@127.0.0.1:9",
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:9",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    }
     scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
-    command = _java(
-        jars,
-        work / "format.log",
-        "kafka.tools.StorageTool",
-        "format",
-        "--cluster-id",
-        _cluster_id(),
-        "--config",
-        str(properties),
-        "--add-scram",
-        scram,
-    )
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"kafka-storage format failed:\n{done.stdout}{done.stderr}")
-    _TEMPLATES[jars] = log_dir
+    key = hashlib.sha256(repr((sorted(properties.items()), scram)).encode()).hexdigest()[:10]
+    home = jars.parent / f"formatted-{key}"
+    if (home / "complete").exists():
+        return home / "data"
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (home / "complete").exists():
+            return home / "data"
+        log_dir = home / "data"
+        shutil.rmtree(log_dir, ignore_errors=True)
+        _write_properties(home / "format.properties", {**properties, "log.dirs": str(log_dir)})
+        command = _java(
+            jars,
+            home / "format.log",
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            _cluster_id(),
+            "--config",
+            str(home / "format.properties"),
+            "--add-scram",
+            scram,
+        )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{done.stdout}{done.stderr}")
+        (home / "complete").write_text(" ".join(command) + "\n")
     return log_dir
 
 
