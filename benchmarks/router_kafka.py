@@ -2,8 +2,10 @@
 
     python -m benchmarks.router_kafka [--orders 200000] [--rounds 3] [--bootstrap HOST:PORT]
     python -m benchmarks.router_kafka --client rdkafka    # both sides on librdkafka
+    python -m benchmarks.router_kafka --broker apache-kafka    # on Apache Kafka (Java, Maven)
 
-Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka) and pre-loads two
+Starts a Tansu broker, or Apache Kafka with ``--broker apache-kafka`` (unless
+``--bootstrap`` names a running Kafka; benchmarks/kafka_broker.py), and pre-loads two
 4-partition input topics with the same ``--orders`` orders (about 140 bytes of JSON, keyed
 by one of 5,000 customers): a clean one, and one where 2.7 % are bad (2 % lack their
 customer, so a transform fails; 0.7 % are not JSON). Each round then routes each input,
@@ -45,7 +47,7 @@ import msgspec
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import flowkit
-from benchmarks.kafka_broker import kafka_broker
+from benchmarks.kafka_broker import add_broker_options, kafka_broker
 from benchmarks.rounds import report
 from examples import router
 from flowkit.logs import configure_logging
@@ -452,12 +454,12 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records", type=int, default=10_000)
-    parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
+    add_broker_options(parser)
     parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
     args = parser.parse_args()
     CLIENT[0] = args.client
     configure_logging("error")
-    with kafka_broker(args.bootstrap) as (bootstrap, _):
+    with kafka_broker(args.bootstrap, args.broker) as (bootstrap, _):
         asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records))
 
 

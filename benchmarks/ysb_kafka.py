@@ -1,8 +1,10 @@
 """YSB over Kafka: flowkit against a hand-written aiokafka loop, same topic, same run.
 
     python -m benchmarks.ysb_kafka [--events 400000] [--repeat 2] [--bootstrap HOST:PORT]
+    python -m benchmarks.ysb_kafka --broker apache-kafka    # on Apache Kafka (Java, Maven)
 
-Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka), pre-loads ``--events``
+Starts a Tansu broker, or Apache Kafka with ``--broker apache-kafka`` (unless
+``--bootstrap`` names a running Kafka; benchmarks/kafka_broker.py), pre-loads ``--events``
 YSB events (about 250 bytes of JSON each, keyed by user, event times in the past) into the
 4-partition topic ``ysb-events``, then reads the whole topic with each of:
 
@@ -41,7 +43,7 @@ import msgspec
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import flowkit
-from benchmarks.kafka_broker import kafka_broker
+from benchmarks.kafka_broker import add_broker_options, kafka_broker
 from benchmarks.ysb import Seconds
 from examples import ysb
 from flowkit.logs import configure_logging
@@ -439,7 +441,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=400_000)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each; the best counts")
     parser.add_argument("--max-records", type=int, default=2000, help="records per getmany")
-    parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
+    add_broker_options(parser)
     parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
     parser.add_argument("--skip-processes", action="store_true", help="no scale-out runs")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -451,7 +453,7 @@ def main() -> None:
     if args.child:
         asyncio.run(child(args.bootstrap, args.group, args.max_records))
         return
-    with kafka_broker(args.bootstrap) as (bootstrap, _):
+    with kafka_broker(args.bootstrap, args.broker) as (bootstrap, _):
         asyncio.run(run(bootstrap, args.events, args.repeat, args.max_records))
 
 

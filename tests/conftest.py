@@ -10,15 +10,15 @@ import pytest
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, Transport
-from tests.kafka_broker import (  # noqa: F401
-    TansuBroker,
-    durable_kafka,
-    fresh_kafka,
-    kafka_bootstrap,
-    moto_s3,
+from tests.apache_kafka import (  # noqa: F401
+    ApacheKafka,
+    apache_kafka,
+    clean_apache_kafka,
+    fresh_apache_kafka,
 )
+from tests.kafka_broker import TansuBroker, fresh_kafka, kafka_bootstrap  # noqa: F401
 
-# Client settings for tests on Tansu: quick rebalances and fetches (docs/kafka.md: the broker
+# Client settings for tests on Kafka: quick rebalances and fetches (docs/kafka.md: Tansu
 # holds each group join for half the session timeout).
 KAFKA_TEST_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 2000,
@@ -46,15 +46,29 @@ BROKERS = ["memory", pytest.param("kafka", marks=pytest.mark.kafka)]
 # query, an agent, a table), with ``@pytest.mark.parametrize("make_driver", ALL_CLIENTS,
 # indirect=True)``; running every Kafka test on both clients would double their time.
 ALL_CLIENTS = [*BROKERS, pytest.param("rdkafka", marks=pytest.mark.kafka)]
+# Apache Kafka with both clients (the session's broker, emptied after each test; needs
+# Java and Maven, tests/apache_kafka.py). EVERY_BROKER is every param there is.
+_APACHE = [pytest.mark.kafka, pytest.mark.apache_kafka]
+APACHE_KAFKA = [
+    pytest.param("apache-kafka", marks=_APACHE),
+    pytest.param("apache-rdkafka", marks=_APACHE),
+]
+EVERY_BROKER = [*ALL_CLIENTS, *APACHE_KAFKA]
 
 
 @pytest.fixture(params=BROKERS)
 async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFactory]:
     """``make_driver(app, **options)`` -> a TestDriver on this test's broker.
 
-    Every driver made in one test shares the broker, so a second one is a restart. On
-    Kafka each test gets its own Tansu process, so fixed topic names never collide.
-    The param is ``memory``, ``kafka`` (aiokafka) or ``rdkafka`` (confluent-kafka).
+    The param names the broker and the client: ``memory``; ``kafka`` and ``rdkafka``
+    (aiokafka and confluent-kafka on a Tansu of the test's own); ``apache-kafka`` and
+    ``apache-rdkafka`` (the same clients on the session's Apache Kafka, which is emptied of
+    topics and groups after the test). By default a test runs on ``memory`` and ``kafka``;
+    ``@pytest.mark.parametrize("make_driver", EVERY_BROKER, indirect=True)`` (or
+    ``ALL_CLIENTS``, ``APACHE_KAFKA``) chooses others.
+
+    Every driver made in one test shares the broker, so a second one is a restart. Either
+    way a test has its broker to itself, so fixed topic and app names never collide.
     """
     transports: list[Transport] = []
     if request.param == "memory":
@@ -68,11 +82,13 @@ async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFac
 
     from flowkit.transports import transport_from_url
 
-    tansu: TansuBroker = request.getfixturevalue("fresh_kafka")
-    client = "rdkafka" if request.param == "rdkafka" else "aiokafka"
+    server: TansuBroker | ApacheKafka = request.getfixturevalue(
+        "clean_apache_kafka" if request.param.startswith("apache-") else "fresh_kafka"
+    )
+    client = "rdkafka" if request.param.endswith("rdkafka") else "aiokafka"
 
     def make_kafka(app: flowkit.App, **options: Any) -> TestDriver:
-        transport = transport_from_url(tansu.url, client=client, **KAFKA_TEST_SETTINGS)
+        transport = transport_from_url(server.url, client=client, **KAFKA_TEST_SETTINGS)
         transports.append(transport)
         options.setdefault("settle", 0.3)
         return TestDriver(app, transport=transport, **options)

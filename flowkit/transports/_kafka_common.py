@@ -1,12 +1,16 @@
 """What the two Kafka clients' transports share: the checks of their settings (names,
-values, and the heartbeat, SSL and SASL combinations), the room a dead letter needs, and
-the shape of topic creation (create what is missing, check the partition counts before and
-after). Imports neither client library, so each transport stays the only importer of its
-own.
+values, and the heartbeat, SSL and SASL combinations), the room a dead letter needs, the
+shape of topic creation (create what is missing, check the partition counts before and
+after), and the one-line errors for a broker that refuses the client's credentials or
+certificate. Imports neither client library, so each transport stays the only importer of
+its own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,13 +29,18 @@ __all__ = [
     "SECURITY_PROTOCOL",
     "STR",
     "Check",
+    "authentication_failed",
+    "certificate_refused",
     "check_counts",
     "check_heartbeat",
     "check_security",
     "check_values",
+    "client_reason",
     "create_missing",
     "int_at_least",
     "one_of",
+    "tls_reason",
+    "tls_refusal",
     "topic_config",
 ]
 
@@ -139,3 +148,76 @@ async def create_missing(
         return
     await create(list(missing.values()))
     check_counts(missing.values(), await counts())
+
+
+# -- a broker that refuses the client -------------------------------------------------------
+# Kafka's clients retry a refused handshake like a lost connection, for ever; a wrong
+# password or an untrusted certificate will not heal by waiting, so the transports stop at
+# the first refusal with one of these (shown by the CLI as one ``Error:`` line, exit 2).
+
+
+def authentication_failed(
+    server: str, settings: Mapping[str, Any], reason: str
+) -> ConfigurationError:
+    """The error for a broker that refused the SASL credentials; ``reason`` is the broker's.
+
+    >>> print(authentication_failed("k1:9094", {"sasl_mechanism": "SCRAM-SHA-512",
+    ...     "sasl_plain_username": "shop"}, "invalid credentials"))
+    Kafka authentication failed at k1:9094 (SCRAM-SHA-512, user 'shop'): invalid credentials; check sasl_plain_username and sasl_plain_password
+    """  # noqa: E501
+    mechanism = settings.get("sasl_mechanism", "PLAIN")
+    user = settings.get("sasl_plain_username")
+    return ConfigurationError(
+        f"Kafka authentication failed at {server} ({mechanism}, user {user!r}): {reason};"
+        " check sasl_plain_username and sasl_plain_password"
+    )
+
+
+def certificate_refused(server: str, reason: str) -> ConfigurationError:
+    """The error for a TLS handshake that failed on the broker's certificate.
+
+    >>> print(certificate_refused("k1:9093", "certificate verify failed: certificate has expired"))
+    TLS handshake with the Kafka broker at k1:9093 failed: certificate verify failed: certificate has expired; see the ssl_cafile setting
+    """  # noqa: E501
+    return ConfigurationError(
+        f"TLS handshake with the Kafka broker at {server} failed: {reason};"
+        " see the ssl_cafile setting"
+    )
+
+
+def tls_reason(exc: ssl.SSLError) -> str:
+    """What a failed TLS handshake failed on, in words."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
+    return str(exc.reason or exc).replace("_", " ").lower()
+
+
+async def tls_refusal(
+    server: str, context: ssl.SSLContext, timeout: float
+) -> ConfigurationError | None:
+    """Shake hands with ``server`` over TLS: the error if the handshake itself fails (an
+    untrusted, expired or misnamed certificate), None if it succeeds or the broker cannot be
+    reached (that is retried as any unreachable broker is)."""
+    host, _, port = server.rpartition(":")
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, int(port), ssl=context)
+    except ssl.SSLError as exc:
+        return certificate_refused(server, tls_reason(exc))
+    except (OSError, TimeoutError):
+        return None
+    writer.close()
+    return None
+
+
+_RDKAFKA_NOISE = re.compile(r"^\S+://\S+: |\s*\(after \d+ms in state \w+\)$")
+
+
+def client_reason(text: str) -> str:
+    """A client's error text without the connection prefix and state suffix librdkafka adds.
+
+    >>> client_reason("sasl_ssl://k1:9094/bootstrap: SASL authentication error: denied"
+    ...     " (after 5ms in state AUTH_REQ)")
+    'SASL authentication error: denied'
+    """
+    return _RDKAFKA_NOISE.sub("", text)

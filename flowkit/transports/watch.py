@@ -1,10 +1,10 @@
 """Riding through a lost Kafka broker: notice, wait, say so once, and give up in time.
 
-aiokafka reconnects by itself when a broker comes back, but while it is away it logs an
-error per attempt, several per second per client, and a worker that waits for ever is a
-zombie. ``BrokerWatch`` turns that into what an operator needs:
+aiokafka and librdkafka reconnect by themselves when a broker comes back, but while it is
+away they log an error per attempt, several per second per client, and a worker that waits
+for ever is a zombie. ``BrokerWatch`` turns that into what an operator needs:
 
-* one warning when the broker goes away (aiokafka's connection errors are the hint; they
+* one warning when the broker goes away (the clients' connection errors are the hint; they
   are not repeated to the user: this module's filter drops them while a watch runs);
 * a "still waiting (N s)" line every ``REPORT_EVERY`` seconds;
 * one info line when the broker accepts connections again;
@@ -33,8 +33,10 @@ log = structlog.get_logger(__name__)
 PROBE_EVERY = 0.5  # seconds between TCP probes while the broker is away
 REPORT_EVERY = 10.0  # seconds between "still waiting" lines
 
-# aiokafka's per-attempt lines about a broker it cannot reach (its loggers and phrases).
+# The clients' per-attempt lines about a broker they cannot reach (their loggers and
+# phrases): aiokafka's, and librdkafka's as the rdkafka transport logs them.
 _LOGGERS = (
+    "flowkit.transports.rdkafka.librdkafka",
     "aiokafka",
     "aiokafka.conn",
     "aiokafka.cluster",
@@ -54,6 +56,15 @@ _PHRASES = (
     "Marking the coordinator dead",
     "marking coordinator dead",
     "Heartbeat session expired",
+    "Heartbeat failed for group",  # Apache Kafka's coordinator, just restarted
+    "LeaveGroup request failed",  # closing while the coordinator is away
+    # librdkafka's, with the connection's name in front ("127.0.0.1:9092/1: ..."):
+    "failed: Connection refused",
+    "Send failed:",
+    "Receive failed:",
+    "Disconnected",
+    "brokers are down",
+    "Consumer group session timed out",
     "Coordinator Request failed",
     "Heartbeat send request failed",
     "Failed fetch messages",

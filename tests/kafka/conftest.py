@@ -1,8 +1,15 @@
-"""Helpers for tests that run flowkit workers as real processes against a Tansu broker.
+"""Helpers for tests that run flowkit workers as real processes against a Kafka broker.
 
 Every worker is ``python -m flowkit.cli worker tests.kafka.apps.X:app`` started from the
 repository root, with stdout and stderr in files under the test's ``tmp_path``; the
 ``workers`` fixture kills whatever a test left running. Every wait has a deadline.
+
+The broker is ``kafka_server``, parametrized: ``tansu`` (a Tansu of the test's own, in
+memory, ``fresh_kafka``) and ``apache-kafka`` (the session's Apache Kafka, emptied of topics
+and groups after the test, ``clean_apache_kafka``; marked ``apache_kafka``). Both have
+``bootstrap``, ``url``, ``start()``, ``stop()`` (SIGKILL) and ``restart()``; a restart of
+Apache Kafka keeps its data, one of Tansu in memory loses it. A test narrows the params with
+``@ON_TANSU`` or ``@ON_APACHE_KAFKA``; tests/README.md says which test runs where and why.
 """
 
 from __future__ import annotations
@@ -24,12 +31,31 @@ import pytest
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import Ack, read_to_end, transport_from_url
 from flowkit.transports.kafka import KafkaConsumer
+from tests.apache_kafka import ApacheKafka
 from tests.kafka_broker import TansuBroker
 
 # The modules in apps/ are apps for worker processes, not tests or doctests.
 collect_ignore_glob = ["apps/*.py"]
 
 REPO = Path(__file__).resolve().parents[2]
+
+KafkaServer = TansuBroker | ApacheKafka
+
+TANSU = pytest.param("tansu")
+APACHE_KAFKA = pytest.param("apache-kafka", marks=pytest.mark.apache_kafka)
+ON_TANSU = pytest.mark.parametrize("kafka_server", [TANSU], indirect=True)
+ON_APACHE_KAFKA = pytest.mark.parametrize("kafka_server", [APACHE_KAFKA], indirect=True)
+
+
+@pytest.fixture(params=[TANSU, APACHE_KAFKA])
+def kafka_server(request: pytest.FixtureRequest) -> KafkaServer:
+    """The test's broker: a Tansu of its own, or the session's Apache Kafka to itself."""
+    if request.param == "tansu":
+        tansu: TansuBroker = request.getfixturevalue("fresh_kafka")
+        return tansu
+    apache: ApacheKafka = request.getfixturevalue("clean_apache_kafka")
+    return apache
+
 
 # Short group timeouts: Tansu rebalances in 1-3 s with these, and a kill -9'd member is
 # taken over after about session timeout + join wait (docs/kafka.md).
@@ -267,9 +293,9 @@ class Client:
 
 
 @pytest.fixture
-async def client(fresh_kafka: TansuBroker) -> AsyncIterator[Client]:
-    """A client of this test's own broker (``fresh_kafka``)."""
-    c = Client(fresh_kafka.bootstrap)
+async def client(kafka_server: KafkaServer) -> AsyncIterator[Client]:
+    """A client of this test's broker (``kafka_server``)."""
+    c = Client(kafka_server.bootstrap)
     try:
         yield c
     finally:
@@ -285,7 +311,8 @@ def end_offsets(acks: Iterable[Ack], partitions: int) -> dict[int, int]:
 
 
 def latest_by_key(messages: Iterable[Message]) -> dict[bytes, bytes | None]:
-    """A changelog as a dict: the last value per key (Tansu does not compact)."""
+    """A changelog as a dict: the last value per key (Tansu does not compact; Apache Kafka
+    compacts only rolled segments, never the active one)."""
     out: dict[bytes, bytes | None] = {}
     for m in sorted(messages, key=lambda m: (m.partition, m.offset)):
         if m.key is not None:

@@ -1,4 +1,5 @@
-"""Losing the broker with records in flight, on a durable broker (S3 storage on moto).
+"""Losing the broker with records in flight: Apache Kafka, killed with SIGKILL and started
+again on the same log directory and ports, with workers on both clients.
 
 A worker process relays items (outputs, a table, dead letters: tests/kafka/apps/relay_app.py)
 while the broker is SIGKILLed and restarted. At-least-once: after de-duplication by
@@ -6,6 +7,9 @@ sequence number, every output, table entry and dead letter is there exactly, and
 missing. A record may appear more than once: it is processed again after a commit the outage
 held back, and each of those two sends, if it was in flight at the kill, may be stored twice
 (the producer retries it). So up to four copies, never more.
+
+Only on Apache Kafka: the development broker (Tansu) keeps nothing over a restart in memory,
+and tests/kafka/test_processes.py covers what a worker does then.
 """
 
 from __future__ import annotations
@@ -20,20 +24,34 @@ import msgspec
 import pytest
 
 from flowkit.records import Message
-from tests.kafka.conftest import Client, Spawn, broker_url, end_offsets, latest_by_key, start_worker
-from tests.kafka_broker import TansuBroker
+from tests.apache_kafka import ApacheKafka
+from tests.kafka.conftest import (
+    Client,
+    Spawn,
+    broker_url,
+    end_offsets,
+    latest_by_key,
+    start_worker,
+)
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka]
 
 APP = "tests.kafka.apps.relay_app:app"
 GROUP = "relay"
 ITEMS, OUT, DLQ, CHANGELOG = "relay-items", "relay-out", "relay-dlq", "relay-seen-changelog"
 PARTITIONS = 4
 BAD_EVERY = 97
-# On S3 storage every produced batch is an object and a fetch lists them all: with a short
-# fetch_max_wait_ms the broker answers an empty fetch before it has read them (the docs'
-# broker page says so), so durable-mode clients wait up to a second.
-DURABLE = {"fetch_max_wait_ms": 1000}
+# An Apache Kafka start takes seconds (a JVM): workers wait for it longer than the default.
+WAIT = {"connect_timeout": 60}
+
+
+@pytest.fixture(params=["aiokafka", "rdkafka"])
+def lost(
+    request: pytest.FixtureRequest, clean_apache_kafka: ApacheKafka
+) -> tuple[ApacheKafka, dict[str, Any]]:
+    """The broker a test loses (the session's Apache Kafka, to the test alone and emptied
+    after it) and the workers' client settings: aiokafka or librdkafka."""
+    return clean_apache_kafka, {**WAIT, "client": request.param}
 
 
 def items(first: int, count: int, keys: int = 16) -> list[tuple[bytes, bytes, None]]:
@@ -66,12 +84,8 @@ def table_seqs(messages: list[Message]) -> Counter[int]:
 
 
 async def outcome(client: Client, total: int) -> tuple[Counter[int], Counter[int], Counter[int]]:
-    """How often each sequence number reached the output, the table and the DLQ.
-
-    Read by following each topic until it holds what it should: on S3 storage a fetch can
-    come back empty while the broker lists a partition's many small batches, so "read to
-    the high watermark" may see none yet. A record that never arrives fails the wait.
-    """
+    """How often each sequence number reached the output, the table and the DLQ, following
+    each topic until it holds what it should (a record that never arrives fails the wait)."""
     bad = {i for i in range(total) if i % BAD_EVERY == 0}
     good = set(range(total)) - bad
 
@@ -92,25 +106,27 @@ def assert_exact(counts: Counter[int], expected: set[int], what: str) -> None:
 
 
 def assert_no_client_noise(err: str) -> None:
-    """Outages are reported by flowkit's own lines, not aiokafka's per-attempt errors."""
+    """Outages are reported by flowkit's own lines, not the client's per-attempt errors."""
     assert "Traceback" not in err, err[-3000:]
     assert "ERROR aiokafka" not in err, err[-3000:]
+    assert "ERROR flowkit.transports.rdkafka.librdkafka" not in err, err[-3000:]
 
 
 async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[ApacheKafka, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = Client(broker.bootstrap)
     try:
-        worker = start_worker(workers, "relay", APP, broker_url(durable_kafka.bootstrap, **DURABLE))
+        worker = start_worker(workers, "relay", APP, broker_url(broker.bootstrap, **settings))
         await worker.wait_for_log("tables recovered")
         total = 2_000
         acks = await client.produce(ITEMS, items(0, total))
         await wait_committed_at_least(client, 600, worker.err)
 
-        durable_kafka.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
+        broker.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
         await asyncio.sleep(3)
-        durable_kafka.start()
+        broker.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
         await worker.wait_for_log("Kafka broker is back")  # probed every 0.5 s while away
@@ -130,28 +146,29 @@ async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
 
 
 async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_the_job(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[ApacheKafka, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = Client(broker.bootstrap)
     try:
-        url = broker_url(durable_kafka.bootstrap, broker_timeout=2, **DURABLE)
+        url = broker_url(broker.bootstrap, broker_timeout=2, **settings)
         first = start_worker(workers, "relay-1", APP, url)
         await first.wait_for_log("tables recovered")
         total = 2_000
         acks = await client.produce(ITEMS, items(0, total))
         await wait_committed_at_least(client, 400, first.err)
 
-        durable_kafka.stop()
+        broker.stop()
         assert await first.wait(deadline=30) == 1, first.err
         err = first.err
         errors = [line for line in err.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1, err[-3000:]
-        assert "BrokerUnavailable" in errors[0] and durable_kafka.bootstrap in errors[0]
+        assert "BrokerUnavailable" in errors[0] and broker.bootstrap in errors[0]
         assert "unreachable for" in errors[0] and "broker_timeout=2 s" in errors[0]
         assert err.count("Kafka broker unreachable") == 1
         assert_no_client_noise(err)
 
-        durable_kafka.start()
+        broker.start()
         committed = await client.committed(GROUP, ITEMS, PARTITIONS)
         # Nothing is committed past what was acknowledged: every record below a committed
         # offset has its output (or dead letter) and its table entry on the broker.
@@ -164,9 +181,7 @@ async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_th
             CHANGELOG, PARTITIONS, lambda ms: good <= set(table_seqs(ms)), deadline=60
         )
 
-        second = start_worker(
-            workers, "relay-2", APP, broker_url(durable_kafka.bootstrap, **DURABLE)
-        )
+        second = start_worker(workers, "relay-2", APP, broker_url(broker.bootstrap, **settings))
         await second.wait_for_log("tables recovered", deadline=60)
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
         assert await second.stop() == 0, second.err
@@ -181,11 +196,12 @@ async def test_a_broker_away_too_long_stops_the_worker_and_a_restart_finishes_th
 
 
 async def test_a_broker_restart_during_a_rebalance_loses_nothing(
-    durable_kafka: TansuBroker, workers: Spawn
+    lost: tuple[ApacheKafka, dict[str, Any]], workers: Spawn
 ) -> None:
-    client = Client(durable_kafka.bootstrap, **DURABLE)
+    broker, settings = lost
+    client = Client(broker.bootstrap)
     try:
-        url = broker_url(durable_kafka.bootstrap, **DURABLE)
+        url = broker_url(broker.bootstrap, **settings)
         first = start_worker(workers, "relay-a", APP, url)
         await first.wait_for_log("tables recovered")
         total = 2_000
@@ -193,15 +209,12 @@ async def test_a_broker_restart_during_a_rebalance_loses_nothing(
         await wait_committed_at_least(client, 300, first.err)
 
         second = start_worker(workers, "relay-b", APP, url)  # the group rebalances...
-        await asyncio.sleep(0.5)
-        durable_kafka.stop()  # ...and loses its broker in the middle of it
+        await second.wait_for_log("worker started", deadline=60)  # it joins next
+        broker.stop()  # ...and loses its broker in the middle of it
         await asyncio.sleep(2)
-        durable_kafka.start()
+        broker.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=90)
-        # On a loaded machine the first worker may finish everything before the second is
-        # even up: a SIGTERM before its signal handlers exist would kill it (-15).
-        await second.wait_for_log("worker started", deadline=60)
         assert first.running() and second.running(), first.err + second.err
         assert await first.stop() == 0, first.err
         assert await second.stop() == 0, second.err

@@ -15,7 +15,7 @@ from flowkit.testing import TestDriver
 from flowkit.transports.kafka import KafkaTransport
 from tests.conftest import KAFKA_TEST_SETTINGS
 from tests.kafka.apps import dlq_app
-from tests.kafka_broker import TansuBroker
+from tests.kafka.conftest import ON_TANSU, KafkaServer
 
 pytestmark = pytest.mark.kafka
 
@@ -27,9 +27,10 @@ class _Runner:
         return await asyncio.to_thread(CliRunner().invoke, *args)
 
 
-async def test_show_and_replay_dead_letters(fresh_kafka: TansuBroker) -> None:
-    url = f"kafka://{fresh_kafka.bootstrap}"
-    transport = KafkaTransport([fresh_kafka.bootstrap], **KAFKA_TEST_SETTINGS)
+@ON_TANSU
+async def test_show_and_replay_dead_letters(kafka_server: KafkaServer) -> None:
+    url = f"kafka://{kafka_server.bootstrap}"
+    transport = KafkaTransport([kafka_server.bootstrap], **KAFKA_TEST_SETTINGS)
     try:
         async with TestDriver(dlq_app.app, transport=transport, settle=0.3) as driver:
             for n in range(6):
@@ -79,7 +80,7 @@ async def test_show_and_replay_dead_letters(fresh_kafka: TansuBroker) -> None:
     assert replayed.exit_code == 0, replayed.output
     assert replayed.output.strip() == "replayed 3 of 3 dead letters from dlqtest-dlq"
     app = flowkit.App("reader")
-    transport = KafkaTransport([fresh_kafka.bootstrap], **KAFKA_TEST_SETTINGS)
+    transport = KafkaTransport([kafka_server.bootstrap], **KAFKA_TEST_SETTINGS)
     try:
         messages = await TestDriver(app, transport=transport).messages("replayed")
     finally:

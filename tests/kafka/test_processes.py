@@ -24,7 +24,10 @@ from examples import ysb
 from flowkit.transports import TopicSpec
 from flowkit.windows import WindowResult
 from tests.kafka.conftest import (
+    ON_APACHE_KAFKA,
+    ON_TANSU,
     Client,
+    KafkaServer,
     Spawn,
     broker_url,
     end_offsets,
@@ -32,7 +35,6 @@ from tests.kafka.conftest import (
     start_worker,
     until,
 )
-from tests.kafka_broker import TansuBroker
 
 pytestmark = pytest.mark.kafka
 
@@ -102,10 +104,11 @@ def ysb_data_set(count: int = 8_000) -> tuple[list[tuple[bytes, bytes, int]], Co
     return records, truth
 
 
+@ON_APACHE_KAFKA
 async def test_two_worker_processes_split_ysb_and_count_exactly(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     a = start_worker(workers, "ysb-a", YSB_APP, url)
     b = start_worker(workers, "ysb-b", YSB_APP, url)
 
@@ -150,11 +153,12 @@ async def test_two_worker_processes_split_ysb_and_count_exactly(
 
 # On both Kafka clients: the worker processes use aiokafka or librdkafka (the test's own
 # client is aiokafka either way).
+@ON_APACHE_KAFKA
 @pytest.mark.parametrize("kafka_client", ["aiokafka", "rdkafka"])
 async def test_sigkill_mid_run_loses_nothing_and_recovers_table_state(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn, kafka_client: str
+    kafka_server: KafkaServer, client: Client, workers: Spawn, kafka_client: str
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap, client=kafka_client)
+    url = broker_url(kafka_server.bootstrap, client=kafka_client)
     first = start_worker(workers, "counts-1", COUNTS_APP, url)
     await first.wait_for_log("tables recovered")
     total = 4_000
@@ -209,10 +213,11 @@ async def test_sigkill_mid_run_loses_nothing_and_recovers_table_state(
 # -- 3. SIGTERM mid-run, restart: every record exactly once ----------------------------------
 
 
+@ON_APACHE_KAFKA
 async def test_sigterm_and_restart_process_every_record_exactly_once(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     first = start_worker(workers, "counts-1", COUNTS_APP, url)
     await first.wait_for_log("tables recovered")
     acks = await client.produce(ITEMS, items(0, 2_000))
@@ -294,16 +299,17 @@ async def test_unreachable_broker_is_one_error_line_after_connect_timeout(
         assert gaps[0] < 0.3 and max(gaps) >= 0.5, gaps
 
 
+@ON_TANSU
 async def test_worker_waits_for_a_broker_that_starts_late(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
-    fresh_kafka.stop()  # the port is known, nothing listens on it yet
-    url = broker_url(fresh_kafka.bootstrap, connect_timeout=20)
+    kafka_server.stop()  # the port is known, nothing listens on it yet
+    url = broker_url(kafka_server.bootstrap, connect_timeout=20)
     worker = start_worker(workers, "counts", COUNTS_APP, url)
     await worker.wait_for_log("waiting for a Kafka broker")
     await asyncio.sleep(1.0)
     assert worker.running(), worker.err
-    fresh_kafka.start()  # on the same port, inside the worker's retry window
+    kafka_server.start()  # on the same port, inside the worker's retry window
     await worker.wait_for_log("tables recovered")
     acks = await client.produce(ITEMS, items(0, 300))
     await client.wait_committed(COUNTS_GROUP, ITEMS, end_offsets(acks, PARTITIONS), 20)
@@ -313,19 +319,20 @@ async def test_worker_waits_for_a_broker_that_starts_late(
     assert_clean(worker.err)
 
 
+@ON_TANSU
 async def test_worker_rejoins_after_a_broker_restart_while_idle(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
     """With memory storage a restart loses every topic, record and offset (docs/kafka.md), so
     what can be checked is that the worker rides through the outage: it rejoins the
     group on the new broker and processes what is produced there, each record once."""
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     worker = start_worker(workers, "counts", COUNTS_APP, url)
     await worker.wait_for_log("tables recovered")
     acks = await client.produce(ITEMS, items(0, 300))
     await client.wait_committed(COUNTS_GROUP, ITEMS, end_offsets(acks, PARTITIONS), 20)
 
-    fresh_kafka.restart()  # everything committed and idle: no commit is in flight
+    kafka_server.restart()  # everything committed and idle: no commit is in flight
     # The new broker does not know the member: its heartbeat fails and it joins again.
     await until(lambda: len(worker.assigned()) >= 2, 20, "the worker to rejoin the group")
     assert worker.running(), worker.err
@@ -356,10 +363,11 @@ def topic_rows(out: str) -> dict[str, tuple[int, str, str]]:
     return rows
 
 
+@ON_TANSU
 async def test_topics_before_and_after_a_worker_ran(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     before = workers("topics-before", "topics", COUNTS_APP, "--broker", url)
     assert await before.wait(20) == 0, before.err
     missing = "missing (created when a worker starts)"
@@ -384,11 +392,12 @@ async def test_topics_before_and_after_a_worker_ran(
     assert_clean(before.err, worker.err, after.err)
 
 
+@ON_APACHE_KAFKA
 async def test_a_partition_count_mismatch_stops_the_worker_with_one_line(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
     await client.transport.create_topics([TopicSpec(ITEMS, 2)])
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     topics = workers("topics", "topics", COUNTS_APP, "--broker", url)
     assert await topics.wait(20) == 1, topics.err
     rows = topic_rows(topics.out)

@@ -22,9 +22,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.kafka.conftest import Client, Spawn, broker_url, end_offsets, latest_by_key
+from tests.kafka.conftest import (
+    ON_APACHE_KAFKA,
+    Client,
+    KafkaServer,
+    Spawn,
+    broker_url,
+    end_offsets,
+    latest_by_key,
+)
 from tests.kafka.test_processes import free_port
-from tests.kafka_broker import TansuBroker
 
 pytestmark = pytest.mark.kafka
 
@@ -96,12 +103,13 @@ async def wait_ready(web: str, want: int, deadline: float) -> dict[str, Any]:
     return state
 
 
+@ON_APACHE_KAFKA
 async def test_two_processes_share_the_work_survive_a_kill_and_stop_together(
-    fresh_kafka: TansuBroker, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
     port = free_port()
     web = f"http://127.0.0.1:{port}"
-    url = broker_url(fresh_kafka.bootstrap)
+    url = broker_url(kafka_server.bootstrap)
     parent = workers(
         "parent", "worker", APP, "--broker", url, "--processes", "2", "--web-port", str(port)
     )

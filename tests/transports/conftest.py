@@ -1,13 +1,13 @@
 """Fixtures for the transport tests: a factory of transports that share one broker.
 
-``transport_factory`` is parametrized by broker kind. Each kind has one builder in
-``_BUILDERS``: a function taking the pytest ``request`` and returning a zero-argument
-function that makes a new ``Transport`` on that kind's broker. Adding Kafka is one builder,
-``_BUILDERS["kafka"] = _kafka_builder``, which reads the address from the session fixture
-(``request.getfixturevalue("kafka_bootstrap")``, imported from ``tests.kafka_broker``, so
-memory-only runs never start Tansu) and returns ``lambda: KafkaTransport([address],
-session_timeout_ms=3000, heartbeat_interval_ms=500, fetch_max_wait_ms=20)``, plus
-``pytest.param("kafka", marks=pytest.mark.kafka)`` in the fixture's params.
+``transport_factory`` is parametrized by broker: ``memory``; ``kafka`` and ``rdkafka``
+(aiokafka and confluent-kafka on the session's Tansu, ``kafka_bootstrap``, or on
+``$FLOWKIT_TEST_KAFKA``); ``apache-kafka`` and ``apache-rdkafka`` (the same two clients on the
+session's Apache Kafka, ``apache_kafka`` in tests/apache_kafka.py; marked ``apache_kafka``).
+Each param has one builder in ``_BUILDERS``: a function taking the pytest ``request`` and
+returning a zero-argument function that makes a new ``Transport`` on that broker. The
+broker fixtures are asked for by the builders (``request.getfixturevalue``), so a run of
+one param starts only its broker.
 
 Names of topics and groups come from ``unique()``: a Kafka broker is shared by every test."""
 
@@ -22,6 +22,7 @@ import pytest
 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import Consumer, MemoryBroker, MemoryTransport, Transport
+from tests.apache_kafka import ApacheKafka
 
 TransportFactory = Callable[[], Transport]
 
@@ -35,30 +36,49 @@ def _memory_builder(request: pytest.FixtureRequest) -> TransportFactory:
     return lambda: MemoryTransport(broker, max_record_bytes=1 << 20)
 
 
-def _kafka_builder(request: pytest.FixtureRequest) -> TransportFactory:
-    from flowkit.transports.kafka import KafkaTransport
-
-    address = request.getfixturevalue("kafka_bootstrap")
-    return lambda: KafkaTransport(
-        [address], session_timeout_ms=3000, heartbeat_interval_ms=500, fetch_max_wait_ms=20
-    )
+_CLIENT_SETTINGS = {
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 500,
+    "fetch_max_wait_ms": 20,
+}
 
 
-def _rdkafka_builder(request: pytest.FixtureRequest) -> TransportFactory:
-    pytest.importorskip("confluent_kafka")
-    from flowkit.transports.rdkafka import RdkafkaTransport
+def _address(request: pytest.FixtureRequest, apache: bool) -> str:
+    if apache:
+        broker: ApacheKafka = request.getfixturevalue("apache_kafka")
+        return broker.bootstrap
+    return str(request.getfixturevalue("kafka_bootstrap"))
 
-    address = request.getfixturevalue("kafka_bootstrap")
-    return lambda: RdkafkaTransport(
-        [address], session_timeout_ms=3000, heartbeat_interval_ms=500, fetch_max_wait_ms=20
-    )
+
+def _kafka_builder(apache: bool) -> Callable[[pytest.FixtureRequest], TransportFactory]:
+    def build(request: pytest.FixtureRequest) -> TransportFactory:
+        from flowkit.transports.kafka import KafkaTransport
+
+        address = _address(request, apache)
+        return lambda: KafkaTransport([address], **_CLIENT_SETTINGS)
+
+    return build
+
+
+def _rdkafka_builder(apache: bool) -> Callable[[pytest.FixtureRequest], TransportFactory]:
+    def build(request: pytest.FixtureRequest) -> TransportFactory:
+        pytest.importorskip("confluent_kafka")
+        from flowkit.transports.rdkafka import RdkafkaTransport
+
+        address = _address(request, apache)
+        return lambda: RdkafkaTransport([address], **_CLIENT_SETTINGS)
+
+    return build
 
 
 _BUILDERS: dict[str, Callable[[pytest.FixtureRequest], TransportFactory]] = {
     "memory": _memory_builder,
-    "kafka": _kafka_builder,
-    "rdkafka": _rdkafka_builder,
+    "kafka": _kafka_builder(apache=False),
+    "rdkafka": _rdkafka_builder(apache=False),
+    "apache-kafka": _kafka_builder(apache=True),
+    "apache-rdkafka": _rdkafka_builder(apache=True),
 }
+_APACHE = [pytest.mark.kafka, pytest.mark.apache_kafka]
 
 
 @pytest.fixture(
@@ -66,6 +86,8 @@ _BUILDERS: dict[str, Callable[[pytest.FixtureRequest], TransportFactory]] = {
         "memory",
         pytest.param("kafka", marks=pytest.mark.kafka),
         pytest.param("rdkafka", marks=pytest.mark.kafka),
+        pytest.param("apache-kafka", marks=_APACHE),
+        pytest.param("apache-rdkafka", marks=_APACHE),
     ]
 )
 async def transport_factory(request: pytest.FixtureRequest) -> AsyncIterator[TransportFactory]:

@@ -178,6 +178,63 @@ def test_map_kafka_errors_hides_aiokafka_types() -> None:
         raise KeyError("x")
 
 
+class _Answer:
+    """An OffsetFetch answer with a group-level error code (Kafka's, v2 and later)."""
+
+    def __init__(self, error_code: int) -> None:
+        self.error_code = error_code
+
+
+class _Coordinator:
+    """aiokafka's group coordinator as ``guard`` sees it: it sends requests and can be
+    marked dead."""
+
+    def __init__(self, error_code: int) -> None:
+        self.error_code = error_code
+        self.dead = 0
+
+    async def _send_req(self, request: Any) -> _Answer:
+        return _Answer(self.error_code)
+
+    def coordinator_dead(self) -> None:
+        self.dead += 1
+
+
+class _Consumer:
+    def __init__(self, coordinator: _Coordinator) -> None:
+        self._coordinator = coordinator
+
+
+async def test_a_group_level_offset_fetch_error_is_raised_not_read_as_no_offsets() -> None:
+    """Apache Kafka answers "loading" for the whole group right after a restart; aiokafka
+    would read the empty partitions as "nothing committed" (flowkit.transports.kafka.loading)."""
+    import aiokafka.errors as kerr
+    from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+
+    from flowkit.transports.kafka.loading import guard
+
+    fetch = OffsetFetchRequest("g", [("t", [0])])
+    loading = _Coordinator(kerr.GroupLoadInProgressError.errno)
+    assert guard(_Consumer(loading))
+    with pytest.raises(kerr.GroupLoadInProgressError) as raised:
+        await loading._send_req(fetch)
+    assert raised.value.retriable  # aiokafka retries it after its backoff
+    moved = _Coordinator(kerr.NotCoordinatorForGroupError.errno)
+    assert guard(_Consumer(moved))
+    with pytest.raises(kerr.NotCoordinatorForGroupError):
+        await moved._send_req(fetch)
+    assert moved.dead == 1  # asked where the group is again, as for a partition's error
+    # Answers without a group-level error, and other requests, pass as they are.
+    fine = _Coordinator(0)
+    assert guard(_Consumer(fine))
+    assert (await fine._send_req(fetch)).error_code == 0
+    other = _Coordinator(kerr.GroupLoadInProgressError.errno)
+    assert guard(_Consumer(other))
+    commit = OffsetCommitRequest("g", 1, "m", -1, [("t", [(0, 5, "")])])
+    assert (await other._send_req(commit)).error_code == kerr.GroupLoadInProgressError.errno
+    assert not guard(object())  # no coordinator to guard: nothing done
+
+
 async def test_unreachable_broker_raises_broker_unavailable_within_the_deadline() -> None:
     t = KafkaTransport(["127.0.0.1:9"], connect_timeout=0.5)
     # Each gives up at the deadline: without one, these would wait for ever.

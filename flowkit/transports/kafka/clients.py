@@ -18,6 +18,7 @@ from ...records import Headers, Message, TopicPartition
 from ..base import Ack, OutRecord, RebalanceListener
 from .draining import Drainer, send_next, usable
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
+from .loading import guard
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +81,8 @@ class KafkaConsumer:
                 raise TransportError("this Kafka consumer is closed")
             kafka = aiokafka.AIOKafkaConsumer(**self._options)
             await self._transport._connect(kafka.start, kafka.stop)
+            if self._group_id is not None:
+                guard(kafka)  # committed offsets not taken for none while they load
             self._kafka = kafka
             self._drainer = Drainer(kafka) if usable(kafka, self._options) else None
             replay, self._replay = self._replay, []

@@ -5,18 +5,27 @@ retries, and topic administration.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiokafka.errors as kerr
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
-from .._kafka_common import create_missing, topic_config
+from .._kafka_common import (
+    authentication_failed,
+    certificate_refused,
+    create_missing,
+    tls_reason,
+    topic_config,
+)
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer
@@ -30,15 +39,39 @@ log = structlog.get_logger(__name__)
 CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
 
 
+def _not_a_retried_leader(record: logging.LogRecord) -> bool:
+    # aiokafka logs a partition leader that is not ready yet at ERROR, then retries the
+    # request, which succeeds: Apache Kafka answers so for a moment after it creates a
+    # topic (its metadata shows the partition before the leader serves it) and after a
+    # restart. The retry is the answer; the line would only alarm.
+    message = record.getMessage()
+    return not (
+        message.startswith("Failed fetch offsets")
+        and ("NotLeaderForPartitionError" in message or "LeaderNotAvailableError" in message)
+    )
+
+
+logging.getLogger("aiokafka.consumer.fetcher").addFilter(_not_a_retried_leader)
+
+
+Refusal = Callable[[str], Awaitable[ConfigurationError | None]]
+"""Shakes hands with one broker: the error if it refuses the client's credentials or
+certificate, None otherwise."""
+
+
 async def _connect(
     servers: Sequence[str],
     limit: float,
     start: Callable[[], Awaitable[None]],
     stop: Callable[[], Awaitable[None]],
+    refusal: Refusal | None = None,
 ) -> None:
     """``start`` an aiokafka client once a broker accepts TCP, retrying for ``limit`` s.
 
-    Probing TCP first keeps aiokafka from logging an error per failed bootstrap.
+    Probing TCP first keeps aiokafka from logging an error per failed bootstrap. With
+    ``refusal`` (a secured connection), the first broker that answers is asked for the
+    handshake too, and one that refuses it ends the wait at once (``ConfigurationError``):
+    aiokafka would retry a wrong password until ``limit``, logging each attempt.
     """
     loop = asyncio.get_running_loop()
     deadline, backoff, last = loop.time() + limit, 0.05, "timed out"
@@ -57,6 +90,8 @@ async def _connect(
                                 unknown.append(host)
                             continue
                         writer.close()
+                        if refusal is not None and (refused := await refusal(server)):
+                            raise refused
                         with map_kafka_errors():
                             await start()
                         return
@@ -124,7 +159,39 @@ class KafkaTransport:
     async def _connect(
         self, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
     ) -> None:
-        await _connect(self.servers, self._connect_timeout, start, stop)
+        secured = self._client.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
+        refusal = self._refusal if secured else None
+        await _connect(self.servers, self._connect_timeout, start, stop, refusal)
+
+    async def _refusal(self, server: str) -> ConfigurationError | None:
+        """Shake hands with ``server`` as the clients will (TLS, then SASL): the error if it
+        refuses the certificate or the credentials; None if it accepts them, or if it cannot
+        be reached (retried as any unreachable broker)."""
+        host, _, port = server.rpartition(":")
+        keys = ("security_protocol", "ssl_context", "sasl_mechanism")
+        try:
+            conn = await create_conn(
+                host,
+                int(port),
+                client_id=self._id("flowkit") + "-probe",
+                sasl_plain_username=self._client.get("sasl_plain_username"),
+                sasl_plain_password=self._client.get("sasl_plain_password"),
+                **{key: self._client[key] for key in keys if key in self._client},
+            )
+        except ssl.SSLError as exc:
+            return certificate_refused(server, tls_reason(exc))
+        except (
+            kerr.SaslAuthenticationFailed,
+            kerr.UnsupportedSaslMechanismError,
+            kerr.IllegalSaslStateError,
+            kerr.AuthenticationFailedError,
+        ) as exc:
+            reason = str(exc.args[0]) if exc.args else type(exc).__name__
+            return authentication_failed(server, self._client, reason)
+        except (OSError, TimeoutError, kerr.KafkaError):
+            return None
+        conn.close()
+        return None
 
     def consumer(
         self,

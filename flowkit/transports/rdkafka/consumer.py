@@ -88,6 +88,8 @@ class RdkafkaConsumer:
         # (commit) run in the consume thread: librdkafka does not answer a commit made
         # from another thread during the callback.
         self._in_callback = False
+        # The rebalance callback's coroutine that the consume thread waits for, if any.
+        self._callback: concurrent.futures.Future[Any] | None = None
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
         self._calls = queue.SimpleQueue()
 
@@ -128,7 +130,17 @@ class RdkafkaConsumer:
         self._transport._opened.discard(self)
         inflight = self._inflight
         if inflight is not None:
-            await asyncio.wait([inflight])  # ends within _SLICE: it sees _closed
+            # It ends within _SLICE (it sees _closed), unless it runs a rebalance callback
+            # that waits for a lost broker (a revocation's commit): that is given up after
+            # the transport's closing limit, as the worker gives up its commits.
+            limit = self._transport.closing_limit()
+            await asyncio.wait([inflight], timeout=limit)
+            if not inflight.done():
+                log.warning("a Kafka client did not close while the broker is away", limit=limit)
+                callback = self._callback
+                if callback is not None:
+                    callback.cancel()
+                await asyncio.wait([inflight])
             if not inflight.cancelled():
                 inflight.exception()  # a batch nobody will read; its error is moot too
         kafka, self._kafka = self._kafka, None
@@ -190,8 +202,7 @@ class RdkafkaConsumer:
         end = 0 if self._reset == "earliest" else 1
         for tp in tps:
             if tp not in starts:
-                marks = kafka.get_watermark_offsets(self._ktp(tp), timeout=timeout, cached=False)
-                starts[tp] = int(marks[end])
+                starts[tp] = _watermarks(kafka, self._ktp(tp), timeout)[end]
         return starts
 
     def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
@@ -229,6 +240,7 @@ class RdkafkaConsumer:
         self._in_callback = True
         try:
             future = asyncio.run_coroutine_threadsafe(coro, loop)
+            self._callback = future
             while not future.done():
                 try:
                     call, result = self._calls.get(timeout=0.02)
@@ -241,9 +253,12 @@ class RdkafkaConsumer:
                     result.set_result(call())
                 except BaseException as exc:
                     result.set_exception(exc)
+            if future.cancelled():  # given up by aclose()
+                return None
             return future.result()
         finally:
             self._in_callback = False
+            self._callback = None
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         # A blocking librdkafka call, off the event loop: in the consume thread while a
@@ -456,3 +471,31 @@ def _without_errors(records: list[Any]) -> list[Any]:
         elif error.code() != ck.KafkaError._PARTITION_EOF:
             raise translate(ck.KafkaException(error))
     return kept
+
+
+# Answers of a partition's leader that is about to exist: Apache Kafka applies a new
+# topic's leadership a moment after its metadata shows it, and after a broker restart.
+_LEADER_NOT_READY = frozenset(
+    {
+        ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+        ck.KafkaError.LEADER_NOT_AVAILABLE,
+        ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
+    """A partition's low and high watermarks, asked of its leader (in the consume thread).
+
+    librdkafka hands a leader's "not ready yet" straight back from this call: retried
+    here every 50 ms for up to ``timeout`` seconds, as the Java client does.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
+            return int(low), int(high)
+        except ck.KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_NOT_READY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
+import structlog
 
 from ...errors import TransportError
 from ...records import Headers
@@ -24,6 +25,8 @@ from .errors import RDKAFKA_ERRORS, map_rdkafka_errors, translate
 
 if TYPE_CHECKING:
     from .transport import RdkafkaTransport
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["RdkafkaProducer"]
 
@@ -204,8 +207,12 @@ class RdkafkaProducer:
         self._transport._opened.discard(self)
         if self._kafka is None:
             return
+        limit = self._transport.closing_limit()
         try:
-            await self.flush()
+            async with asyncio.timeout(limit):
+                await self.flush()
+        except TimeoutError:  # the broker is away: its acks will not come in time
+            log.warning("a Kafka client did not close while the broker is away", limit=limit)
         finally:
             self._stopping.set()
             poller = self._poller

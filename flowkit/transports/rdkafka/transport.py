@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +18,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
-from .._kafka_common import create_missing, topic_config
+from .._kafka_common import (
+    authentication_failed,
+    certificate_refused,
+    client_reason,
+    create_missing,
+    tls_refusal,
+    topic_config,
+)
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
@@ -27,12 +36,29 @@ from .settings import check_settings, client_config
 __all__ = ["RdkafkaTransport"]
 
 log = structlog.get_logger(__name__)
+CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
+
 # librdkafka's own log lines (connection failures, ...) go to this stdlib logger.
 _LIBRDKAFKA_LOG = logging.getLogger("flowkit.transports.rdkafka.librdkafka")
+# confluent-kafka hands a client's log lines to the logger in the thread that polls it: while
+# connecting, its per-attempt failures are the connect loop's to report (once), not logged.
+_QUIET = threading.local()
+_LIBRDKAFKA_LOG.addFilter(lambda _: not getattr(_QUIET, "on", False))
 
 
 # librdkafka's codes for "a broker connection failed" and "no broker is reachable".
 _CONNECTION_ERRORS = (ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN)
+# ...and for a broker that refused the client: its credentials, or TLS (the certificate).
+_REFUSALS = (ck.KafkaError._AUTHENTICATION, ck.KafkaError._SSL)
+
+
+def _poll_quietly(client: Any) -> None:
+    """Serve ``client``'s queued callbacks (errors, logs), its log lines dropped."""
+    _QUIET.on = True
+    try:
+        client.poll(0)
+    finally:
+        _QUIET.on = False
 
 
 class RdkafkaTransport:
@@ -62,6 +88,7 @@ class RdkafkaTransport:
         self._admin: Any = None
         self._opened: set[RdkafkaConsumer | RdkafkaProducer] = set()
         self._closed = False
+        self._refused: str | None = None  # the last refusal a client reported
 
     def _id(self, client_id: str) -> str:
         return self._client_id or client_id
@@ -69,9 +96,44 @@ class RdkafkaTransport:
     def _on_error(self, error: Any) -> None:
         # Called in a librdkafka thread: a lost connection is a hint for the watch, which
         # checks and reports on the event loop (see flowkit.transports.watch).
+        if error.code() in _REFUSALS:
+            self._refused = error.str()
         loop = self._loop
         if loop is not None and error.code() in _CONNECTION_ERRORS:
             loop.call_soon_threadsafe(self.broker_watch.hint)
+
+    async def _refusal(self, client: Any) -> ConfigurationError | None:
+        """After a failed connect: the error if a broker refused the client's credentials
+        or certificate (librdkafka would retry them for ever), else None."""
+        protocol = self._settings.get("security_protocol", "PLAINTEXT")
+        if protocol == "PLAINTEXT":
+            return None
+        if "SSL" in protocol:  # Python's TLS names the certificate problem precisely
+            try:
+                context = ssl.create_default_context(cafile=self._settings.get("ssl_cafile"))
+                if "ssl_certfile" in self._settings:
+                    certfile = self._settings["ssl_certfile"]
+                    context.load_cert_chain(certfile, self._settings.get("ssl_keyfile"))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
+            for server in self.servers:
+                if refused := await tls_refusal(server, context, timeout=5.0):
+                    return refused
+        await asyncio.get_running_loop().run_in_executor(None, _poll_quietly, client)
+        reason, self._refused = self._refused, None
+        if reason is None:
+            return None
+        server = reason.split("://", 1)[-1].split("/", 1)[0]
+        if "SSL" in reason and "authentication" not in reason.lower():
+            return certificate_refused(server, client_reason(reason))
+        reason = client_reason(reason).removeprefix("SASL authentication error: ")
+        return authentication_failed(server, self._settings, reason)
+
+    def closing_limit(self) -> float | None:
+        """How long closing a client may wait: unbounded normally, a few seconds while the
+        broker is away (a flush would wait out librdkafka's message timeout, a revocation
+        its commit)."""
+        return CLOSE_WHILE_AWAY if self.broker_watch.away else None
 
     async def watch(self) -> None:
         """Run until cancelled; raises ``BrokerUnavailable`` once the brokers have been
@@ -93,6 +155,8 @@ class RdkafkaTransport:
                 )
                 return
             except RDKAFKA_ERRORS as exc:
+                if refused := await self._refusal(client):
+                    raise refused from None
                 last = str(exc.args[0].str() if exc.args else exc)
                 if loop.time() >= deadline:
                     raise BrokerUnavailable(
