@@ -32,6 +32,7 @@ from .errors import (
     RecordRejected,
     SinkError,
     TaskFailed,
+    TransactionAborted,
     TransportError,
     WorkerStalled,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "SystemClock",
     "Table",
     "TaskFailed",
+    "TransactionAborted",
     "Topic",
     "TopicPartition",
     "Transform",

@@ -22,7 +22,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from .agents import Agent, Output, SinkTarget, Timer
 from .appmetrics import AppMetrics
@@ -43,6 +43,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
+ProcessingGuarantee = Literal["at_least_once", "exactly_once"]
+"""``at_least_once`` (the default): an offset is committed once everything its records
+caused is acknowledged. ``exactly_once``: a checkpoint's outputs, changelog writes, dead
+letters and offsets are committed in one Kafka transaction."""
+
+
+def check_guarantee(value: str) -> ProcessingGuarantee:
+    """``value`` if it is a processing guarantee, else ``DefinitionError``.
+
+    >>> check_guarantee("exactly_once")
+    'exactly_once'
+    >>> check_guarantee("exactly-once")
+    Traceback (most recent call last):
+    flowkit.errors.DefinitionError: processing_guarantee 'exactly-once' is not one of ...
+    """
+    if value == "at_least_once":
+        return "at_least_once"
+    if value == "exactly_once":
+        return "exactly_once"
+    raise DefinitionError(
+        f"processing_guarantee {value!r} is not one of 'at_least_once', 'exactly_once'"
+    )
+
 
 class App:
     """A stream-processing application: what to run, not how.
@@ -50,7 +73,8 @@ class App:
     ``broker`` is the default broker URL (``memory://`` or ``kafka://host:port``);
     ``flowkit worker --broker`` and ``FLOWKIT_BROKER`` override it. ``partitions`` is the
     default partition count of its topics and tables, so they are co-partitioned unless
-    told otherwise.
+    told otherwise. ``processing_guarantee`` is ``"at_least_once"`` (the default) or
+    ``"exactly_once"`` (Kafka transactions; see the exactly-once page of the docs).
     """
 
     def __init__(
@@ -60,6 +84,7 @@ class App:
         broker: str = "memory://",
         partitions: int = 1,
         commit_interval: Seconds = 1.0,
+        processing_guarantee: ProcessingGuarantee = "at_least_once",
     ) -> None:
         if not _NAME.match(name):
             raise DefinitionError(
@@ -74,6 +99,7 @@ class App:
         self.broker = broker
         self.partitions = partitions
         self.commit_interval = commit_interval
+        self.processing_guarantee = check_guarantee(processing_guarantee)
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []

@@ -11,7 +11,8 @@ FlowkitError
 │   ├── BrokerUnavailable
 │   ├── CommitFailed
 │   ├── ReadStalled        reading partitions to their end made no progress
-│   └── RecordRejected     one record refused for good (too large, invalid, not authorised)
+│   ├── RecordRejected     one record refused for good (too large, invalid, not authorised)
+│   └── TransactionAborted an exactly-once transaction was aborted (a send failed, or fenced)
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
 ├── TaskFailed             a timer or task of the app raised (the worker stops)
 ├── PartialWrite           raised by a sink: the first ``written`` items of a batch are stored
@@ -54,6 +55,7 @@ __all__ = [
     "RecordRejected",
     "SinkError",
     "TaskFailed",
+    "TransactionAborted",
     "TransportError",
     "WorkerStalled",
 ]
@@ -109,6 +111,17 @@ class RecordRejected(TransportError):
     change: it is too large, invalid, or the topic refuses this client. Other records go
     on; the record that caused it is dead-lettered (or skipped, or stops the worker) by
     its agent's error policy."""
+
+
+class TransactionAborted(TransportError):
+    """An exactly-once transaction was aborted: none of its outputs, changelog writes,
+    dead letters or offsets count. ``fenced`` is True when another worker took over this
+    worker's partitions (this one was a zombie: paused past its session timeout). The
+    worker stops its tasks and starts again from the last committed transaction."""
+
+    def __init__(self, message: str, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class WorkerStalled(FlowkitError):

@@ -19,7 +19,8 @@ from ..clock import Clock
 from ..errors import CommitFailed
 from ..metrics import Metrics
 from ..records import TopicPartition
-from ..transports import Consumer
+from ..streams import Barrier
+from ..transports import Consumer, TransactionalProducer
 from .latency import LatencyTracker
 from .publisher import Publisher
 from .state import StateKeeper
@@ -44,8 +45,14 @@ class Checkpointer:
         metrics: Metrics,
         clock: Clock,
         latency: LatencyTracker | None = None,
+        transactions: TransactionalProducer | None = None,
+        align: Callable[[], Awaitable[Barrier]] | None = None,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         self.latency = latency
+        self.transactions = transactions  # exactly-once: the producer of the transactions
+        self._align = align  # queues a barrier behind every agent instance's batches
+        self._gate = gate  # held by the fetcher while it dispatches (and applies partials)
         self.consumer = consumer
         self.tracker = tracker
         self.publisher = publisher
@@ -61,6 +68,9 @@ class Checkpointer:
         consumer = self.consumer
         if consumer is None:
             await self.publisher.await_acks()
+            return
+        if self.transactions is not None:
+            await self._transaction(consumer, self.transactions)
             return
         async with self._lock:
             offsets = self.tracker.committable(tps)
@@ -81,6 +91,32 @@ class Checkpointer:
             self._report()
             started = self.clock.monotonic()
             await consumer.commit(offsets)
+            self.tracker.committed(offsets)
+            if self.latency is not None:
+                self.latency.committed(offsets)
+            self.metrics.commits.inc()
+            self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+
+    async def _transaction(self, consumer: Consumer, producer: TransactionalProducer) -> None:
+        # One transaction holds every partition's records: a checkpoint of some partitions
+        # (a revocation) commits them all.
+        assert self._align is not None and self._gate is not None
+        async with self._lock, self._gate:
+            barrier = await self._align()
+            try:
+                await barrier.arrived()
+                offsets = self.tracker.committable()
+                await self._flush_sinks()
+                await self.state.flush_outbox()
+                await self.state.send_changelogs(self.state.drain_changelogs())
+                await self.publisher.await_acks()
+                self._report()
+                started = self.clock.monotonic()
+                await producer.commit_transaction(offsets, consumer)  # or abort, and raise
+            finally:
+                barrier.release()
+            if not offsets:
+                return
             self.tracker.committed(offsets)
             if self.latency is not None:
                 self.latency.committed(offsets)

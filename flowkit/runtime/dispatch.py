@@ -34,7 +34,7 @@ from ..policies import Retry
 from ..records import Message
 from ..scope import TaskScope, enter_scope
 from ..sinks import SinkRunner
-from ..streams import Stream, StreamSource
+from ..streams import Barrier, Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
 from .letters import Letter, LetterSender, log_failure, stage_of
@@ -245,6 +245,15 @@ class Dispatcher:
     def parked(self) -> int:
         """Batches held by ``take()`` lists that wait for the clock or for records."""
         return sum(source.parked() for _, source in self.sources)
+
+    async def align(self) -> Barrier:
+        """Queue a ``Barrier`` behind the batches of every agent instance still reading
+        (exactly-once checkpoints); it says when all have reached it."""
+        live = [source for _, source in self.sources if not source.closed]
+        barrier = Barrier(len(live))
+        for source in live:
+            await source.put(barrier)
+        return barrier
 
     async def aclose_sinks(self) -> None:
         """Stop the writers and close the sinks."""

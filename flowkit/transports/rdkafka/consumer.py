@@ -367,6 +367,13 @@ class RdkafkaConsumer:
         if failed:
             raise translate(ck.KafkaException(failed[0].error), commit=True)
 
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata (group, generation, member), which a
+        transactional producer sends with its offsets (KIP-447)."""
+        if self._kafka is None or self._group_id is None:
+            raise TransportError("no group metadata: this consumer is not in a group")
+        return self._kafka.consumer_group_metadata()
+
     async def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp``, or None.
 
