@@ -10,6 +10,12 @@ import pytest
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, Transport
+from tests.apache_kafka import (  # noqa: F401
+    ApacheKafka,
+    apache_kafka,
+    clean_apache_kafka,
+    fresh_apache_kafka,
+)
 from tests.kafka_broker import (  # noqa: F401
     TansuBroker,
     durable_kafka,

