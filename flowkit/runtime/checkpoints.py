@@ -16,7 +16,7 @@ import structlog
 
 from ..checkpoint import OffsetTracker
 from ..clock import Clock
-from ..errors import CommitFailed
+from ..errors import CommitFailed, TransactionAborted, TransportError
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..streams import Barrier
@@ -25,7 +25,7 @@ from .latency import LatencyTracker
 from .publisher import Publisher
 from .state import StateKeeper
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "aborted_in"]
 
 log = structlog.get_logger(__name__)
 
@@ -113,6 +113,13 @@ class Checkpointer:
                 self._report()
                 started = self.clock.monotonic()
                 await producer.commit_transaction(offsets, consumer)  # or abort, and raise
+            except TransportError as exc:
+                # A send of the transaction failed: none of it may count.
+                aborted = aborted_in(exc)
+                if aborted is None:
+                    await producer.abort_transaction()
+                    aborted = TransactionAborted(f"transaction aborted ({exc})")
+                raise aborted from exc
             finally:
                 barrier.release()
             if not offsets:
@@ -133,3 +140,21 @@ class Checkpointer:
                 # The group is rebalancing: the revocation that follows commits what is
                 # done while we still own it; until then the records stay uncommitted.
                 log.warning("commit refused during a rebalance; retrying later", error=str(exc))
+
+
+def aborted_in(exc: BaseException | None) -> TransactionAborted | None:
+    """The ``TransactionAborted`` that ``exc`` is or was caused by, if any.
+
+    >>> aborted_in(TransportError("a send failed")) is None
+    True
+    >>> try:
+    ...     raise TransportError("a send failed") from TransactionAborted("x", fenced=True)
+    ... except TransportError as exc:
+    ...     aborted_in(exc).fenced
+    True
+    """
+    while exc is not None:
+        if isinstance(exc, TransactionAborted):
+            return exc
+        exc = exc.__cause__
+    return None

@@ -46,7 +46,7 @@ from ..transports import (
 )
 from . import heap
 from .assignment import Assignment
-from .checkpoints import Checkpointer
+from .checkpoints import Checkpointer, aborted_in
 from .console import Console
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
@@ -225,6 +225,8 @@ class Worker:
 
     def _fatal(self, exc: BaseException, task: str) -> None:
         if self._error is None:
+            if self.transactions is not None:  # a send of the transaction failed, maybe
+                exc = aborted_in(exc) or exc
             self._error = exc
             if isinstance(exc, TransactionAborted) and exc.fenced:
                 log.warning(

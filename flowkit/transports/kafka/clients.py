@@ -509,9 +509,18 @@ class KafkaTransactionalProducer(KafkaProducer):
     def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
         super().__init__(transport, options)
         self._open = False  # a transaction is open: begun by a send, not yet ended
+        self._ending = False  # commit_transaction is under way: sends wait for the next
+        self._lock = asyncio.Lock()  # one begin or commit at a time
         self._fenced = False
 
     async def _begin(self) -> None:
+        # Sends from several tasks: one begins the transaction, the others wait for it;
+        # a send during a commit waits for it and goes into the next transaction.
+        async with self._lock:
+            if not self._open:
+                await self._begin_now()
+
+    async def _begin_now(self) -> None:
         if self._fenced:
             raise TransactionAborted("this producer was fenced by a newer one", fenced=True)
         if self._kafka is None:
@@ -533,7 +542,7 @@ class KafkaTransactionalProducer(KafkaProducer):
         timestamp_ms: int | None = None,
     ) -> Awaitable[Ack]:
         """Queue one record in the open transaction (begun here if none is)."""
-        if not self._open:
+        if not self._open or self._ending:
             await self._begin()
         return await super().send(
             topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
@@ -543,7 +552,7 @@ class KafkaTransactionalProducer(KafkaProducer):
         self, topic: str, partition: int, records: Sequence[OutRecord]
     ) -> list[tuple[int, Awaitable[Ack]]]:
         """Queue records for ``partition`` in the open transaction (begun if none is)."""
-        if not self._open:
+        if not self._open or self._ending:
             await self._begin()
         return await super().send_batch(topic, partition, records)
 
@@ -555,9 +564,17 @@ class KafkaTransactionalProducer(KafkaProducer):
         generation; on any failure abort it and raise ``TransactionAborted``."""
         if not isinstance(consumer, KafkaConsumer) or consumer._group_id is None:
             raise ConfigurationError("commit_transaction needs a KafkaConsumer of a group")
+        async with self._lock:
+            self._ending = True
+            try:
+                await self._commit(offsets, consumer)
+            finally:
+                self._ending = False
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], consumer: KafkaConsumer) -> None:
         try:
             if offsets and not self._open:
-                await self._begin()
+                await self._begin_now()
             if not self._open:
                 return  # nothing sent and nothing read: nothing to commit
             kafka = self._kafka

@@ -226,6 +226,8 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
     def __init__(self, transport: RdkafkaTransport, config: dict[str, Any]) -> None:
         super().__init__(transport, config)
         self._open = False  # a transaction is open: begun by a send, not yet ended
+        self._ending = False  # commit_transaction is under way: sends wait for the next
+        self._txn_lock = asyncio.Lock()  # one begin or commit at a time
         self._limit = float(transport._timeout)  # seconds a transaction call may block
 
     async def start(self) -> None:
@@ -244,13 +246,19 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
     async def _produce(
         self, topic: str, partition: int, records: Sequence[OutRecord]
     ) -> asyncio.Future[Ack]:
-        if not self._open:
-            if self._kafka is None:
-                await self.start()
-            with map_rdkafka_errors():
-                self._kafka.begin_transaction()
-            self._open = True
+        if not self._open or self._ending:
+            # One send begins the transaction; one during a commit waits for the next.
+            async with self._txn_lock:
+                if self._kafka is None:
+                    await self.start()
+                if not self._open:
+                    self._begin_now()
         return await super()._produce(topic, partition, records)
+
+    def _begin_now(self) -> None:
+        with map_rdkafka_errors():
+            self._kafka.begin_transaction()
+        self._open = True
 
     async def commit_transaction(
         self, offsets: Mapping[TopicPartition, int], consumer: Any
@@ -258,11 +266,21 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
         """Commit the open transaction with ``offsets`` for ``consumer``'s group (an
         ``RdkafkaConsumer``: its group metadata goes with them); on any failure abort it
         and raise ``TransactionAborted``."""
+        async with self._txn_lock:
+            self._ending = True
+            try:
+                await self._commit(offsets, consumer)
+            finally:
+                self._ending = False
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], consumer: Any) -> None:
         metadata = consumer.group_metadata()
+        if self._kafka is None:
+            await self.start()
         kafka = self._kafka
         try:
             if offsets and not self._open:
-                await self._produce_nothing()
+                self._begin_now()
             if not self._open:
                 return  # nothing sent and nothing read: nothing to commit
             if offsets:
@@ -282,11 +300,6 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
             what = translate(exc)
             raise TransactionAborted(f"transaction aborted ({what})", fenced=fenced) from exc
 
-    async def _produce_nothing(self) -> None:
-        with map_rdkafka_errors():
-            self._kafka.begin_transaction()
-        self._open = True
-
     async def abort_transaction(self) -> None:
         """Abort the open transaction, if any."""
         if not self._open or self._kafka is None:
@@ -298,8 +311,8 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
             await self._blocking(lambda: kafka.abort_transaction(self._limit))
 
 
-# A producer of the same transactional id took over (fatal for this producer), and the
-# group coordinator's refusals of a member that is no longer in the group's generation.
+# The group coordinator's refusals of a member that is no longer in the group's generation
+# (and ``_FENCED_CODES``: a producer of the same transactional id took over).
 _FENCED_CODES = frozenset({ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED})
 _ZOMBIE_CODES = frozenset(
     {

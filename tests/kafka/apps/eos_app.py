@@ -54,7 +54,7 @@ async def tally(stream: flowkit.Stream[Item]) -> AsyncIterator[str]:
     async for item in stream:
         counts[item.key] += 1
         yield f"{item.key}:{item.seq}:{counts[item.key]}"
-        if item.seq % 8 == 0:
+        if item.seq % 2 == 0:
             await asyncio.sleep(0.002)
 
 
