@@ -320,13 +320,16 @@ def hand_written_rdkafka(source: str, n: int, tag: str, max_records: int) -> tup
 
 
 async def with_flowkit(
-    bootstrap: str, source: str, n: int, tag: str, max_records: int
+    bootstrap: str, source: str, n: int, tag: str, max_records: int, guarantee: str = ""
 ) -> tuple[float, float]:
     routes = [{**r, "to": [f"{t}-{tag}" for t in r["to"]]} for r in router.ROUTES]
     app = router.make_app(routes, demo_traffic=False, name=f"flowkit-{tag}", source=source)
     query = "&".join(f"{k}={v}" for k, v in {**GROUP_SETTINGS, "client": CLIENT[0]}.items())
     worker = flowkit.Worker(
-        app, broker=f"kafka://{bootstrap}?{query}", max_fetch_records=max_records
+        app,
+        broker=f"kafka://{bootstrap}?{query}",
+        max_fetch_records=max_records,
+        processing_guarantee="exactly_once" if guarantee == "exactly_once" else None,
     )
     async with worker:
         while worker.records_in == 0:
@@ -381,7 +384,9 @@ async def read_back(bootstrap: str, topics: dict[str, str], dlq: str) -> tuple[O
 # -- rounds ---------------------------------------------------------------------------------
 
 
-async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
+async def run(
+    bootstrap: str, n: int, rounds: int, max_records: int, exactly_once: bool = False
+) -> None:
     BOOTSTRAP[0] = bootstrap
     run_id = uuid.uuid4().hex[:6]
     sources = {"clean": f"router-in-clean-{run_id}", "bad": f"router-in-bad-{run_id}"}
@@ -396,11 +401,15 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
     for i in range(rounds):
         for kind, source in sources.items():
             row, cpu = {}, {}
-            for who in ("hand-written", "flowkit"):
+            contenders = ("hand-written", "flowkit", *(("exactly-once",) if exactly_once else ()))
+            for who in contenders:
                 tag = f"{run_id}-{kind}-{who[0]}{i}"
                 gc.collect()
-                if who == "flowkit":
-                    row[who], cpu[who] = await with_flowkit(bootstrap, source, n, tag, max_records)
+                if who != "hand-written":
+                    guarantee = "exactly_once" if who == "exactly-once" else ""
+                    row[who], cpu[who] = await with_flowkit(
+                        bootstrap, source, n, tag, max_records, guarantee
+                    )
                     dlq = f"flowkit-{tag}-dlq"
                 else:
                     if CLIENT[0] == "rdkafka":
@@ -432,6 +441,8 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
                 flush=True,
             )
     ratio = [("flowkit / hand-written", "flowkit", "hand-written")]
+    if exactly_once:  # the cost of exactly-once: paired with at-least-once in each round
+        ratio.append(("exactly-once / at-least-once", "exactly-once", "flowkit"))
     for kind, rows in results.items():
         print(f"\n{kind} ({outs_per_order[kind]:.2f} outputs per order):")
         report(rows, n, "order", ratio)
@@ -454,11 +465,17 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=10_000)
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: Tansu)")
     parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="also run flowkit with processing_guarantee='exactly_once' in each round "
+        "(needs Apache Kafka: --bootstrap)",
+    )
     args = parser.parse_args()
     CLIENT[0] = args.client
     configure_logging("error")
     with kafka_broker(args.bootstrap) as (bootstrap, _):
-        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records))
+        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records, args.exactly_once))
 
 
 if __name__ == "__main__":

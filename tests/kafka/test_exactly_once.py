@@ -155,7 +155,9 @@ async def outputs(
     return tally, windows, joined
 
 
-async def until_complete(reader: Client, items: list[Item], evs: list[Ev], deadline: float) -> None:
+async def until_complete(
+    reader: Client, items: list[Item], evs: list[Ev], deadline: float, *running: WorkerProcess
+) -> None:
     """Wait until every expected output is there (read_committed), then check each is
     there exactly once."""
     want = (tally_truth(items), window_truth(items), join_truth(evs))
@@ -166,7 +168,8 @@ async def until_complete(reader: Client, items: list[Item], evs: list[Ev], deadl
             break
         if time.monotonic() > end:
             missing = [sorted(set(w) - set(g))[:5] for g, w in zip(got, want, strict=True)]
-            pytest.fail(f"outputs missing after {deadline} s: {missing}")
+            logs = "\n".join(w.err[-3000:] for w in running)
+            pytest.fail(f"outputs missing after {deadline} s: {missing}\n{logs}")
         await asyncio.sleep(0.5)
     await asyncio.sleep(1.0)  # anything more than expected would be in by now
     got = await outputs(reader)
@@ -220,7 +223,7 @@ async def test_three_kills_mid_transaction_lose_and_repeat_nothing(
         assert before < committed < len(items), (before, committed, worker.err)
     last = start(workers, "eos-last", url)
     await last.wait_for_log("worker started", deadline=30)
-    await until_complete(reader, items, evs, deadline=60)
+    await until_complete(reader, items, evs, 60, last)
     assert await last.stop() == 0, last.err
 
 
@@ -242,6 +245,6 @@ async def test_a_zombie_is_fenced_and_nothing_repeats(
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
     await zombie.wait_for_log(r"fenced: another worker took over", deadline=30)
-    await until_complete(reader, items, evs, deadline=60)
+    await until_complete(reader, items, evs, 60, zombie, other)
     assert await zombie.stop() == 0, zombie.err
     assert await other.stop() == 0, other.err
