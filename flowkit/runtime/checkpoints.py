@@ -103,16 +103,20 @@ class Checkpointer:
         assert self._align is not None and self._gate is not None
         async with self._lock, self._gate:
             barrier = await self._align()
+            log.debug("transaction: barrier queued")
             try:
                 await barrier.arrived()
+                log.debug("transaction: agents aligned")
                 offsets = self.tracker.committable()
                 await self._flush_sinks()
                 await self.state.flush_outbox()
                 await self.state.send_changelogs(self.state.drain_changelogs())
                 await self.publisher.await_acks()
+                log.debug("transaction: sends acknowledged", offsets=len(offsets))
                 self._report()
                 started = self.clock.monotonic()
                 await producer.commit_transaction(offsets, consumer)  # or abort, and raise
+                log.debug("transaction: committed")
             except TransportError as exc:
                 # A send of the transaction failed: none of it may count.
                 aborted = aborted_in(exc)
