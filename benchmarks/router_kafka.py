@@ -441,9 +441,11 @@ async def run(
                 outs_per_order[kind] = sum(got[0].values()) / n
             results[kind].append(row)
             cpu_results[kind].append(cpu)
+            eos = f", exactly-once {n / row['exactly-once']:,.0f}/s" if exactly_once else ""
             print(
                 f"round {i} {kind}: hand-written {n / row['hand-written']:,.0f}/s, "
-                f"flowkit {n / row['flowkit']:,.0f}/s (CPU {1e6 * cpu['hand-written'] / n:.1f} "
+                f"flowkit {n / row['flowkit']:,.0f}/s{eos} "
+                f"(CPU {1e6 * cpu['hand-written'] / n:.1f} "
                 f"and {1e6 * cpu['flowkit'] / n:.1f} us/order), outputs and dead letters equal",
                 flush=True,
             )

@@ -112,7 +112,10 @@ class Checkpointer:
                 await self.state.flush_outbox()
                 await self.state.send_changelogs(self.state.drain_changelogs())
                 await self.publisher.await_acks()
-                log.debug("transaction: sends acknowledged", offsets=len(offsets))
+                log.debug(
+                    "transaction: sends acknowledged",
+                    offsets=sorted(f"{t}/{p}:{o}" for (t, p), o in offsets.items()),
+                )
                 self._report()
                 started = self.clock.monotonic()
                 await producer.commit_transaction(offsets, consumer)  # or abort, and raise
