@@ -19,7 +19,7 @@ from ..clock import Clock
 from ..errors import CommitFailed, TransactionAborted, TransportError
 from ..metrics import Metrics
 from ..records import TopicPartition
-from ..streams import Barrier
+from ..streams import Barrier, StreamSource
 from ..transports import Consumer, TransactionalProducer
 from .latency import LatencyTracker
 from .publisher import Publisher
@@ -46,12 +46,12 @@ class Checkpointer:
         clock: Clock,
         latency: LatencyTracker | None = None,
         transactions: TransactionalProducer | None = None,
-        align: Callable[[], Awaitable[Barrier]] | None = None,
+        align: Callable[[], tuple[Barrier, list[StreamSource]]] | None = None,
         gate: asyncio.Lock | None = None,
     ) -> None:
         self.latency = latency
         self.transactions = transactions  # exactly-once: the producer of the transactions
-        self._align = align  # queues a barrier behind every agent instance's batches
+        self._align = align  # a barrier for every agent instance, and the instances
         self._gate = gate  # held by the fetcher while it dispatches (and applies partials)
         self.consumer = consumer
         self.tracker = tracker
@@ -102,9 +102,11 @@ class Checkpointer:
         # (a revocation) commits them all.
         assert self._align is not None and self._gate is not None
         async with self._lock, self._gate:
-            barrier = await self._align()
-            log.debug("transaction: barrier queued")
-            try:
+            barrier, sources = self._align()
+            try:  # released whatever happens, even if queueing it is cut short
+                for source in sources:
+                    await source.put(barrier)
+                log.debug("transaction: barrier queued")
                 await barrier.arrived()
                 log.debug("transaction: agents aligned")
                 offsets = self.tracker.committable()

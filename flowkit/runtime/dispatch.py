@@ -246,14 +246,11 @@ class Dispatcher:
         """Batches held by ``take()`` lists that wait for the clock or for records."""
         return sum(source.parked() for _, source in self.sources)
 
-    async def align(self) -> Barrier:
-        """Queue a ``Barrier`` behind the batches of every agent instance still reading
-        (exactly-once checkpoints); it says when all have reached it."""
+    def barrier(self) -> tuple[Barrier, list[StreamSource]]:
+        """A ``Barrier`` for every agent instance still reading, and those instances
+        (exactly-once checkpoints queue it behind their batches: see ``Checkpointer``)."""
         live = [source for _, source in self.sources if not source.closed]
-        barrier = Barrier(len(live))
-        for source in live:
-            await source.put(barrier)
-        return barrier
+        return Barrier(len(live)), live
 
     async def aclose_sinks(self) -> None:
         """Stop the writers and close the sinks."""

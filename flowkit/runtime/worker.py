@@ -312,7 +312,7 @@ class Worker:
             clock=self.clock,
             latency=latency,
             transactions=self.transactions,
-            align=dispatcher.align,
+            align=dispatcher.barrier,
             gate=gate,
         )
         spawn(self.checkpointer.run(settings.commit_interval), "commit")
