@@ -190,8 +190,7 @@ class RdkafkaConsumer:
         end = 0 if self._reset == "earliest" else 1
         for tp in tps:
             if tp not in starts:
-                marks = kafka.get_watermark_offsets(self._ktp(tp), timeout=timeout, cached=False)
-                starts[tp] = int(marks[end])
+                starts[tp] = int(_watermarks(kafka, self._ktp(tp), timeout)[end])
         return starts
 
     def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
@@ -415,6 +414,39 @@ def _message(r: Any) -> Message:
 
 def _timestamp_of(r: Any) -> int:
     return r.timestamp()[1]  # type: ignore[no-any-return]
+
+
+# Answers of a partition whose leader is not known yet (a topic just created, a leader
+# moving): asked again until the timeout, not raised out of a rebalance callback.
+_TRANSIENT = frozenset(
+    {
+        ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+        ck.KafkaError.LEADER_NOT_AVAILABLE,
+        ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+        ck.KafkaError._UNKNOWN_PARTITION,
+        ck.KafkaError._UNKNOWN_TOPIC,
+        ck.KafkaError._TRANSPORT,
+        ck.KafkaError._TIMED_OUT,
+    }
+)
+
+
+def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
+    """The low and high watermarks of ``ktp``, asking again while its leader is not
+    known (librdkafka raises NOT_LEADER_FOR_PARTITION for a topic created a moment ago)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
+            return int(low), int(high)
+        except Exception as exc:  # KafkaException, or what librdkafka raises of its own
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, ck.KafkaError) else None
+            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)  # in the consume thread
+        delay = min(delay * 2, 1.0)
 
 
 def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
