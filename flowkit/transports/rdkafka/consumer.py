@@ -73,6 +73,10 @@ class RdkafkaConsumer:
         self._listener: RebalanceListener | None = None
         self._owned: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
+        # The group metadata a transactional producer sends with its offsets, read in the
+        # consume thread after each rebalance (see group_metadata).
+        self._group_meta: Any = None
+        self._meta_stale = True
         # High watermarks as of the last batch, read by the consume thread: the loop
         # never calls into librdkafka for them (a call there can wait on a lock that a
         # rebalance callback in the consume thread holds).
@@ -196,6 +200,7 @@ class RdkafkaConsumer:
     def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
         if self._closed:
             return
+        self._meta_stale = True
         tps = [TopicPartition(k.topic, k.partition) for k in partitions]
         starts = self._starts(kafka, tps, committed=True)
         kafka.assign([ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in starts.items()])
@@ -277,6 +282,11 @@ class RdkafkaConsumer:
             records = kafka.consume(1, min(left, _SLICE))
             if records and max_records > 1:
                 records.extend(kafka.consume(max_records - 1, 0))
+        if self._meta_stale and self._group_id is not None:
+            # Here, outside the rebalance callbacks: asked from the event loop's thread
+            # while this thread waits in a callback for the loop, it never returned.
+            self._meta_stale = False
+            self._group_meta = kafka.consumer_group_metadata()
         batches = _runs(records)
         highs = {}
         for tp in self._owned:
@@ -371,7 +381,12 @@ class RdkafkaConsumer:
         transactional producer sends with its offsets (KIP-447)."""
         if self._kafka is None or self._group_id is None:
             raise TransportError("no group metadata: this consumer is not in a group")
-        return self._kafka.consumer_group_metadata()
+        if self._group_meta is None:
+            raise TransportError("no group metadata yet: the consumer has not fetched")
+        # Read by the consume thread after the last rebalance: librdkafka's call waits for
+        # its main thread, which waits for a rebalance callback, which may be waiting for
+        # the event loop (the caller): asked from here, it deadlocked the worker.
+        return self._group_meta
 
     async def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp``, or None.

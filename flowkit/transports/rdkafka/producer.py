@@ -274,7 +274,6 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
                 self._ending = False
 
     async def _commit(self, offsets: Mapping[TopicPartition, int], consumer: Any) -> None:
-        metadata = consumer.group_metadata()
         if self._kafka is None:
             await self.start()
         kafka = self._kafka
@@ -284,6 +283,7 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
             if not self._open:
                 return  # nothing sent and nothing read: nothing to commit
             if offsets:
+                metadata = consumer.group_metadata()  # of the generation that read them
                 listed = [ck.TopicPartition(tp[0], tp[1], off) for tp, off in offsets.items()]
                 await self._blocking(
                     lambda: kafka.send_offsets_to_transaction(listed, metadata, self._limit)
