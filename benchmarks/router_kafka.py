@@ -322,13 +322,23 @@ def hand_written_rdkafka(source: str, n: int, tag: str, max_records: int) -> tup
 
 
 async def with_flowkit(
-    bootstrap: str, source: str, n: int, tag: str, max_records: int
+    bootstrap: str, source: str, n: int, tag: str, max_records: int, guarantee: str = ""
 ) -> tuple[float, float]:
     routes = [{**r, "to": [f"{t}-{tag}" for t in r["to"]]} for r in router.ROUTES]
     app = router.make_app(routes, demo_traffic=False, name=f"flowkit-{tag}", source=source)
-    query = "&".join(f"{k}={v}" for k, v in {**GROUP_SETTINGS, "client": CLIENT[0]}.items())
+    settings = {**GROUP_SETTINGS, "client": CLIENT[0]}
+    if guarantee == "exactly_once":
+        # A member that misses its session is fenced for good under exactly-once (at least
+        # once retries the commit): a longer session on this shared machine. Throughput
+        # does not depend on it.
+        settings["session_timeout_ms"] = 10_000
+        settings["heartbeat_interval_ms"] = 1_000
+    query = "&".join(f"{k}={v}" for k, v in settings.items())
     worker = flowkit.Worker(
-        app, broker=f"kafka://{bootstrap}?{query}", max_fetch_records=max_records
+        app,
+        broker=f"kafka://{bootstrap}?{query}",
+        max_fetch_records=max_records,
+        processing_guarantee="exactly_once" if guarantee == "exactly_once" else None,
     )
     async with worker:
         while worker.records_in == 0:
@@ -383,7 +393,9 @@ async def read_back(bootstrap: str, topics: dict[str, str], dlq: str) -> tuple[O
 # -- rounds ---------------------------------------------------------------------------------
 
 
-async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
+async def run(
+    bootstrap: str, n: int, rounds: int, max_records: int, exactly_once: bool = False
+) -> None:
     BOOTSTRAP[0] = bootstrap
     run_id = uuid.uuid4().hex[:6]
     sources = {"clean": f"router-in-clean-{run_id}", "bad": f"router-in-bad-{run_id}"}
@@ -398,11 +410,15 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
     for i in range(rounds):
         for kind, source in sources.items():
             row, cpu = {}, {}
-            for who in ("hand-written", "flowkit"):
+            contenders = ("hand-written", "flowkit", *(("exactly-once",) if exactly_once else ()))
+            for who in contenders:
                 tag = f"{run_id}-{kind}-{who[0]}{i}"
                 gc.collect()
-                if who == "flowkit":
-                    row[who], cpu[who] = await with_flowkit(bootstrap, source, n, tag, max_records)
+                if who != "hand-written":
+                    guarantee = "exactly_once" if who == "exactly-once" else ""
+                    row[who], cpu[who] = await with_flowkit(
+                        bootstrap, source, n, tag, max_records, guarantee
+                    )
                     dlq = f"flowkit-{tag}-dlq"
                 else:
                     if CLIENT[0] == "rdkafka":
@@ -427,13 +443,17 @@ async def run(bootstrap: str, n: int, rounds: int, max_records: int) -> None:
                 outs_per_order[kind] = sum(got[0].values()) / n
             results[kind].append(row)
             cpu_results[kind].append(cpu)
+            eos = f", exactly-once {n / row['exactly-once']:,.0f}/s" if exactly_once else ""
             print(
                 f"round {i} {kind}: hand-written {n / row['hand-written']:,.0f}/s, "
-                f"flowkit {n / row['flowkit']:,.0f}/s (CPU {1e6 * cpu['hand-written'] / n:.1f} "
+                f"flowkit {n / row['flowkit']:,.0f}/s{eos} "
+                f"(CPU {1e6 * cpu['hand-written'] / n:.1f} "
                 f"and {1e6 * cpu['flowkit'] / n:.1f} us/order), outputs and dead letters equal",
                 flush=True,
             )
     ratio = [("flowkit / hand-written", "flowkit", "hand-written")]
+    if exactly_once:  # the cost of exactly-once: paired with at-least-once in each round
+        ratio.append(("exactly-once / at-least-once", "exactly-once", "flowkit"))
     for kind, rows in results.items():
         print(f"\n{kind} ({outs_per_order[kind]:.2f} outputs per order):")
         report(rows, n, "order", ratio)
@@ -456,11 +476,17 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=10_000)
     add_broker_options(parser)
     parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="also run flowkit with processing_guarantee='exactly_once' in each round "
+        "(needs Apache Kafka: --bootstrap)",
+    )
     args = parser.parse_args()
     CLIENT[0] = args.client
     configure_logging("error")
     with kafka_broker(args.bootstrap, args.broker) as (bootstrap, _):
-        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records))
+        asyncio.run(run(bootstrap, args.orders, args.rounds, args.max_records, args.exactly_once))
 
 
 if __name__ == "__main__":

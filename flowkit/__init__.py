@@ -33,6 +33,7 @@ from .errors import (
     SinkError,
     TaskFailed,
     TooManyFailures,
+    TransactionAborted,
     TransportError,
     WorkerStalled,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "TooManyFailures",
     "Topic",
     "TopicPartition",
+    "TransactionAborted",
     "Transform",
     "TransportError",
     "TumblingWindow",

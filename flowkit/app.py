@@ -22,7 +22,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from . import arguments
 from .agents import Agent, Output, SinkTarget, Timer
@@ -46,6 +46,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_GUARD = FailureGuard()  # stop after 1,000 failures in a row (frozen: shared)
 
+ProcessingGuarantee = Literal["at_least_once", "exactly_once"]
+"""``at_least_once`` (the default): an offset is committed once everything its records
+caused is acknowledged. ``exactly_once``: a checkpoint's outputs, changelog writes, dead
+letters and offsets are committed in one Kafka transaction."""
+
+
+def check_guarantee(value: str) -> ProcessingGuarantee:
+    """``value`` if it is a processing guarantee, else ``DefinitionError``.
+
+    >>> check_guarantee("exactly_once")
+    'exactly_once'
+    >>> check_guarantee("exactly-once")
+    Traceback (most recent call last):
+    flowkit.errors.DefinitionError: processing_guarantee 'exactly-once' is not one of ...
+    """
+    if value == "at_least_once":
+        return "at_least_once"
+    if value == "exactly_once":
+        return "exactly_once"
+    raise DefinitionError(
+        f"processing_guarantee {value!r} is not one of 'at_least_once', 'exactly_once'"
+    )
+
 
 class App:
     """A stream-processing application: what to run, not how.
@@ -55,6 +78,8 @@ class App:
     default partition count of its topics and tables, so they are co-partitioned unless
     told otherwise. ``failure_guard`` is every agent's ``FailureGuard`` unless it sets its
     own (by default: the worker stops after 1,000 failures in a row; None: no guard).
+    ``processing_guarantee`` is ``"at_least_once"`` (the default) or ``"exactly_once"``
+    (Kafka transactions; see the exactly-once page of the docs).
     """
 
     def __init__(
@@ -65,6 +90,7 @@ class App:
         partitions: int = 1,
         commit_interval: Seconds = 1.0,
         failure_guard: FailureGuard | None = DEFAULT_GUARD,
+        processing_guarantee: ProcessingGuarantee = "at_least_once",
     ) -> None:
         arguments.name(name, "app name")
         arguments.text(broker, "App(): broker")
@@ -79,6 +105,7 @@ class App:
         self.partitions = partitions
         self.commit_interval = commit_interval
         self.failure_guard = FailureGuard.of(failure_guard, f"App {name!r}")
+        self.processing_guarantee = check_guarantee(processing_guarantee)
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []

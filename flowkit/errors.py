@@ -11,7 +11,8 @@ FlowkitError
 │   ├── BrokerUnavailable
 │   ├── CommitFailed
 │   ├── ReadStalled        reading partitions to their end made no progress
-│   └── RecordRejected     one record refused for good (too large, invalid, not authorised)
+│   ├── RecordRejected     one record refused for good (too large, invalid, not authorised)
+│   └── TransactionAborted an exactly-once transaction was aborted (a send failed, or fenced)
 ├── WorkerStalled          lag but no progress for longer than the watchdog allows
 ├── TooManyFailures        an agent failed on too many records in a row (its FailureGuard)
 ├── TaskFailed             a timer or task of the app raised (the worker stops)
@@ -56,6 +57,7 @@ __all__ = [
     "SinkError",
     "TaskFailed",
     "TooManyFailures",
+    "TransactionAborted",
     "TransportError",
     "WorkerStalled",
 ]
@@ -112,6 +114,17 @@ class RecordRejected(TransportError):
     change: it is too large, invalid, or the topic refuses this client. Other records go
     on; the record that caused it is dead-lettered (or skipped, or stops the worker) by
     its agent's error policy."""
+
+
+class TransactionAborted(TransportError):
+    """An exactly-once transaction was aborted: none of its outputs, changelog writes,
+    dead letters or offsets count. ``fenced`` is True when another worker took over this
+    worker's partitions (this one was a zombie: paused past its session timeout). The
+    worker stops its tasks and starts again from the last committed transaction."""
+
+    def __init__(self, message: str, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class WorkerStalled(FlowkitError):

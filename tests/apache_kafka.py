@@ -123,6 +123,11 @@ _BROKER_SETTINGS = {
     "group.min.session.timeout.ms": "500",
     # Transactions left open by a killed producer are aborted within a second of timing out.
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    # Tests write records with fixed event times years in the past: Kafka's time-based
+    # retention (7 days, checked 30 s after start, then every 5 min) would delete them
+    # under a consumer that is still reading, which then resets to the log start, past
+    # them. Keep every record for the life of the broker.
+    "log.retention.ms": "-1",
 }
 
 

@@ -22,7 +22,13 @@ from .. import __version__
 from .._text import count
 from ..app import App
 from ..deadletter import DeadLetter, dead_letter_topic
-from ..errors import ConfigurationError, DefinitionError, FlowkitError, GraphError
+from ..errors import (
+    ConfigurationError,
+    DefinitionError,
+    FlowkitError,
+    GraphError,
+    TransactionAborted,
+)
 from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
@@ -167,6 +173,15 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    processing_guarantee: Annotated[
+        Literal["at_least_once", "exactly_once"] | None,
+        typer.Option(
+            "--processing-guarantee",
+            help="at_least_once, or exactly_once (Kafka transactions; Apache Kafka only). "
+            "Default: the app's (at_least_once unless it says otherwise).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
@@ -186,6 +201,7 @@ def worker(
                 log_format=log_format,
                 web_host=web_host,
                 web_port=web_port,
+                processing_guarantee=processing_guarantee,
             )
             typer.echo(summary, err=True)
             if code == FAILED:  # (one that refused its input said why itself: exit code 2)
@@ -194,17 +210,32 @@ def worker(
         child = child_index()
         if child is not None:  # a process of a group: its log lines say which
             structlog.contextvars.bind_contextvars(process=child)
-        running = Worker(the_app, broker=url, web_port=web_port, web_host=web_host)
-        try:
-            serving = _serve(running) if child is None else serve_child(running, _serve)
-            with stop_when_stdout_closes(running.stop):
-                error = asyncio.run(serving)
-        except (DefinitionError, ConfigurationError):
-            raise  # bad input: one line per problem, exit 2 (see _errors)
-        except Exception as exc:  # the worker could not start: broker unreachable, ...
-            error = exc
-        if isinstance(error, DefinitionError):  # the app's code, in an agent: bad input
-            _fail(str(error), USAGE)  # and exit 2: a process group does not restart it
+        while True:
+            running = Worker(
+                the_app,
+                broker=url,
+                web_port=web_port,
+                web_host=web_host,
+                processing_guarantee=processing_guarantee,
+                # A process of a group keeps its transactional id across restarts, so the
+                # next one aborts what a killed one left open at once.
+                transactional_id=None if child is None else f"{the_app.name}-p{child}",
+            )
+            try:
+                serving = _serve(running) if child is None else serve_child(running, _serve)
+                with stop_when_stdout_closes(running.stop):
+                    error = asyncio.run(serving)
+            except (DefinitionError, ConfigurationError):
+                raise  # bad input: one line per problem, exit 2 (see _errors)
+            except Exception as exc:  # the worker could not start: broker unreachable, ...
+                error = exc
+            if isinstance(error, DefinitionError):  # the app's code, in an agent: bad input
+                _fail(str(error), USAGE)  # and exit 2: a process group does not restart it
+            if not isinstance(error, TransactionAborted):
+                break
+            # Nothing since the last commit counts: a new worker starts from it, with its
+            # tables rebuilt from their changelogs, and rejoins the group.
+            log.warning("starting the worker again from the last committed transaction")
         if error is not None:
             if log_level == "debug" and not isinstance(error, FlowkitError):
                 traceback.print_exception(error)

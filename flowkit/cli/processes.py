@@ -60,11 +60,14 @@ def run_group(
     log_format: str,
     web_host: str,
     web_port: int | None,
+    processing_guarantee: str | None = None,
 ) -> tuple[int, str, str]:
     """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
     summary line of the whole group, and which processes did not stop cleanly."""
     argv = [sys.executable, "-m", "flowkit.cli", "worker", app]
     argv += ["--log-level", log_level, "--log-format", log_format]
+    if processing_guarantee is not None:
+        argv += ["--processing-guarantee", processing_guarantee]
     if web_port is not None:  # each child serves on a private port the parent asks
         argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
     env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password

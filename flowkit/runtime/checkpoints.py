@@ -16,15 +16,16 @@ import structlog
 
 from ..checkpoint import OffsetTracker
 from ..clock import Clock
-from ..errors import CommitFailed
+from ..errors import CommitFailed, TransactionAborted, TransportError
 from ..metrics import Metrics
 from ..records import TopicPartition
-from ..transports import Consumer
+from ..streams import Barrier, StreamSource
+from ..transports import Consumer, TransactionalProducer
 from .latency import LatencyTracker
 from .publisher import Publisher
 from .state import StateKeeper
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "aborted_in"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,8 +45,14 @@ class Checkpointer:
         metrics: Metrics,
         clock: Clock,
         latency: LatencyTracker | None = None,
+        transactions: TransactionalProducer | None = None,
+        align: Callable[[], tuple[Barrier, list[StreamSource]]] | None = None,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         self.latency = latency
+        self.transactions = transactions  # exactly-once: the producer of the transactions
+        self._align = align  # a barrier for every agent instance, and the instances
+        self._gate = gate  # held by the fetcher while it dispatches (and applies partials)
         self.consumer = consumer
         self.tracker = tracker
         self.publisher = publisher
@@ -61,6 +68,9 @@ class Checkpointer:
         consumer = self.consumer
         if consumer is None:
             await self.publisher.await_acks()
+            return
+        if self.transactions is not None:
+            await self._transaction(consumer, self.transactions)
             return
         async with self._lock:
             offsets = self.tracker.committable(tps)
@@ -87,6 +97,48 @@ class Checkpointer:
             self.metrics.commits.inc()
             self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
 
+    async def _transaction(self, consumer: Consumer, producer: TransactionalProducer) -> None:
+        # One transaction holds every partition's records: a checkpoint of some partitions
+        # (a revocation) commits them all.
+        assert self._align is not None and self._gate is not None
+        async with self._lock, self._gate:
+            barrier, sources = self._align()
+            try:  # released whatever happens, even if queueing it is cut short
+                for source in sources:
+                    await source.put(barrier)
+                log.debug("transaction: barrier queued")
+                await barrier.arrived()
+                log.debug("transaction: agents aligned")
+                offsets = self.tracker.committable()
+                await self._flush_sinks()
+                await self.state.flush_outbox()
+                await self.state.send_changelogs(self.state.drain_changelogs())
+                await self.publisher.await_acks()
+                log.debug(
+                    "transaction: sends acknowledged",
+                    offsets=sorted(f"{t}/{p}:{o}" for (t, p), o in offsets.items()),
+                )
+                self._report()
+                started = self.clock.monotonic()
+                await producer.commit_transaction(offsets, consumer)  # or abort, and raise
+                log.debug("transaction: committed")
+            except TransportError as exc:
+                # A send of the transaction failed: none of it may count.
+                aborted = aborted_in(exc)
+                if aborted is None:
+                    await producer.abort_transaction()
+                    aborted = TransactionAborted(f"transaction aborted ({exc})")
+                raise aborted from exc
+            finally:
+                barrier.release()
+            if not offsets:
+                return
+            self.tracker.committed(offsets)
+            if self.latency is not None:
+                self.latency.committed(offsets)
+            self.metrics.commits.inc()
+            self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+
     async def run(self, interval: float) -> None:
         """Checkpoint every ``interval`` seconds."""
         while True:
@@ -97,3 +149,21 @@ class Checkpointer:
                 # The group is rebalancing: the revocation that follows commits what is
                 # done while we still own it; until then the records stay uncommitted.
                 log.warning("commit refused during a rebalance; retrying later", error=str(exc))
+
+
+def aborted_in(exc: BaseException | None) -> TransactionAborted | None:
+    """The ``TransactionAborted`` that ``exc`` is or was caused by, if any.
+
+    >>> aborted_in(TransportError("a send failed")) is None
+    True
+    >>> try:
+    ...     raise TransportError("a send failed") from TransactionAborted("x", fenced=True)
+    ... except TransportError as exc:
+    ...     aborted_in(exc).fenced
+    True
+    """
+    while exc is not None:
+        if isinstance(exc, TransactionAborted):
+            return exc
+        exc = exc.__cause__
+    return None

@@ -38,7 +38,7 @@ from ..policies import Retry
 from ..records import Message
 from ..scope import TaskScope, enter_scope
 from ..sinks import SinkRunner
-from ..streams import Stream, StreamSource
+from ..streams import Barrier, Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
 from .guards import FailureCounter
@@ -263,6 +263,12 @@ class Dispatcher:
     def parked(self) -> int:
         """Batches held by ``take()`` lists that wait for the clock or for records."""
         return sum(source.parked() for _, source in self.sources)
+
+    def barrier(self) -> tuple[Barrier, list[StreamSource]]:
+        """A ``Barrier`` for every agent instance still reading, and those instances
+        (exactly-once checkpoints queue it behind their batches: see ``Checkpointer``)."""
+        live = [source for _, source in self.sources if not source.closed]
+        return Barrier(len(live)), live
 
     async def aclose_sinks(self) -> None:
         """Stop the writers and close the sinks."""

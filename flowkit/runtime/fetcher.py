@@ -11,6 +11,7 @@ the watchdog's "is anything moving?".
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Sequence
@@ -27,8 +28,6 @@ from .latency import LatencyTracker
 from .state import StateKeeper
 
 if TYPE_CHECKING:
-    import asyncio
-
     from .routes import Route
 
 __all__ = ["Fetcher"]
@@ -46,8 +45,12 @@ class Fetcher:
         state: StateKeeper,
         metrics: Metrics,
         latency: LatencyTracker | None = None,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         self.consumer = consumer
+        # Exactly-once: held while a fetch is dispatched, so a checkpoint that holds it
+        # sees no partials applied and no batch half-queued.
+        self.gate = gate
         self.latency = latency
         self.routes = routes
         self.tracker = tracker
@@ -65,24 +68,31 @@ class Fetcher:
         """Fetch and dispatch until ``stop`` is set."""
         consumer = self.consumer
         state = self.state
+        gate = self.gate
         while not stop.is_set():
             batches = await consumer.getmany(timeout, max_records)
-            if state.windowed and state.has_outbox():
-                await state.flush_outbox()
-            if not batches:
-                continue
-            self.dispatching = True
-            # Fetched and not handed over yet (a full queue makes a put wait): a join
-            # waiting for one of these partitions must not give up on it (``behind``).
-            self._unsent = {tp for tp, messages in batches.items() if messages}
+            if gate is not None:
+                await gate.acquire()
             try:
-                for tp, messages in batches.items():
-                    if messages:
-                        await self._dispatch(tp, messages)
-                    self._unsent.discard(tp)
+                if state.windowed and state.has_outbox():
+                    await state.flush_outbox()
+                if not batches:
+                    continue
+                self.dispatching = True
+                # Fetched and not handed over yet (a full queue makes a put wait): a join
+                # waiting for one of these partitions must not give up on it (``behind``).
+                self._unsent = {tp for tp, messages in batches.items() if messages}
+                try:
+                    for tp, messages in batches.items():
+                        if messages:
+                            await self._dispatch(tp, messages)
+                        self._unsent.discard(tp)
+                finally:
+                    self.dispatching = False
+                    self._unsent = set()
             finally:
-                self.dispatching = False
-                self._unsent = set()
+                if gate is not None:
+                    gate.release()
 
     async def _dispatch(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         self.records_in += len(messages)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from .._text import count
-from ..app import App
+from ..app import App, ProcessingGuarantee, check_guarantee
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
@@ -31,15 +32,22 @@ from ..errors import (
     FlowkitError,
     GraphError,
     TooManyFailures,
+    TransactionAborted,
     TransportError,
 )
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
-from ..transports import Consumer, OutRecord, Transport, transport_from_url
+from ..transports import (
+    Consumer,
+    OutRecord,
+    TransactionalProducer,
+    Transport,
+    transport_from_url,
+)
 from . import heap
 from .assignment import Assignment
-from .checkpoints import Checkpointer
+from .checkpoints import Checkpointer, aborted_in
 from .console import Console
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
@@ -70,6 +78,7 @@ class WorkerSettings:
     stall_timeout: float | None = 300.0
     fail_fast: bool = False
     tick_interval: float = 1.0  # how often quiet partitions' watermarks are checked
+    processing_guarantee: ProcessingGuarantee = "at_least_once"
 
 
 class Worker:
@@ -82,6 +91,9 @@ class Worker:
     may have lag with nothing processed before the worker gives up (``WorkerStalled``);
     ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
     logged, None for never; ``web_port`` serves the web endpoint (``flowkit.runtime.web``).
+    ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
+    checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
+    transaction (``transactional_id`` names its producer; a random one by default).
 
     >>> import asyncio, flowkit
     >>> app = flowkit.App("demo")
@@ -113,6 +125,8 @@ class Worker:
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
         status_interval: float | None = 30.0,
+        processing_guarantee: ProcessingGuarantee | None = None,
+        transactional_id: str | None = None,
     ) -> None:
         if group_id is not None and group_id != app.name:
             raise ConfigurationError(
@@ -131,11 +145,19 @@ class Worker:
             shutdown_timeout=seconds(shutdown_timeout, "shutdown_timeout"),
             stall_timeout=optional_seconds(stall_timeout, "stall_timeout"),
             fail_fast=fail_fast,
+            processing_guarantee=check_guarantee(processing_guarantee or app.processing_guarantee),
         )
         self._own_transport = transport is None
         self.transport = transport or transport_from_url(
             broker or app.broker, **(client_settings or {})
         )
+        # Exactly-once: made here, so a broker without transactions is refused at once.
+        self.transactions: TransactionalProducer | None = None
+        if self.settings.processing_guarantee == "exactly_once":
+            self.transactions = self.transport.transactional_producer(
+                transactional_id=transactional_id or f"{app.name}-{uuid.uuid4().hex[:12]}",
+                client_id=f"{app.name}-producer",
+            )
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.web = WebServer(self, web_host, web_port) if web_port is not None else None
@@ -205,10 +227,22 @@ class Worker:
     def _fatal(self, exc: BaseException, task: str) -> None:
         first = self._error is None
         if first:
+            if self.transactions is not None:  # a send of the transaction failed, maybe
+                exc = aborted_in(exc) or exc
             self._error = exc
         self.stop(force=True)  # before the log line, which a broken stderr could fail
         if first:
-            log.error("worker stopping on a fatal error", task=task, error=str(exc) or repr(exc))
+            if isinstance(exc, TransactionAborted) and exc.fenced:
+                log.warning(
+                    "fenced: another worker took over this worker's partitions; stopping "
+                    "its tasks (nothing since the last commit counts)",
+                    task=task,
+                    error=str(exc),
+                )
+            else:
+                log.error(
+                    "worker stopping on a fatal error", task=task, error=str(exc) or repr(exc)
+                )
 
     async def start(self) -> None:
         """Validate the app, create topics, connect, and start the loops."""
@@ -237,7 +271,7 @@ class Worker:
             )
         await self.transport.create_topics(required_topics(app))
         spawn(self.transport.watch(), "broker-watch")
-        producer = self.transport.producer(client_id=f"{app.name}-producer")
+        producer = self.transactions or self.transport.producer(client_id=f"{app.name}-producer")
         await producer.start()
         self.publisher = publisher = Publisher(
             producer, partition_count=self.transport.partition_count
@@ -265,6 +299,7 @@ class Worker:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
         consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
+        gate = asyncio.Lock() if self.transactions is not None else None
         latency = LatencyTracker(
             self.metrics,
             {t: [a.name for a, _ in route.readers] for t, route in dispatcher.routes.items()},
@@ -279,6 +314,9 @@ class Worker:
             metrics=self.metrics,
             clock=self.clock,
             latency=latency,
+            transactions=self.transactions,
+            align=dispatcher.barrier,
+            gate=gate,
         )
         spawn(self.checkpointer.run(settings.commit_interval), "commit")
         if consumer is not None:
@@ -289,6 +327,7 @@ class Worker:
                 state=self.state,
                 metrics=self.metrics,
                 latency=latency,
+                gate=gate,
             )
             for _, source in dispatcher.sources:  # a join waits for a side that has lag
                 source.behind = fetcher.behind
@@ -414,6 +453,11 @@ class Worker:
             await self.dispatcher.aclose_sinks()
         await self.supervisor.aclose()  # whatever is left: global tables, sinks, ...
         # A lost broker can make closing fail too: report it, don't mask the cause.
+        if self.transactions is not None and self._error is not None:
+            try:  # nothing of a failed worker's open transaction may count, nor wait
+                await self.transactions.abort_transaction()
+            except (Exception, asyncio.CancelledError) as exc:
+                log.info("the open transaction could not be aborted", error=repr(exc))
         clients = (
             self.fetcher.consumer if self.fetcher else None,
             self.publisher.producer if self.publisher else None,

@@ -3,7 +3,7 @@ queued batches and the one read position) and the compiled loop between them."""
 
 from __future__ import annotations
 
-from .source import Batch, StreamSource
+from .source import Barrier, Batch, StreamSource
 from .stream import Stream
 
-__all__ = ["Batch", "Stream", "StreamSource"]
+__all__ = ["Barrier", "Batch", "Stream", "StreamSource"]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..topics import Topic
 
-__all__ = ["Batch", "Emitting", "StreamSource"]
+__all__ = ["Barrier", "Batch", "Emitting", "StreamSource"]
 
 
 class Emitting(Protocol):
@@ -64,6 +64,42 @@ class Batch:
         # table: itself, its store in this worker and the store's part for this partition).
         self.memo: Any = None
         self.cursor = 0  # a join's next record in this batch (batches held side by side)
+
+
+class Barrier(Batch):
+    """Queued behind the batches of every agent instance by an exactly-once checkpoint.
+
+    An agent that takes it has finished every batch queued before it (and started none
+    after it): it waits there until ``release``. Once ``arrived`` says every instance is
+    there, no record is half-processed, so the checkpoint's transaction holds exactly the
+    effects of the records it commits. It has no messages: readers of the queue set it
+    apart with the empty batches.
+    """
+
+    __slots__ = ("_all", "_count", "_released")
+
+    def __init__(self, count: int) -> None:  # no topic, no records: not a batch of any
+        self.messages = ()
+        self._count = count  # instances that have not reached it yet
+        self._all = asyncio.Event()
+        self._released = asyncio.Event()
+        if count <= 0:
+            self._all.set()
+
+    async def reached(self) -> None:
+        """An instance reached the barrier: wait there until ``release``."""
+        self._count -= 1
+        if self._count <= 0:
+            self._all.set()
+        await self._released.wait()
+
+    async def arrived(self) -> None:
+        """Wait until every instance has reached the barrier."""
+        await self._all.wait()
+
+    def release(self) -> None:
+        """Let the instances go on."""
+        self._released.set()
 
 
 class StreamSource(TaskScope):
@@ -119,6 +155,9 @@ class StreamSource(TaskScope):
         # Whether a partition has records not fetched yet (the worker sets the fetcher's).
         self.behind: Callable[[TopicPartition], bool] = lambda tp: False
         self._parked = False  # waiting for records or the worker's clock, not real time
+        # A barrier a join took from the queue with the batches before it (take_queued):
+        # reached at its next wait for a batch, before anything queued after it is read.
+        self._barrier: Barrier | None = None
 
     @property
     def pos(self) -> int:
@@ -266,6 +305,9 @@ class StreamSource(TaskScope):
         """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
         ``clock``, else of the event loop)."""
         while True:
+            if self._barrier is not None:
+                barrier, self._barrier = self._barrier, None
+                await barrier.reached()
             if self.closed and self._queue.empty():
                 return None
             if self.on_drained is not None and self._queue.empty():
@@ -288,6 +330,9 @@ class StreamSource(TaskScope):
                     return None
                 continue
             if not batch.messages:
+                if batch.__class__ is Barrier:
+                    await batch.reached()
+                    continue
                 batch.on_done()
                 continue
             self.batch = batch
@@ -298,11 +343,14 @@ class StreamSource(TaskScope):
         """The batches queued now, without waiting (a join looks at every one it has)."""
         out: list[Batch] = []
         queue = self._queue
-        while not queue.empty():
+        while not queue.empty() and self._barrier is None:
             batch = queue.get_nowait()
             if batch is None:
                 continue  # the close marker: ``closed`` says it
             if not batch.messages:
+                if isinstance(batch, Barrier):
+                    self._barrier = batch  # nothing after it until it is reached
+                    continue
                 batch.on_done()
                 continue
             out.append(batch)

@@ -21,6 +21,7 @@ from .base import (
     Producer,
     RebalanceListener,
     TopicSpec,
+    TransactionalProducer,
     Transport,
 )
 from .memory import MemoryBroker, MemoryTransport
@@ -36,6 +37,7 @@ __all__ = [
     "Producer",
     "RebalanceListener",
     "TopicSpec",
+    "TransactionalProducer",
     "Transport",
     "parse_broker_url",
     "read_to_end",

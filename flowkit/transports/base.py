@@ -23,6 +23,7 @@ __all__ = [
     "Producer",
     "RebalanceListener",
     "TopicSpec",
+    "TransactionalProducer",
     "Transport",
 ]
 
@@ -154,6 +155,30 @@ class Producer(Protocol):
         """Flush and disconnect. Idempotent."""
 
 
+class TransactionalProducer(Producer, Protocol):
+    """A ``Producer`` whose sends are transactions (exactly-once processing).
+
+    The first send after a commit or an abort opens a transaction; every send until the
+    next ``commit_transaction`` belongs to it. Readers with ``read_committed`` see its
+    records only once it is committed, and never if it is aborted.
+    """
+
+    async def commit_transaction(
+        self, offsets: Mapping[TopicPartition, int], consumer: Consumer
+    ) -> None:
+        """Commit the open transaction with ``offsets`` as the committed offsets of
+        ``consumer``'s group, atomically: both count, or neither.
+
+        The commit is checked against ``consumer``'s group generation: a worker whose
+        partitions the group gave to another member (a zombie) is fenced. On any failure
+        the transaction is aborted and ``TransactionAborted`` raised (``fenced=True`` for a
+        zombie); the producer is usable again afterwards, unless fenced.
+        """
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction, if any: none of its records or offsets count."""
+
+
 class Transport(Protocol):
     """A broker connection factory: consumers, producers, and topic administration."""
 
@@ -170,6 +195,17 @@ class Transport(Protocol):
 
     def producer(self, *, client_id: str = "flowkit") -> Producer:
         """A new producer."""
+
+    def transactional_producer(
+        self, *, transactional_id: str, client_id: str = "flowkit"
+    ) -> TransactionalProducer:
+        """A new producer that sends in transactions, named ``transactional_id`` (a new
+        producer of the same id fences the older one). From this call on, every consumer
+        this transport makes reads ``read_committed``: records of aborted transactions are
+        never read, in a worker's input, changelogs or repartition topics.
+
+        Raises ``ConfigurationError`` where the broker has no transactions.
+        """
 
     async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
         """Create the topics that do not exist yet.

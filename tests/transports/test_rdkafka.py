@@ -23,7 +23,7 @@ from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
 from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
-from flowkit.transports.rdkafka.consumer import _runs
+from flowkit.transports.rdkafka.consumer import _runs, _watermarks
 from flowkit.transports.rdkafka.settings import client_config
 
 
@@ -185,3 +185,32 @@ async def test_commit_outside_a_group_and_after_close_raise(kafka_bootstrap: str
             await consumer.commit({TopicPartition("x", 0): 1})
     finally:
         await t.aclose()
+
+
+class _LeaderSoon:
+    """get_watermark_offsets of a topic created a moment ago: no leader, then (10, 20)."""
+
+    def __init__(self, failures: int, code: int = KafkaError.NOT_LEADER_FOR_PARTITION) -> None:
+        self.failures = failures
+        self.code = code
+        self.calls = 0
+
+    def get_watermark_offsets(self, ktp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(self.code))
+        return (10, 20)
+
+
+def test_watermarks_are_asked_again_while_the_leader_is_not_known() -> None:
+    # Raised out of the rebalance callback, this once killed the consume thread for good.
+    kafka = _LeaderSoon(2)
+    assert _watermarks(kafka, None, 5.0) == (10, 20)
+    assert kafka.calls == 3
+
+
+def test_watermarks_raise_other_errors_at_once() -> None:
+    kafka = _LeaderSoon(1, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        _watermarks(kafka, None, 5.0)
+    assert kafka.calls == 1

@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, S
 from typing import TYPE_CHECKING, Any
 
 import aiokafka
+import aiokafka.errors as kerr
 import structlog
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.protocol.group import HeartbeatRequest
 
-from ...errors import CommitFailed, ConfigurationError, TransportError
+from ...errors import CommitFailed, ConfigurationError, TransactionAborted, TransportError
 from ...records import Headers, Message, TopicPartition
 from ..base import Ack, OutRecord, RebalanceListener
 from .draining import Drainer, send_next, usable
@@ -25,7 +27,7 @@ log = structlog.get_logger(__name__)
 if TYPE_CHECKING:
     from .transport import KafkaTransport
 
-__all__ = ["KafkaConsumer", "KafkaProducer"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaTransactionalProducer"]
 
 _KTP = aiokafka.TopicPartition
 
@@ -308,6 +310,29 @@ class KafkaConsumer:
             with map_kafka_errors(commit=True):
                 await kafka.commit({_KTP(tp[0], tp[1]): off for tp, off in offsets.items()})
 
+    async def check_generation(self) -> None:
+        """Raise ``CommitFailed`` if the group no longer counts this member in its current
+        generation (it was paused past its session timeout and its partitions went to
+        another member). A heartbeat with the member's generation asks the coordinator.
+
+        aiokafka's ``send_offsets_to_transaction`` sends no group generation (its
+        TxnOffsetCommit is version 0), so the broker cannot fence a zombie's transaction
+        by generation as it does for librdkafka: this check, made after the offsets are
+        in the transaction and just before it is committed, stands in for it.
+        """
+        kafka = self._kafka or await self._started()
+        coordinator = kafka._coordinator
+        request = HeartbeatRequest(
+            coordinator.group_id, coordinator.generation, coordinator.member_id
+        )
+        with map_kafka_errors():
+            response = await coordinator._send_req(request)
+        error = kerr.for_code(response.error_code)
+        if error in (kerr.IllegalGenerationError, kerr.UnknownMemberIdError):
+            raise CommitFailed(f"this worker is no longer in its group ({error.__name__})")
+        if error is not kerr.NoError and error is not kerr.RebalanceInProgressError:
+            raise TransportError(f"the group coordinator refused a heartbeat ({error.__name__})")
+
     async def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp``, or None.
 
@@ -499,6 +524,115 @@ class KafkaProducer:
             kafka, self._kafka = self._kafka, None
             if kafka is not None:
                 await _stop(kafka, self._transport.closing_limit())
+
+
+class KafkaTransactionalProducer(KafkaProducer):
+    """A ``KafkaProducer`` whose sends are transactions (``TransactionalProducer``): the
+    first send after a commit or an abort begins one."""
+
+    def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
+        super().__init__(transport, options)
+        self._open = False  # a transaction is open: begun by a send, not yet ended
+        self._ending = False  # commit_transaction is under way: sends wait for the next
+        self._lock = asyncio.Lock()  # one begin or commit at a time
+        self._fenced = False
+
+    async def _begin(self) -> None:
+        # Sends from several tasks: one begins the transaction, the others wait for it;
+        # a send during a commit waits for it and goes into the next transaction.
+        async with self._lock:
+            if not self._open:
+                await self._begin_now()
+
+    async def _begin_now(self) -> None:
+        if self._fenced:
+            raise TransactionAborted("this producer was fenced by a newer one", fenced=True)
+        if self._kafka is None:
+            await self.start()
+        try:
+            await self._kafka.begin_transaction()
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
+        self._open = True
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[Ack]:
+        """Queue one record in the open transaction (begun here if none is)."""
+        if not self._open or self._ending:
+            await self._begin()
+        return await super().send(
+            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+        )
+
+    async def send_batch(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> list[tuple[int, Awaitable[Ack]]]:
+        """Queue records for ``partition`` in the open transaction (begun if none is)."""
+        if not self._open or self._ending:
+            await self._begin()
+        return await super().send_batch(topic, partition, records)
+
+    async def commit_transaction(
+        self, offsets: Mapping[TopicPartition, int], consumer: Any
+    ) -> None:
+        """Commit the open transaction with ``offsets`` for ``consumer``'s group (a
+        ``KafkaConsumer``), after checking that the group still counts the consumer in its
+        generation; on any failure abort it and raise ``TransactionAborted``."""
+        if not isinstance(consumer, KafkaConsumer) or consumer._group_id is None:
+            raise ConfigurationError("commit_transaction needs a KafkaConsumer of a group")
+        async with self._lock:
+            self._ending = True
+            try:
+                await self._commit(offsets, consumer)
+            finally:
+                self._ending = False
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], consumer: KafkaConsumer) -> None:
+        try:
+            if offsets and not self._open:
+                await self._begin_now()
+            if not self._open:
+                return  # nothing sent and nothing read: nothing to commit
+            kafka = self._kafka
+            if offsets:
+                commits = {_KTP(tp[0], tp[1]): off for tp, off in offsets.items()}
+                await kafka.send_offsets_to_transaction(commits, consumer._group_id)
+                await consumer.check_generation()
+            await kafka.commit_transaction()
+            self._open = False
+        except (*KAFKA_ERRORS, TransportError) as exc:
+            fenced = isinstance(exc, CommitFailed | kerr.ProducerFenced | TransactionAborted)
+            fenced = fenced or getattr(exc, "fenced", False)
+            await self._aborted(exc, fenced=fenced)
+
+    async def _aborted(self, exc: BaseException, *, fenced: bool) -> None:
+        if isinstance(exc, kerr.ProducerFenced):
+            self._fenced = True  # for good: a newer producer has this transactional id
+        else:
+            await self.abort_transaction()
+        what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        raise TransactionAborted(f"transaction aborted ({what})", fenced=fenced) from exc
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction, if any (a fenced producer has none left to abort)."""
+        if not self._open or self._fenced or self._kafka is None:
+            self._open = False
+            return
+        self._open = False
+        try:
+            await self._kafka.abort_transaction()
+        except kerr.ProducerFenced:
+            self._fenced = True
+        except KAFKA_ERRORS as exc:
+            raise translate(exc) from exc
 
 
 async def _stop(kafka: Any, limit: float | None) -> None:

@@ -11,7 +11,13 @@ from contextlib import contextmanager
 
 import aiokafka.errors as kerr
 
-from ...errors import BrokerUnavailable, CommitFailed, RecordRejected, TransportError
+from ...errors import (
+    BrokerUnavailable,
+    CommitFailed,
+    RecordRejected,
+    TransactionAborted,
+    TransportError,
+)
 
 __all__ = ["KAFKA_ERRORS", "map_kafka_errors", "translate"]
 
@@ -49,6 +55,8 @@ def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
     """The ``flowkit.errors`` exception for the aiokafka exception ``exc``; see
     ``map_kafka_errors``."""
     what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if isinstance(exc, kerr.ProducerFenced):  # a transaction's producer, for good
+        return TransactionAborted(f"transaction aborted ({what})", fenced=True)
     if isinstance(exc, _COMMIT_ERRORS):
         return CommitFailed(f"commit failed, the group rebalanced ({what})")
     if isinstance(exc, _UNAVAILABLE_ERRORS):

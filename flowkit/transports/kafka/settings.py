@@ -59,6 +59,7 @@ KINDS: dict[str, dict[str, Check]] = {
         "linger_ms": NONNEG,
         "max_batch_size": POS,
         "max_request_size": POS,
+        "transaction_timeout_ms": POS,  # exactly-once only
     },
     "consumer": {
         "fetch_max_wait_ms": NONNEG,

@@ -28,7 +28,7 @@ from .._kafka_common import (
 )
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
-from .clients import KafkaConsumer, KafkaProducer
+from .clients import KafkaConsumer, KafkaProducer, KafkaTransactionalProducer
 from .errors import map_kafka_errors
 from .settings import KINDS, check_settings
 
@@ -37,6 +37,10 @@ __all__ = ["KafkaTransport"]
 log = structlog.get_logger(__name__)
 
 CLOSE_WHILE_AWAY = 3.0  # seconds a client may take to close while the broker is away
+# How long a transaction may stay open before the broker aborts it (Kafka Streams' default
+# for exactly-once): what a killed worker's open transaction holds back read_committed
+# readers for, at most.
+TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def _not_a_retried_leader(record: logging.LogRecord) -> bool:
@@ -148,6 +152,7 @@ class KafkaTransport:
             except (OSError, ValueError) as exc:
                 raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
         self._admin: Any = None
+        self._read_committed = False  # set by transactional_producer(): exactly-once
         self._opened: set[KafkaConsumer | KafkaProducer] = set()
         self._closed = False
 
@@ -210,6 +215,8 @@ class KafkaTransport:
             "auto_offset_reset": auto_offset_reset,
             "enable_auto_commit": False,
         }
+        if self._read_committed:
+            options["isolation_level"] = "read_committed"
         if group_id is not None:
             # Range assignment gives the same partition numbers of every subscribed topic
             # to the same member: co-partitioned topics and tables stay together.
@@ -223,6 +230,25 @@ class KafkaTransport:
         producer = KafkaProducer(
             self, {**self._client, **self._producer, "client_id": self._id(client_id)}
         )
+        self._opened.add(producer)
+        return producer
+
+    def transactional_producer(
+        self, *, transactional_id: str, client_id: str = "flowkit"
+    ) -> KafkaTransactionalProducer:
+        """A producer that sends in transactions (idempotent, ``acks=all``); every consumer
+        made from now on reads ``read_committed``."""
+        self._read_committed = True
+        options = {
+            "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS,
+            **self._client,
+            **self._producer,
+            "client_id": self._id(client_id),
+            "transactional_id": transactional_id,
+            "enable_idempotence": True,
+            "acks": "all",
+        }
+        producer = KafkaTransactionalProducer(self, options)
         self._opened.add(producer)
         return producer
 

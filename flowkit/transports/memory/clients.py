@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ..._text import count as plural
 from ...errors import CommitFailed, ConfigurationError, RecordRejected, TransportError
@@ -388,6 +388,16 @@ class MemoryTransport:
         producer = MemoryProducer(self.broker, self.max_record_bytes)
         self._clients.append(producer)
         return producer
+
+    def transactional_producer(
+        self, *, transactional_id: str, client_id: str = "flowkit"
+    ) -> NoReturn:
+        """Refused: the memory broker has no transactions (exactly-once needs Kafka)."""
+        raise ConfigurationError(
+            "processing_guarantee='exactly_once' needs Kafka transactions, which the "
+            "memory broker does not have: run the worker on kafka://... (Apache Kafka), or "
+            "keep the default at_least_once"
+        )
 
     async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
         """Create the missing topics; all or nothing if any count mismatches."""

@@ -73,6 +73,10 @@ class RdkafkaConsumer:
         self._listener: RebalanceListener | None = None
         self._owned: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
+        # The group metadata a transactional producer sends with its offsets, read in the
+        # consume thread after each rebalance (see group_metadata).
+        self._group_meta: Any = None
+        self._meta_stale = True
         # High watermarks as of the last batch, read by the consume thread: the loop
         # never calls into librdkafka for them (a call there can wait on a lock that a
         # rebalance callback in the consume thread holds).
@@ -202,12 +206,13 @@ class RdkafkaConsumer:
         end = 0 if self._reset == "earliest" else 1
         for tp in tps:
             if tp not in starts:
-                starts[tp] = _watermarks(kafka, self._ktp(tp), timeout)[end]
+                starts[tp] = int(_watermarks(kafka, self._ktp(tp), timeout)[end])
         return starts
 
     def _on_assign(self, kafka: Any, partitions: list[Any]) -> None:
         if self._closed:
             return
+        self._meta_stale = True
         tps = [TopicPartition(k.topic, k.partition) for k in partitions]
         starts = self._starts(kafka, tps, committed=True)
         kafka.assign([ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in starts.items()])
@@ -293,6 +298,11 @@ class RdkafkaConsumer:
             records = kafka.consume(1, min(left, _SLICE))
             if records and max_records > 1:
                 records.extend(kafka.consume(max_records - 1, 0))
+        if self._meta_stale and self._group_id is not None:
+            # Here, outside the rebalance callbacks: asked from the event loop's thread
+            # while this thread waits in a callback for the loop, it never returned.
+            self._meta_stale = False
+            self._group_meta = kafka.consumer_group_metadata()
         batches = _runs(records)
         highs = {}
         for tp in self._owned:
@@ -382,6 +392,18 @@ class RdkafkaConsumer:
         if failed:
             raise translate(ck.KafkaException(failed[0].error), commit=True)
 
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata (group, generation, member), which a
+        transactional producer sends with its offsets (KIP-447)."""
+        if self._kafka is None or self._group_id is None:
+            raise TransportError("no group metadata: this consumer is not in a group")
+        if self._group_meta is None:
+            raise TransportError("no group metadata yet: the consumer has not fetched")
+        # Read by the consume thread after the last rebalance: librdkafka's call waits for
+        # its main thread, which waits for a rebalance callback, which may be waiting for
+        # the event loop (the caller): asked from here, it deadlocked the worker.
+        return self._group_meta
+
     async def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp``, or None.
 
@@ -423,6 +445,39 @@ def _message(r: Any) -> Message:
 
 def _timestamp_of(r: Any) -> int:
     return r.timestamp()[1]  # type: ignore[no-any-return]
+
+
+# Answers of a partition whose leader is not known yet (a topic just created, a leader
+# moving): asked again until the timeout, not raised out of a rebalance callback.
+_TRANSIENT = frozenset(
+    {
+        ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+        ck.KafkaError.LEADER_NOT_AVAILABLE,
+        ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+        ck.KafkaError._UNKNOWN_PARTITION,
+        ck.KafkaError._UNKNOWN_TOPIC,
+        ck.KafkaError._TRANSPORT,
+        ck.KafkaError._TIMED_OUT,
+    }
+)
+
+
+def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
+    """The low and high watermarks of ``ktp``, asking again while its leader is not
+    known (librdkafka raises NOT_LEADER_FOR_PARTITION for a topic created a moment ago)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
+            return int(low), int(high)
+        except Exception as exc:  # KafkaException, or what librdkafka raises of its own
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, ck.KafkaError) else None
+            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)  # in the consume thread
+        delay = min(delay * 2, 1.0)
 
 
 def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
@@ -471,31 +526,3 @@ def _without_errors(records: list[Any]) -> list[Any]:
         elif error.code() != ck.KafkaError._PARTITION_EOF:
             raise translate(ck.KafkaException(error))
     return kept
-
-
-# Answers of a partition's leader that is about to exist: Apache Kafka applies a new
-# topic's leadership a moment after its metadata shows it, and after a broker restart.
-_LEADER_NOT_READY = frozenset(
-    {
-        ck.KafkaError.NOT_LEADER_FOR_PARTITION,
-        ck.KafkaError.LEADER_NOT_AVAILABLE,
-        ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
-
-
-def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
-    """A partition's low and high watermarks, asked of its leader (in the consume thread).
-
-    librdkafka hands a leader's "not ready yet" straight back from this call: retried
-    here every 50 ms for up to ``timeout`` seconds, as the Java client does.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
-            return int(low), int(high)
-        except ck.KafkaException as exc:
-            if exc.args[0].code() not in _LEADER_NOT_READY or time.monotonic() > deadline:
-                raise
-        time.sleep(0.05)

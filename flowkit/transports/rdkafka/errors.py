@@ -12,7 +12,13 @@ from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ...errors import BrokerUnavailable, CommitFailed, RecordRejected, TransportError
+from ...errors import (
+    BrokerUnavailable,
+    CommitFailed,
+    RecordRejected,
+    TransactionAborted,
+    TransportError,
+)
 
 __all__ = ["RDKAFKA_ERRORS", "map_rdkafka_errors", "translate"]
 
@@ -45,6 +51,9 @@ _UNAVAILABLE_CODES = frozenset(
 )
 
 
+# A newer producer of the same transactional id fenced this one.
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
 # Refused for good, for this record: sending it again would fail again (RecordRejected).
 _REJECTED_CODES = frozenset(
     {
@@ -65,6 +74,8 @@ def translate(exc: BaseException, *, commit: bool = False) -> TransportError:
         code, what = error.code(), f"{error.name()}: {error.str()}"
     else:
         code, what = None, f"{type(exc).__name__}: {exc}"
+    if code in _FENCED_CODES:  # a transaction's producer, for good
+        return TransactionAborted(f"transaction aborted ({what})", fenced=True)
     if code in _COMMIT_CODES:
         return CommitFailed(f"commit failed, the group rebalanced ({what})")
     if code in _UNAVAILABLE_CODES:

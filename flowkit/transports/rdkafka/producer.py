@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
 import structlog
 
-from ...errors import TransportError
-from ...records import Headers
+from ...errors import TransactionAborted, TransportError
+from ...records import Headers, TopicPartition
 from ..base import Ack, OutRecord
 from .errors import RDKAFKA_ERRORS, map_rdkafka_errors, translate
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["RdkafkaProducer"]
+__all__ = ["RdkafkaProducer", "RdkafkaTransactionalProducer"]
 
 _Delivery = tuple["asyncio.Future[Ack]", Any, Any]
 _POLL = 0.02  # seconds the poller waits for acks before it looks for a flush or aclose()
@@ -222,6 +222,112 @@ class RdkafkaProducer:
                 _resolve(self._done, [])
                 self._done = []
             self._kafka = None
+
+
+class RdkafkaTransactionalProducer(RdkafkaProducer):
+    """A ``RdkafkaProducer`` whose sends are transactions (``TransactionalProducer``): the
+    first send after a commit or an abort begins one. Offsets go to the transaction with
+    the consumer's group metadata (KIP-447): the group coordinator refuses them from a
+    member of an older generation, which fences a zombie."""
+
+    def __init__(self, transport: RdkafkaTransport, config: dict[str, Any]) -> None:
+        super().__init__(transport, config)
+        self._open = False  # a transaction is open: begun by a send, not yet ended
+        self._ending = False  # commit_transaction is under way: sends wait for the next
+        self._txn_lock = asyncio.Lock()  # one begin or commit at a time
+        self._limit = float(transport._timeout)  # seconds a transaction call may block
+
+    async def start(self) -> None:
+        """Connect, then register the transactional id (fencing an older producer of it,
+        and aborting what that one left open)."""
+        if self._kafka is not None:
+            return
+        await super().start()
+        kafka: Any = self._kafka
+        with map_rdkafka_errors():
+            await self._blocking(lambda: kafka.init_transactions(self._limit))
+
+    async def _blocking(self, call: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    async def _produce(
+        self, topic: str, partition: int, records: Sequence[OutRecord]
+    ) -> asyncio.Future[Ack]:
+        if not self._open or self._ending:
+            # One send begins the transaction; one during a commit waits for the next.
+            async with self._txn_lock:
+                if self._kafka is None:
+                    await self.start()
+                if not self._open:
+                    self._begin_now()
+        return await super()._produce(topic, partition, records)
+
+    def _begin_now(self) -> None:
+        with map_rdkafka_errors():
+            self._kafka.begin_transaction()
+        self._open = True
+
+    async def commit_transaction(
+        self, offsets: Mapping[TopicPartition, int], consumer: Any
+    ) -> None:
+        """Commit the open transaction with ``offsets`` for ``consumer``'s group (an
+        ``RdkafkaConsumer``: its group metadata goes with them); on any failure abort it
+        and raise ``TransactionAborted``."""
+        async with self._txn_lock:
+            self._ending = True
+            try:
+                await self._commit(offsets, consumer)
+            finally:
+                self._ending = False
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], consumer: Any) -> None:
+        if self._kafka is None:
+            await self.start()
+        kafka = self._kafka
+        try:
+            if offsets and not self._open:
+                self._begin_now()
+            if not self._open:
+                return  # nothing sent and nothing read: nothing to commit
+            if offsets:
+                metadata = consumer.group_metadata()  # of the generation that read them
+                listed = [ck.TopicPartition(tp[0], tp[1], off) for tp, off in offsets.items()]
+                await self._blocking(
+                    lambda: kafka.send_offsets_to_transaction(listed, metadata, self._limit)
+                )
+            await self._blocking(lambda: kafka.commit_transaction(self._limit))
+            self._open = False
+        except RDKAFKA_ERRORS as exc:
+            error = exc.args[0] if exc.args else None
+            fenced = error is not None and (
+                error.fatal() or error.code() in _FENCED_CODES or error.code() in _ZOMBIE_CODES
+            )
+            if error is None or not error.fatal():
+                await self.abort_transaction()
+            what = translate(exc)
+            raise TransactionAborted(f"transaction aborted ({what})", fenced=fenced) from exc
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction, if any."""
+        if not self._open or self._kafka is None:
+            self._open = False
+            return
+        self._open = False
+        kafka = self._kafka
+        with map_rdkafka_errors():
+            await self._blocking(lambda: kafka.abort_transaction(self._limit))
+
+
+# The group coordinator's refusals of a member that is no longer in the group's generation
+# (and ``_FENCED_CODES``: a producer of the same transactional id took over).
+_FENCED_CODES = frozenset({ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED})
+_ZOMBIE_CODES = frozenset(
+    {
+        ck.KafkaError.ILLEGAL_GENERATION,
+        ck.KafkaError.UNKNOWN_MEMBER_ID,
+        ck.KafkaError.FENCED_INSTANCE_ID,
+    }
+)
 
 
 def _queue(

@@ -48,6 +48,7 @@ SETTINGS: dict[str, tuple[Check, str | None, str]] = {
     "linger_ms": (NONNEG, "linger.ms", "producer"),
     "max_batch_size": (POS, "batch.size", "producer"),
     "max_request_size": (POS, "message.max.bytes", "producer"),
+    "transaction_timeout_ms": (POS, "transaction.timeout.ms", "producer"),
     "fetch_max_wait_ms": (NONNEG, "fetch.wait.max.ms", "consumer"),
     "fetch_min_bytes": (POS, "fetch.min.bytes", "consumer"),
     "fetch_max_bytes": (POS, "fetch.max.bytes", "consumer"),

@@ -30,8 +30,11 @@ from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
 from .errors import RDKAFKA_ERRORS, map_rdkafka_errors
-from .producer import RdkafkaProducer
+from .producer import RdkafkaProducer, RdkafkaTransactionalProducer
 from .settings import check_settings, client_config
+
+# How long a transaction may stay open before the broker aborts it (as for aiokafka).
+TRANSACTION_TIMEOUT_MS = 10_000
 
 __all__ = ["RdkafkaTransport"]
 
@@ -86,6 +89,7 @@ class RdkafkaTransport:
             "error_cb": self._on_error,
         }
         self._admin: Any = None
+        self._read_committed = False  # set by transactional_producer(): exactly-once
         self._opened: set[RdkafkaConsumer | RdkafkaProducer] = set()
         self._closed = False
         self._refused: str | None = None  # the last refusal a client reported
@@ -190,6 +194,8 @@ class RdkafkaTransport:
             # to the same member: co-partitioned topics and tables stay together.
             "partition.assignment.strategy": "range",
         }
+        if self._read_committed:
+            config["isolation.level"] = "read_committed"
         consumer = RdkafkaConsumer(self, config, group_id, auto_offset_reset)
         self._opened.add(consumer)
         return consumer
@@ -204,6 +210,26 @@ class RdkafkaTransport:
             "enable.idempotence": False,
         }
         producer = RdkafkaProducer(self, config)
+        self._opened.add(producer)
+        return producer
+
+    def transactional_producer(
+        self, *, transactional_id: str, client_id: str = "flowkit"
+    ) -> RdkafkaTransactionalProducer:
+        """A producer that sends in transactions (idempotent, ``acks=all``); every consumer
+        made from now on reads ``read_committed``."""
+        self._read_committed = True
+        config = {
+            **self._base,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            **client_config(self._settings, "producer"),
+            "client.id": self._id(client_id),
+            "partitioner": "murmur2_random",
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+        producer = RdkafkaTransactionalProducer(self, config)
         self._opened.add(producer)
         return producer
 
