@@ -53,12 +53,12 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         popen.wait(timeout=10)
 
 
-def spawn(url: str, case: str, log_dir: Path) -> subprocess.Popen[bytes]:
+def spawn(url: str, case: str, log_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "FLOWKIT_BROKER"}
     env["PYTHONUNBUFFERED"] = "1"
     command = f'exec "$@" {CASES[case]}'
     argv = ["sh", "-c", command, "sh", sys.executable, "-m", "flowkit.cli", "worker", APP]
-    argv += ["--broker", url]
+    argv += ["--broker", url, *extra]
     out = open(log_dir / "out", "wb")  # noqa: SIM115 (closed below; the child has its copy)
     stdout: int | object = subprocess.PIPE if case.startswith("one pipe") else out
     stderr: int | object = subprocess.PIPE if case == "stderr reader gone" else out
@@ -115,6 +115,32 @@ async def test_a_signal_stops_a_worker_that_cannot_write_and_it_commits(
     case: str,
     signum: signal.Signals,
 ) -> None:
+    await stop_and_check(fresh_kafka, client, processes, tmp_path, case, signum)
+
+
+async def test_a_signal_stops_worker_processes_that_cannot_write_and_they_commit(
+    fresh_kafka: TansuBroker,
+    client: Client,
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    # --processes 2: the parent passes the signal on before it logs, its summary is lost,
+    # and each child stops as a single worker does.
+    case = "one pipe, reader gone (2>&1 | head -4)"
+    await stop_and_check(
+        fresh_kafka, client, processes, tmp_path, case, signal.SIGTERM, "--processes", "2"
+    )
+
+
+async def stop_and_check(
+    broker: TansuBroker,
+    client: Client,
+    processes: list[subprocess.Popen[bytes]],
+    log_dir: Path,
+    case: str,
+    signum: signal.Signals,
+    *extra: str,
+) -> None:
     acks = await client.produce(
         ITEMS,
         [
@@ -123,7 +149,7 @@ async def test_a_signal_stops_a_worker_that_cannot_write_and_it_commits(
         ],
     )
     ends = end_offsets(acks, PARTITIONS)
-    popen = spawn(broker_url(fresh_kafka.bootstrap), case, tmp_path)
+    popen = spawn(broker_url(broker.bootstrap), case, log_dir, *extra)
     processes.append(popen)
     await wait_processed(client, popen, deadline=30)
     # Nothing is committed yet: the app commits only when it stops.

@@ -1,17 +1,29 @@
 """The Apache Kafka test broker itself (tests/apache_kafka.py): a restart keeps what was
-acknowledged, committed offsets included, and ``clean()`` leaves nothing for the next test."""
+acknowledged, committed offsets included, ``clean()`` leaves nothing for the next test, and
+a machine without Java skips its tests, except in CI."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from flowkit.records import TopicPartition
 from flowkit.transports import TopicSpec, read_to_end, transport_from_url
 from flowkit.transports.kafka import KafkaConsumer
-from tests.apache_kafka import ApacheKafka
+from tests.apache_kafka import ApacheKafka, require_java
 from tests.transports.conftest import unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka]
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_without_java_the_tests_skip_saying_why_but_fail_in_ci(
+    ci: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java, no mvn
+    monkeypatch.setenv("CI", ci)
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match=r"need Java 17\+ and Maven \(java and mvn not found"):
+        require_java()
 
 
 async def produce(broker: ApacheKafka, topic: str, count: int) -> None:
@@ -53,6 +65,8 @@ async def committed(broker: ApacheKafka, group: str, topic: str) -> list[int | N
         await transport.aclose()
 
 
+@pytest.mark.kafka
+@pytest.mark.apache_kafka
 async def test_a_restart_keeps_the_log_directory_ports_and_offsets(
     clean_apache_kafka: ApacheKafka,
 ) -> None:
@@ -74,6 +88,8 @@ async def test_a_restart_keeps_the_log_directory_ports_and_offsets(
     assert sorted(await read(clean_apache_kafka, topic), key=int) == [b"%d" % i for i in range(50)]
 
 
+@pytest.mark.kafka
+@pytest.mark.apache_kafka
 async def test_clean_deletes_every_topic_and_group(clean_apache_kafka: ApacheKafka) -> None:
     topic = unique("clean")
     await produce(clean_apache_kafka, topic, 3)
