@@ -8,7 +8,9 @@ headers, then flowkit's; the outputs for the valid records are exact.
 Sized for CI (``FLOWKIT_FUZZ_EXAMPLES`` examples of up to ``FLOWKIT_FUZZ_RECORDS`` records
 per transport; 3 and 40 by default). A long run, as tests/README.md says::
 
-    FLOWKIT_FUZZ_EXAMPLES=200 FLOWKIT_FUZZ_RECORDS=200 pytest tests/envelopes -p no:randomly
+    FLOWKIT_FUZZ_EXAMPLES=200 FLOWKIT_FUZZ_RECORDS=200 pytest tests/envelopes/test_fuzz.py
+
+and ``FLOWKIT_FUZZ_APACHE=1`` adds Apache Kafka with both clients.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ from hypothesis import strategies as st
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message
 from flowkit.transports import Ack
-from tests.conftest import ALL_CLIENTS, DriverFactory
+from tests.conftest import ALL_CLIENTS, EVERY_BROKER, DriverFactory
 
 from .envelopes import CUSTOMERS, NOW_MS, Envelope, Order, envelopes
 from .forms import AGENT_OF, FORMS, FuzzApp, Written, expected, make_app
 
 EXAMPLES = int(os.environ.get("FLOWKIT_FUZZ_EXAMPLES", "3"))
 RECORDS = int(os.environ.get("FLOWKIT_FUZZ_RECORDS", "40"))
+# Apache Kafka too with FLOWKIT_FUZZ_APACHE=1: not in CI yet (a worker's group on the
+# session's broker, with the test's short session timeouts, is expelled again and again
+# on a loaded 2-core machine, and a run outlasts CI's budget).
+BROKERS = EVERY_BROKER if os.environ.get("FLOWKIT_FUZZ_APACHE") == "1" else ALL_CLIENTS
 PARTITIONS = 2
 
 
@@ -127,7 +133,7 @@ def check_letter(letter: Message, e: Envelope) -> None:
     assert letter.value is None or e.value.startswith(letter.value)
 
 
-@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
+@pytest.mark.parametrize("make_driver", BROKERS, indirect=True)
 @settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import flowkit
-from tests.conftest import ALL_CLIENTS, DriverFactory
+from tests.conftest import EVERY_BROKER, DriverFactory
 
 
 class Order(flowkit.Record):
@@ -14,7 +14,7 @@ class Order(flowkit.Record):
     amount: float
 
 
-@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
+@pytest.mark.parametrize("make_driver", EVERY_BROKER, indirect=True)
 async def test_a_malformed_record_with_a_null_header_is_dead_lettered(
     make_driver: DriverFactory,
 ) -> None:
