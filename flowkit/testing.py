@@ -256,17 +256,11 @@ class TestDriver:
         consumer = fetcher.consumer
         assigned = consumer.assignment()
         try:
-            for tp, end in self._produced.items():
-                if tp.topic not in fetcher.routes:
-                    continue  # no agent reads it
-                # A partition the worker reads but does not hold now is between a rebalance's
-                # revocation and its assignment (a real broker may rebalance just after the
-                # start): not caught up, it comes back.
-                if tp not in assigned or consumer.position(tp) < end:
-                    return False
+            return all(
+                consumer.position(tp) >= end for tp, end in self._produced.items() if tp in assigned
+            )
         except TransportError:
             return False
-        return True
 
     async def advance(self, seconds: Seconds) -> None:
         """Move the fake clock forward by ``seconds`` (or a ``timedelta``: timers fire,
