@@ -134,10 +134,15 @@ async def create_missing(
     specs: Sequence[TopicSpec],
     counts: Callable[[], Awaitable[Mapping[str, int]]],
     create: Callable[[list[TopicSpec]], Awaitable[None]],
+    *,
+    visible_within: float = 10.0,
 ) -> None:
     """Create the topics of ``specs`` that do not exist yet, with ``create`` (the client's
     admin call); ``counts`` reads the partition count of every existing topic.
 
+    Returns once the created topics show in the metadata (for at most ``visible_within``
+    seconds): Apache Kafka acknowledges a creation before its brokers serve the topic, and a
+    consumer that subscribed meanwhile would join its group without it, then rebalance.
     Raises ``ConfigurationError`` if one exists with another partition count: before, or
     after the creation (another worker may have created one meanwhile).
     """
@@ -147,7 +152,13 @@ async def create_missing(
     if not missing:
         return
     await create(list(missing.values()))
-    check_counts(missing.values(), await counts())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + visible_within
+    existing = await counts()
+    while not missing.keys() <= existing.keys() and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        existing = await counts()
+    check_counts(missing.values(), existing)
 
 
 # -- a broker that refuses the client -------------------------------------------------------

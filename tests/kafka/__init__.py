@@ -1,1 +1,1 @@
-"""Multi-process tests on a real Kafka-protocol broker (Tansu): workers run as processes."""
+"""Multi-process tests on real Kafka brokers (Apache Kafka, Tansu): workers run as processes."""

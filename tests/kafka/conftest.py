@@ -57,8 +57,8 @@ def kafka_server(request: pytest.FixtureRequest) -> KafkaServer:
     return apache
 
 
-# Short group timeouts: Tansu rebalances in 1-3 s with these, and a kill -9'd member is
-# taken over after about session timeout + join wait (docs/kafka.md).
+# Short group timeouts: a kill -9'd member is taken over after about the session timeout
+# (plus, on Tansu, its join wait of half of it: docs/kafka.md); Tansu rebalances in 1-3 s.
 CLIENT_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 2000,
     "heartbeat_interval_ms": 400,

@@ -1,6 +1,7 @@
 """Workers as real processes on a real broker: scale-out, crashes, stops, broker outages.
 
-Each test has a Tansu broker of its own (``fresh_kafka``) and runs
+Each test has a broker to itself (``kafka_server``: Apache Kafka, or for the tests about
+the development broker a Tansu of its own) and runs
 ``python -m flowkit.cli worker tests.kafka.apps.X:app`` processes against it; the test
 produces the input, reads the outputs, changelogs and committed offsets itself, and
 asserts exact outcomes. Kill, stop and restart are real signals to real processes.

@@ -1,6 +1,6 @@
 """``flowkit worker APP --processes 2``: one parent, two worker processes, one group.
 
-One real parent process on a Tansu broker of its own, driven through the life of a group:
+One real parent process on Apache Kafka (the test's alone), driven through the life of a group:
 both children share the work exactly, the parent's ``/metrics`` sums theirs, a child
 killed with ``kill -9`` is restarted and nothing is missing, and a SIGTERM to the parent
 stops both gracefully with every offset committed.
