@@ -33,7 +33,8 @@ skipped with the reason, except under ``CI=true``, where they fail):
 
 The broker params of the end-to-end tests (``make_driver`` in tests/conftest.py,
 ``transport_factory`` in tests/transports/conftest.py) use these; tests/README.md says which
-suites run on which broker.
+suites run on which broker. ``FLOWKIT_TEST_KAFKA=host:port`` replaces the session's Tansu
+(``kafka_bootstrap``), not this broker: the tests here need one they can restart.
 """
 
 from __future__ import annotations
