@@ -22,8 +22,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.kafka.conftest import REPO, Client, broker_url, end_offsets
-from tests.kafka_broker import TansuBroker
+from tests.kafka.conftest import ON_TANSU, REPO, Client, KafkaServer, broker_url, end_offsets
 
 pytestmark = pytest.mark.kafka
 
@@ -107,19 +106,21 @@ async def wait_exit(popen: subprocess.Popen[bytes], deadline: float) -> int:
     ],
     ids=lambda v: v.name if isinstance(v, signal.Signals) else v,
 )
+@ON_TANSU  # (what is tested is the worker's own streams: one broker is enough)
 async def test_a_signal_stops_a_worker_that_cannot_write_and_it_commits(
-    fresh_kafka: TansuBroker,
+    kafka_server: KafkaServer,
     client: Client,
     processes: list[subprocess.Popen[bytes]],
     tmp_path: Path,
     case: str,
     signum: signal.Signals,
 ) -> None:
-    await stop_and_check(fresh_kafka, client, processes, tmp_path, case, signum)
+    await stop_and_check(kafka_server, client, processes, tmp_path, case, signum)
 
 
+@ON_TANSU
 async def test_a_signal_stops_worker_processes_that_cannot_write_and_they_commit(
-    fresh_kafka: TansuBroker,
+    kafka_server: KafkaServer,
     client: Client,
     processes: list[subprocess.Popen[bytes]],
     tmp_path: Path,
@@ -128,12 +129,12 @@ async def test_a_signal_stops_worker_processes_that_cannot_write_and_they_commit
     # and each child stops as a single worker does.
     case = "one pipe, reader gone (2>&1 | head -4)"
     await stop_and_check(
-        fresh_kafka, client, processes, tmp_path, case, signal.SIGTERM, "--processes", "2"
+        kafka_server, client, processes, tmp_path, case, signal.SIGTERM, "--processes", "2"
     )
 
 
 async def stop_and_check(
-    broker: TansuBroker,
+    broker: KafkaServer,
     client: Client,
     processes: list[subprocess.Popen[bytes]],
     log_dir: Path,
