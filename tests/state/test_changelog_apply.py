@@ -34,11 +34,13 @@ def test_changelog_records_set_and_delete_keys(value_type: Any) -> None:
     assert dict(store.items()) == {"b": 3}
 
 
-def test_a_bad_changelog_record_is_a_decode_error_after_the_good_ones() -> None:
+def test_a_bad_changelog_record_is_refused_and_the_others_applied() -> None:
+    # Refused records are the worker's to dead-letter; the key keeps the value it had.
     store = _store(value_type=int)
-    with pytest.raises(DecodeError):
-        store.apply_changelog(0, _records((b"a", b"1"), (b"b", b'"two"'), (b"c", b"3")))
-    assert dict(store.items()) == {"a": 1}
+    store.apply_changelog(0, _records((b"a", b"1"), (b"b", b'"two"'), (b"c", b"3")))
+    assert dict(store.items()) == {"a": 1, "c": 3}
+    ((message, error),) = store.rejected
+    assert message.key == b"b" and isinstance(error, DecodeError)
 
 
 def test_a_codec_without_a_raw_decoder_takes_the_plain_path() -> None:

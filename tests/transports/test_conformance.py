@@ -368,7 +368,7 @@ async def test_timestamps_0_and_minus_1_as_each_producer_writes_them(
     got = await collect(reader(transport, topic, 1), 2)
     zero, minus_one = (m.timestamp for m in got)
     assert minus_one == -1
-    if _transport_kind(request) == "rdkafka":
+    if _transport_kind(request).endswith("rdkafka"):
         assert zero > 1_700_000_000_000  # the wall clock's
     else:
         assert zero == 0
@@ -386,5 +386,5 @@ async def test_a_header_name_with_a_nul(
     await producer.send(topic, b"v", headers=(("a\x00b", b"1"), ("c", b"2")))
     await producer.flush()
     (got,) = await collect(reader(transport, topic, 1), 1)
-    cut = _transport_kind(request) == "rdkafka"
+    cut = _transport_kind(request).endswith("rdkafka")
     assert tuple(got.headers) == ((("a" if cut else "a\x00b"), b"1"), ("c", b"2"))
