@@ -121,19 +121,7 @@ class TableStore(Generic[K, V]):
         key_decode = self.table.key_codec.decode
         if _apply_fast(data, messages, self.table.key_codec, self.table.value_codec):
             return
-        for m in messages:
-            if m.key is None:
-                continue
-            try:
-                key = key_decode(m.key)
-                if m.value is None:
-                    data.pop(key, None)
-                else:
-                    data[key] = decode(m.value)
-            except DecodeError as exc:
-                self.rejected.append((m, exc))  # the worker dead-letters it and goes on
-            except TypeError as exc:
-                self.rejected.append((m, _not_a_key(exc)))
+        _apply(data, messages, key_decode, decode, self.rejected)
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """The latest value of every key changed since the last drain: (partition, key,
@@ -148,6 +136,30 @@ class TableStore(Generic[K, V]):
                 out.append((p, encode_key(key), None if value is _MISSING else encode(value)))
         self._dirty = {}
         return out
+
+
+def _apply(
+    data: dict[Any, Any],
+    messages: Iterable[Message],
+    key_decode: Callable[[bytes], Any],
+    decode: Callable[[bytes], Any],
+    rejected: list[tuple[Message, Exception]],
+) -> None:
+    """Apply changelog records to ``data`` (None value = deleted); a record that does not
+    decode goes to ``rejected`` (the worker dead-letters it) and its key keeps its value."""
+    for m in messages:
+        if m.key is None:
+            continue
+        try:
+            key = key_decode(m.key)
+            if m.value is None:
+                data.pop(key, None)
+            else:
+                data[key] = decode(m.value)
+        except DecodeError as exc:
+            rejected.append((m, exc))
+        except TypeError as exc:
+            rejected.append((m, _not_a_key(exc)))
 
 
 def _not_a_key(exc: TypeError) -> DecodeError:
@@ -225,16 +237,4 @@ class GlobalStore(Generic[K, V]):
         topic = self.table.topic
         decode = topic.decode
         key_decode = topic.decode_key
-        for m in messages:
-            if m.key is None:
-                continue
-            try:
-                key = key_decode(m.key)
-                if m.value is None:
-                    data.pop(key, None)
-                else:
-                    data[key] = decode(m.value)
-            except DecodeError as exc:
-                self.rejected.append((m, exc))  # the worker dead-letters it and goes on
-            except TypeError as exc:
-                self.rejected.append((m, _not_a_key(exc)))
+        _apply(data, messages, key_decode, decode, self.rejected)
