@@ -467,18 +467,12 @@ class KafkaProducer:
     ) -> Awaitable[Ack]:
         # A record with neither key nor value is valid Kafka (a keyless tombstone, which
         # a dead letter may carry), but aiokafka's send() refuses one: a batch of its own.
-        kafka = self._kafka
-        try:
-            if partition is None:
-                partitions = sorted(await kafka.partitions_for(topic))
-                partition = partitions[random.randrange(len(partitions))]
-            batch = kafka.create_batch()
-            listed = list(headers) if headers else None
-            batch.append(key=None, value=None, timestamp=timestamp_ms, headers=listed)
-            future = await kafka.send_batch(batch, topic, partition=partition)
-        except KAFKA_ERRORS as exc:
-            raise translate(exc) from exc
-        return _PendingAck(future)
+        if partition is None:
+            with map_kafka_errors():
+                partitions = sorted(await self._kafka.partitions_for(topic))
+            partition = partitions[random.randrange(len(partitions))]
+        ((_, ack),) = await self.send_batch(topic, partition, [(None, None, headers, timestamp_ms)])
+        return ack
 
     async def send_batch(
         self, topic: str, partition: int, records: Sequence[OutRecord]
