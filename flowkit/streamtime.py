@@ -98,11 +98,15 @@ class FutureGuard:
     def check_future(self, ts: int) -> None:
         """Raise ``FutureRecord`` when ``ts`` may not move stream time."""
         if not self.admits(ts):
-            raise FutureRecord(
-                f"event time {utc(ts)} UTC ({ts} ms) is more than max_future="
-                f"{self.max_future_ms / 1000:g} s ahead of the wall clock; {self.owner} "
-                "does not let it move stream time"
-            )
+            raise self.future_record(ts)
+
+    def future_record(self, ts: int) -> FutureRecord:
+        """The error of a record at ``ts``, beyond the guard."""
+        return FutureRecord(
+            f"event time {utc(ts)} UTC ({ts} ms) is more than max_future="
+            f"{self.max_future_ms / 1000:g} s ahead of the wall clock; {self.owner} "
+            "does not let it move stream time"
+        )
 
     def trusts(self, stored: int, partition: int) -> bool:
         """Whether a stream time read back from the changelog is within the guard. One

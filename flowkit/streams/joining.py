@@ -25,6 +25,7 @@ from ..records import TopicPartition
 from ._loop import SKIP, interpreted
 
 if TYPE_CHECKING:
+    from ..state.joins import JoinStore
     from .source import Batch, StreamSource
 
 __all__ = ["joined"]
@@ -72,6 +73,25 @@ def _hold(source: StreamSource, batches: list[Batch]) -> None:
 
 def _held(source: StreamSource) -> int:
     return sum(len(left) + len(right) for left, right in source.join_held.values())
+
+
+def _past_limit(
+    source: StreamSource, store: JoinStore, ts: int, lb: Batch | None, rb: Batch | None
+) -> int:
+    """A head at ``ts`` is past the cached limit of the join's guard on stream time: the
+    limit refreshed from the wall clock, or, when ``ts`` is beyond the guard, that record
+    is taken now, out of timestamp order, and raises ``FutureRecord`` (so it goes to the
+    dead-letter topic). It moves nothing, and in its place it would hold back its whole
+    topic: the records behind it would wait for the other topic to reach its time."""
+    if store.admits(ts):
+        return store.future_limit
+    batch = rb if rb is not None and rb.messages[rb.cursor].timestamp == ts else lb
+    assert batch is not None
+    i = batch.cursor
+    batch.cursor = i + 1
+    source.batch = batch
+    source._pos = i
+    raise store.future_record(ts)
 
 
 async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
@@ -126,30 +146,25 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         source._set_pos(-1)
         limit = store.future_limit
         while True:
+            # Timestamp order. ``top`` is the later head's time (or the only head's): the
+            # join's guard on stream time is checked on it here, where the times are read,
+            # one comparison a record for both heads (the store trusts its caller).
             if rb is None:
+                assert lb is not None
                 batch, side = lb, 0
+                top = lb.messages[lb.cursor].timestamp
             elif lb is None:
                 batch, side = rb, 1
+                top = rb.messages[rb.cursor].timestamp
             else:
                 lt = lb.messages[lb.cursor].timestamp
-                rt = rb.messages[rb.cursor].timestamp
-                # Timestamp order, but a head beyond the guard on stream time goes first:
-                # it is dead-lettered and moves nothing, while in its place it would hold
-                # back its whole topic (records behind it would wait for the other topic
-                # to reach the year 2100, and come late). One comparison a record.
-                if lt <= rt:
+                top = rb.messages[rb.cursor].timestamp
+                if lt <= top:
                     batch, side = lb, 0
-                    if rt > limit:
-                        if not store.admits(rt):
-                            batch, side = rb, 1
-                        limit = store.future_limit
                 else:
-                    batch, side = rb, 1
-                    if lt > limit:
-                        if not store.admits(lt):
-                            batch, side = lb, 0
-                        limit = store.future_limit
-            assert batch is not None
+                    batch, side, top = rb, 1, lt
+            if top > limit:
+                limit = _past_limit(source, store, top, lb, rb)
             i = batch.cursor
             batch.cursor = i + 1
             source.batch = batch

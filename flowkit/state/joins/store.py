@@ -135,8 +135,8 @@ class JoinPart:
 
 
 class JoinStore(FutureGuard):
-    """A worker's state of one ``StreamJoin``. The guard on stream time (``max_future``)
-    is inherited, so ``process`` reads its limit in one step."""
+    """A worker's state of one ``StreamJoin``, with its guard on stream time
+    (``max_future``), which the join's stream loop applies to every record it hands over."""
 
     def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
         super().__init__(join.max_future_ms, now_ms=now_ms, owner=f"join {join.name!r}")
@@ -175,13 +175,13 @@ class JoinStore(FutureGuard):
         self, part: JoinPart, side: int, key: bytes, offset: int, ts: int, raw: bytes, value: Any
     ) -> list[Joined] | None:
         """Buffer one record of ``side`` and return the results it makes (its pairs, then
-        the unmatched records whose windows its time closed), or None."""
+        the unmatched records whose windows its time closed), or None. ``ts`` has passed
+        the guard on stream time (``max_future``): the join's stream loop checks it, where
+        it reads the times of both topics' next records, before this and ``tick``."""
         if offset <= part.replayed[side]:
             return None  # recovered with the state: processed before the restart
         time = part.time
         if ts > time:
-            if ts > self.future_limit:
-                self.check_future(ts)  # before the record changes anything
             part.time = time = ts
         close = ts + self._close[side]
         if close < time:
@@ -269,12 +269,9 @@ class JoinStore(FutureGuard):
         )
 
     def tick(self, part: JoinPart, ts: int) -> list[Joined] | None:
-        """A record with nothing to join (no key or no value) still moves stream time,
-        within the same guard as any other."""
+        """A record with nothing to join (no key or no value) still moves stream time."""
         if ts <= part.time:
             return None
-        if ts > self.future_limit:
-            self.check_future(ts)
         part.time = ts
         if ts > part.due:
             return self.advance(part)
