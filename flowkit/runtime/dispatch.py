@@ -137,17 +137,16 @@ class Dispatcher:
                 self._decode_owner.setdefault(topic.name, agent.name)
             self.sources.extend((agent, s) for s in sources)
             targets = [self.targets.resolve(agent, s) for s in agent.sinks]
+            guard = agent.guard_in(app.failure_guard)
+            trips = functools.partial(self._guard_tripped, agent.name)
             for s in sources:
                 self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publisher)
-                s.undecodable = functools.partial(self._undecodable, agent, s)
+                counter = None
+                if guard is not None:
+                    counter = FailureCounter(agent.name, s.name, guard, s.reached, trips)
+                    self.guards[s.name] = counter
+                s.undecodable = functools.partial(self._undecodable, agent, s, counter)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
-            guard = agent.guard_in(app.failure_guard)
-            if guard is not None:
-                trips = functools.partial(self._guard_tripped, agent.name)
-                for s in sources:
-                    self.guards[s.name] = FailureCounter(
-                        agent.name, s.name, guard, s.reached, trips
-                    )
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
@@ -382,7 +381,13 @@ class Dispatcher:
         action = agent.on_error.action_for(exc)
         return action == "dead_letter" or action == "skip"
 
-    async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
+    async def _undecodable(
+        self,
+        agent: Agent[Any],
+        source: StreamSource,
+        counter: FailureCounter | None,
+        exc: Exception,
+    ) -> bool:
         # The current record of ``source`` does not decode: dead-lettered where the stream
         # found it, so the agent goes on without being restarted (True); with fail_fast it
         # raises through the agent instead (False). ``_failed``'s steps for a DecodeError.
@@ -392,7 +397,8 @@ class Dispatcher:
         if not isinstance(exc, DecodeError):
             await self._failed(agent, source, message, exc, retry=False)
             return True
-        pause = self._count(source, exc, message)  # (not counted, unless the guard says so)
+        # (Not counted by the guard, unless its ``ignore`` leaves decode errors out.)
+        pause = 0.0 if counter is None else counter.failed(exc, message)
         if self._decode_owner.get(message.topic, agent.name) != agent.name:
             pass  # the topic's first reader dead-letters it; the others pass it by
         elif self._dead_letter(agent.name, source, message, exc, "decode"):
@@ -417,7 +423,8 @@ class Dispatcher:
 
     def _count(self, source: StreamSource, exc: Exception, message: Message) -> float:
         # The instance's failure guard counts the record: the seconds to pause after it,
-        # or TooManyFailures raised.
+        # or TooManyFailures raised. (The hot paths, a per-record agent's failures and
+        # records that do not decode, hold their counter: no lookup, one call less.)
         counter = self.guards.get(source.name)
         return 0.0 if counter is None else counter.failed(exc, message)
 
