@@ -137,17 +137,19 @@ class Dispatcher:
                 self._decode_owner.setdefault(topic.name, agent.name)
             self.sources.extend((agent, s) for s in sources)
             targets = [self.targets.resolve(agent, s) for s in agent.sinks]
+            guard = agent.guard_in(app.failure_guard)
+            trips = functools.partial(self._guard_tripped, agent.name)
             for s in sources:
                 self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publisher)
-                s.undecodable = functools.partial(self._undecodable, agent, s)
+                counter = None
+                if guard is not None:
+                    counter = FailureCounter(agent.name, s.name, guard, s.reached, trips)
+                    self.guards[s.name] = counter
+                # A record that does not decode is the input's fault, unless the guard
+                # counts them: then it is handed the counter, else it adds to ``inputs``.
+                counts = counter is not None and not counter.ignores(DecodeError)
+                s.undecodable = functools.partial(self._undecodable, agent, s, counter, counts)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
-            guard = agent.guard_in(app.failure_guard)
-            if guard is not None:
-                trips = functools.partial(self._guard_tripped, agent.name)
-                for s in sources:
-                    self.guards[s.name] = FailureCounter(
-                        agent.name, s.name, guard, s.reached, trips
-                    )
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
@@ -349,7 +351,7 @@ class Dispatcher:
         handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
         dead_letter, relieve = self._dead_letter, self.publisher.relieve
         counter = self.guards.get(source.name)
-        count = None if counter is None else counter.failed
+        inputs: dict[type, bool] = {}  # by class: the guard's ``ignores``, asked once
 
         async def failed(exc: Exception) -> bool:
             message = source.current_message()
@@ -365,8 +367,17 @@ class Dispatcher:
                 await self._failed(agent, source, message, exc)
                 return True
             # Counted first: a guard that stops the worker raises, and the record that
-            # tripped it is not dead-lettered.
-            pause = 0.0 if count is None else count(exc, message)
+            # tripped it is not dead-lettered. Bad input is counted apart without a call.
+            pause = 0.0
+            if counter is not None:
+                kind = exc.__class__
+                ignored = inputs.get(kind)
+                if ignored is None:
+                    ignored = inputs[kind] = counter.ignores(kind)
+                if ignored:
+                    counter.inputs += 1
+                else:
+                    pause = counter.failed(exc, message)
             if dead_letter(agent.name, source, message, exc, stage_of(exc)):
                 await relieve()
             if pause:
@@ -393,7 +404,14 @@ class Dispatcher:
         action = agent.on_error.action_for(exc)
         return action == "dead_letter" or action == "skip"
 
-    async def _undecodable(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
+    async def _undecodable(
+        self,
+        agent: Agent[Any],
+        source: StreamSource,
+        counter: FailureCounter | None,
+        counts: bool,
+        exc: Exception,
+    ) -> bool:
         # The current record of ``source`` does not decode: dead-lettered where the stream
         # found it, so the agent goes on without being restarted (True); with fail_fast it
         # raises through the agent instead (False). ``_failed``'s steps for a DecodeError.
@@ -403,7 +421,11 @@ class Dispatcher:
         if not isinstance(exc, DecodeError):
             await self._failed(agent, source, message, exc, retry=False)
             return True
-        pause = self._count(source, exc, message)  # (not counted, unless the guard says so)
+        pause = 0.0
+        if counts:
+            pause = counter.failed(exc, message)  # type: ignore[union-attr]
+        elif counter is not None:
+            counter.inputs += 1  # the input's fault: no bug of the agent's
         if self._decode_owner.get(message.topic, agent.name) != agent.name:
             pass  # the topic's first reader dead-letters it; the others pass it by
         elif self._dead_letter(agent.name, source, message, exc, "decode"):
@@ -428,7 +450,8 @@ class Dispatcher:
 
     def _count(self, source: StreamSource, exc: Exception, message: Message) -> float:
         # The instance's failure guard counts the record: the seconds to pause after it,
-        # or TooManyFailures raised.
+        # or TooManyFailures raised. (The hot paths, a per-record agent's failures and
+        # records that do not decode, hold their counter and count bad input themselves.)
         counter = self.guards.get(source.name)
         return 0.0 if counter is None else counter.failed(exc, message)
 

@@ -197,6 +197,54 @@ async def test_input_errors_neither_count_nor_break_a_run(form: str) -> None:
             await driver.run_until_idle()
 
 
+@pytest.mark.parametrize("form", FORMS)
+async def test_errors_of_the_ignored_kinds_are_not_counted(form: str) -> None:
+    # A record without a field a transform needs is the input's fault, as are one's own
+    # validation errors once they are in ``ignore``.
+    class Invalid(ValueError):
+        pass
+
+    def fails(n: int) -> bool:
+        if n % 2:
+            raise flowkit.MissingFieldError.at("pick: field 'x' is missing", ("x",))
+        raise Invalid(f"{n} is even")
+
+    guard = flowkit.FailureGuard(failures=5, ignore=(*flowkit.policies.INPUT_ERRORS, Invalid))
+    app, nums, _ = failing_app(form, fails, guard=guard)
+    async with TestDriver(app) as driver:
+        for i in range(40):
+            await driver.send(nums, i)
+        await driver.run_until_idle()
+        assert len(await driver.dead_letters()) == 40
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_ignored_errors_between_failures_do_not_break_a_run(form: str) -> None:
+    def fails(n: int) -> bool:
+        if n % 3 == 0:
+            raise flowkit.MissingFieldError.at("pick: field 'x' is missing", ("x",))
+        return True  # the bug: every other record fails
+
+    app, nums, _ = failing_app(form, fails, guard=flowkit.FailureGuard(failures=10))
+    async with TestDriver(app) as driver:
+        for i in range(40):
+            await driver.send(nums, i)
+        with pytest.raises(flowkit.TooManyFailures, match="10 records in a row"):
+            await driver.run_until_idle()
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_decode_errors_count_when_the_guard_says_so(form: str) -> None:
+    guard = flowkit.FailureGuard(failures=5, ignore=(flowkit.LateRecord, flowkit.FutureRecord))
+    app, nums, _ = failing_app(form, lambda n: False, guard=guard)
+    async with TestDriver(app) as driver:
+        for _ in range(10):
+            await driver.send_raw(nums, b"a schema this app does not know")
+        with pytest.raises(flowkit.TooManyFailures, match="the last with DecodeError"):
+            await driver.run_until_idle()
+        assert len(await driver.dead_letters()) == 4
+
+
 async def test_retries_count_once_per_record() -> None:
     app, nums, _ = failing_app(
         "stream",
