@@ -165,3 +165,32 @@ def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None
     finally:
         sys.path.remove(str(tmp_path))
         del sys.modules[module.__name__]
+
+
+def _code_lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("page", pages())
+def test_step_by_step_pieces_assemble_into_the_file_the_page_shows(page: str) -> None:
+    """A reader who builds a page's file from its pieces, in order, gets the whole file.
+
+    Applies to fragments of a file titled on the same page (a tutorial's steps); each piece
+    also being *a part* of the whole is checked by ``test_page``.
+    """
+    blocks = read_blocks(page)
+    wholes = {
+        b.title: b.body
+        for b in blocks
+        if b.title and not any(m.startswith("fragment") for m in _markers(b))
+    }
+    pieces: dict[str, list[str]] = {}
+    for block in blocks:
+        for marker in _markers(block):
+            name = marker.removeprefix("fragment of").strip()
+            if marker.startswith("fragment of") and name in wholes:
+                pieces.setdefault(name, []).extend(_code_lines(block.body))
+    for name, lines in pieces.items():
+        assert lines == _code_lines(wholes[name]), (
+            f"docs/{page}: the pieces of {name}, put together in order, are not the whole file"
+        )
