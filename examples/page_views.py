@@ -22,8 +22,12 @@ tables guide)::
 In flowkit the ``group_by`` goes: a windowed table counts on each source partition and
 combines the partitions' counts on the partition that owns the page (two-phase
 aggregation), so the views stay keyed by user. Run it with ``python -m
-examples.page_views`` (a test driver feeds it views on a fake clock), or as a worker
-with ``flowkit worker examples.page_views:app``.
+examples.page_views`` (a test driver feeds it views on a fake clock). As a worker it waits
+for views, which on Kafka you can write by hand::
+
+    flowkit worker examples.page_views:app --broker kafka://127.0.0.1:9092
+    flowkit send examples.page_views:app page_views '{"id": "/home", "user": "ann"}' \\
+        --key ann --broker kafka://127.0.0.1:9092
 """
 
 from __future__ import annotations

@@ -28,8 +28,13 @@ The Faust original (``examples/withdrawals.py``, trimmed)::
 Windows are over the record timestamp in both (Faust's ``relative_to_stream``). The
 country totals need no ``group_by`` in flowkit: each partition adds up its withdrawals
 per country, and the partition that owns the country combines them when the window
-closes, then calls ``on_close``. Run it with ``python -m examples.withdrawals``, or as a
-worker with ``flowkit worker examples.withdrawals:app``.
+closes, then calls ``on_close``. Run it with ``python -m examples.withdrawals``. As a
+worker it waits for withdrawals, which on Kafka you can write by hand::
+
+    flowkit worker examples.withdrawals:app --broker kafka://127.0.0.1:9092
+    flowkit send examples.withdrawals:app withdrawals \\
+        '{"user": "ann", "country": "NO", "amount": 120.5}' --key ann \\
+        --broker kafka://127.0.0.1:9092
 """
 
 from __future__ import annotations

@@ -25,7 +25,12 @@ The Faust original (``examples/word_count.py``, trimmed)::
 In flowkit an agent reads a declared topic, so ``words`` is declared, and the shuffle is
 a sink: each word goes out keyed by itself, so the partition that owns the word counts
 it. ``on_startup``/``on_shutdown`` show the lifecycle hooks. Run it with ``python -m
-examples.word_count``, or as a worker with ``flowkit worker examples.word_count:app``.
+examples.word_count``. As a worker it waits for posts, which on Kafka you can write by
+hand::
+
+    flowkit worker examples.word_count:app --broker kafka://127.0.0.1:9092
+    flowkit send examples.word_count:app posts '"the quick brown fox"' \\
+        --broker kafka://127.0.0.1:9092
 """
 
 from __future__ import annotations

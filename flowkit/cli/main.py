@@ -47,6 +47,7 @@ log = structlog.get_logger("flowkit.cli")
 
 USAGE = 2  # bad input: the exit code click uses for usage errors
 FAILED = 1  # the worker stopped on a fatal error, or `graph --check` found problems
+IDLE_HINT = 5.0  # seconds without a record on the embedded broker before saying why
 
 
 class _Group(TyperGroup):
@@ -216,6 +217,7 @@ def worker(
                 broker=url,
                 web_port=web_port,
                 web_host=web_host,
+                idle_hint=IDLE_HINT,
                 processing_guarantee=processing_guarantee,
                 # A process of a group keeps its transactional id across restarts, so the
                 # next one aborts what a killed one left open at once.

@@ -4,7 +4,9 @@ While tables recover, a progress bar (records done / total, rate) is drawn on st
 stderr is a terminal, and a ``recovering tables`` log line is written every few seconds
 otherwise (a file or a log collector has no use for a bar). While the worker runs, a
 ``status`` line at info level every ``status_interval`` seconds gives records/s since the
-last line, the lag in records and the partitions held.
+last line, the lag in records and the partitions held. On the embedded broker, where only
+the worker's own process can write, a worker that has received nothing after a few seconds
+says so once, and how to feed it.
 """
 
 from __future__ import annotations
@@ -116,3 +118,18 @@ class Console:
         while True:
             await asyncio.sleep(interval)
             self.log.info("status", **self.status_line())
+
+    async def hint_if_idle(self, after: float) -> None:
+        """Say once, after ``after`` seconds without a record, why none may ever come.
+
+        On the embedded broker (``memory://``) nothing outside this process can write to
+        the app's topics: an app without a timer or task that sends waits for ever.
+        """
+        await asyncio.sleep(after)
+        if self.worker.records_in == 0:
+            self.log.warning(
+                f"no record in {after:g} s: on the embedded broker (memory://) only this "
+                "process writes to the app's topics; add a timer or task that sends records, "
+                "or run on Kafka (--broker kafka://HOST:PORT) and write them with "
+                "`flowkit send`"
+            )

@@ -90,7 +90,9 @@ class Worker:
     wait per agent instance before the fetch waits; ``stall_timeout`` how long partitions
     may have lag with nothing processed before the worker gives up (``WorkerStalled``);
     ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
-    logged, None for never; ``web_port`` serves the web endpoint (``flowkit.runtime.web``).
+    logged, None for never; ``idle_hint``, on the embedded broker, how long without a record
+    before the worker says once that only its own process can write there; ``web_port``
+    serves the web endpoint (``flowkit.runtime.web``).
     ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
@@ -125,6 +127,7 @@ class Worker:
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
         status_interval: float | None = 30.0,
+        idle_hint: float | None = None,
         processing_guarantee: ProcessingGuarantee | None = None,
         transactional_id: str | None = None,
     ) -> None:
@@ -187,6 +190,7 @@ class Worker:
         self.metrics.registry.register(WorkerCollector(self))  # read at scrape time
         self.console = Console(self)  # recovery progress on stderr
         self.status_interval = status_interval
+        self.idle_hint = idle_hint if self.transport.url.startswith("memory://") else None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -343,6 +347,8 @@ class Worker:
         leader = leader_of(list(dispatcher.routes), consumer.assignment if consumer else None)
         if self.status_interval:
             spawn(self.console.run_status(self.status_interval), "status")
+        if self.idle_hint:
+            spawn(self.console.hint_if_idle(self.idle_hint), "idle-hint")
         for timer in app.timers:
             spawn(
                 run_timer(timer, self.clock, fail_fast=settings.fail_fast, leader=leader),

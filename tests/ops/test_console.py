@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 from flowkit.runtime.recovery import RecoveryProgress
@@ -44,6 +45,8 @@ class Lines:
     def info(self, event: str, **fields: object) -> None:
         self.lines.append((event, fields))
 
+    warning = info
+
 
 async def test_without_a_terminal_progress_is_log_lines() -> None:
     async with TestDriver(build("linesdemo")) as driver:
@@ -71,3 +74,24 @@ async def test_the_status_line_gives_rate_lag_and_partitions() -> None:
         assert line["partitions"] == 4  # clicks and the windowed table's repartition topic
         assert line["records_per_s"] > 0
         assert driver.worker.console.status_line()["records_per_s"] == 0
+
+
+async def test_a_worker_on_the_embedded_broker_says_once_why_no_record_comes() -> None:
+    driver = TestDriver(build("idledemo"), idle_hint=0.05)
+    driver.worker.console.log = lines = Lines()  # type: ignore[assignment]
+    async with driver:
+        await asyncio.sleep(0.3)
+    [(said, _)] = lines.lines
+    assert said.startswith("no record in 0.05 s: on the embedded broker (memory://)")
+    assert "flowkit send" in said
+
+
+async def test_a_worker_that_received_records_gives_no_hint() -> None:
+    app = build("busydemo")
+    driver = TestDriver(app, idle_hint=0.2)
+    driver.worker.console.log = lines = Lines()  # type: ignore[assignment]
+    async with driver:
+        await driver.send(app.topics["clicks"], Click("u1"), key="u1")
+        await driver.run_until_idle()
+        await asyncio.sleep(0.4)
+    assert lines.lines == []
