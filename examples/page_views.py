@@ -46,7 +46,7 @@ class PageView(flowkit.Record):
 
 
 app = flowkit.App("page_views", partitions=4)
-page_view_topic = app.topic("page_views", value_type=PageView)
+page_view_topic = app.topic("page_views", value_type=PageView, external=True)
 page_views = app.table("page_views", default=int).tumbling(10.0, expires=timedelta(minutes=10))
 
 

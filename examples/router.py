@@ -92,7 +92,7 @@ def make_app(
     orders = app.topic(source, value_type=dict)
     compiled = [Route.from_config(spec) for spec in routes]
     for name in sorted({topic for route in compiled for topic in route.to}):
-        app.topic(name, value_type=dict)
+        app.topic(name, value_type=dict, external=True)  # read by other services
     unrouted = {"count": 0}
     # What the agent calls per record: each filter's and transform's generated function
     # itself (``.func``), which skips the Filter/Transform wrapper's call (~0.1 us each).

@@ -38,7 +38,9 @@ def to_celsius(raw: RawReading) -> Reading:
 
 
 app = flowkit.App("sensors", partitions=4)
-raw_readings = app.topic("raw-readings", value_type=RawReading, partitions=1)
+raw_readings = app.topic(
+    "raw-readings", value_type=RawReading, partitions=1, external=True
+)  # a legacy producer writes it
 readings = app.topic("readings", value_type=Reading)  # four partitions, keyed by sensor
 highest = app.table("highest")  # sensor -> highest celsius, co-partitioned with readings
 

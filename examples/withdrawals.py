@@ -63,7 +63,7 @@ def country_closed(country: str, window: flowkit.Window, total: float) -> None:
 
 
 app = flowkit.App("faust-withdrawals", partitions=4)
-withdrawals_topic = app.topic("withdrawals", value_type=Withdrawal)
+withdrawals_topic = app.topic("withdrawals", value_type=Withdrawal, external=True)
 user_to_total = app.table("user_to_total", default=int).tumbling(3600)
 country_to_total = app.table("country_to_total", default=int).tumbling(
     10.0, expires=10.0, on_close=country_closed

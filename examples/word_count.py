@@ -43,7 +43,7 @@ from flowkit.logs import configure_logging
 from flowkit.testing import FakeClock, TestDriver
 
 app = flowkit.App("word-counts", partitions=8)
-posts_topic = app.topic("posts", value_type=str)
+posts_topic = app.topic("posts", value_type=str, external=True)
 words_topic = app.topic("words", value_type=str)
 word_counts = app.table("word_counts", default=int)
 

@@ -115,7 +115,7 @@ def make_app(
     ``per_record`` writes the agent in the per-record form (the same query and counts)."""
     app = flowkit.App(name, partitions=PARTITIONS)
     events = app.topic("ysb-events", value_type=AdView)
-    window_counts = app.topic("ysb-window-counts", value_type=WindowResult)
+    window_counts = app.topic("ysb-window-counts", value_type=WindowResult, external=True)
     campaigns = app.global_table(
         "ysb-campaigns", value_type=str, loader=lambda: campaign_map().items()
     )

@@ -140,13 +140,20 @@ class App:
         codec: str | Codec[Any] | None = None,
         key_codec: str | Codec[Any] | None = None,
         compacted: bool = False,
+        external: bool = False,
     ) -> Topic[T]:
-        """Declare a topic; values are decoded into ``value_type`` (JSON by default)."""
+        """Declare a topic; values are decoded into ``value_type`` (JSON by default).
+
+        ``external=True`` says that another service writes the topic (the app only reads
+        it) or reads it (the app only writes it): ``flowkit graph --check`` then does not
+        warn that nothing in the app writes or reads it.
+        """
         self._check_open()
         arguments.name(name, "topic name")
         partitions = self.partitions if partitions is None else partitions
         arguments.count(partitions, f"topic {name!r}: partitions")
         arguments.flag(compacted, f"topic {name!r}: compacted")
+        arguments.flag(external, f"topic {name!r}: external")
         topic: Topic[T] = Topic(
             name,
             value_type=value_type,
@@ -155,6 +162,7 @@ class App:
             codec=codec,
             key_codec=key_codec,
             compacted=compacted,
+            external=external,
         )
         topic._app_name = self.name
         self._topic_decls.append(topic)
@@ -489,7 +497,12 @@ class App:
     def graph(self) -> Graph:
         """The dataflow graph of this declaration."""
         return Graph.build(
-            self.name, self._topic_decls, self.agents, self.timers, list(self.tables.values())
+            self.name,
+            self._topic_decls,
+            self.agents,
+            self.timers,
+            list(self.tables.values()),
+            hooks=[*self.startup_hooks, *self.shutdown_hooks],
         )
 
     # -- freezing -------------------------------------------------------------------------

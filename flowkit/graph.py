@@ -3,7 +3,7 @@
 ``App.graph()`` (``Graph.build``) turns topics, tables, agents, timers and tasks into
 nodes and edges. The worker
 runs it, ``flowkit graph`` renders it (``flowkit.rendering``) and ``flowkit graph --check``
-validates it with ``Graph.check``.
+validates it with ``Graph.check`` (problems) and ``Graph.warnings`` (likely mistakes).
 
 Node ids are ``"<kind>:<name>"``. The JSON form (``Graph.to_dict``) is versioned:
 
@@ -16,8 +16,9 @@ Node ids are ``"<kind>:<name>"``. The JSON form (``Graph.to_dict``) is versioned
 
 from __future__ import annotations
 
+import difflib
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ class Graph:
     topic_decls: list[Topic[Any]] = field(default_factory=list)
     agents: list[Agent[Any]] = field(default_factory=list)
     tables: list[Any] = field(default_factory=list)
+    functions: list[Callable[..., Any]] = field(default_factory=list)  # timers, tasks, hooks
 
     @classmethod
     def build(
@@ -71,9 +73,17 @@ class Graph:
         agents: Iterable[Agent[Any]],
         timers: Iterable[Timer],
         tables: Iterable[Any] = (),
+        hooks: Iterable[Callable[..., Any]] = (),
     ) -> Graph:
         """The graph of these declarations."""
-        graph = cls(app=app, topic_decls=list(topics), agents=list(agents), tables=list(tables))
+        timers = list(timers)
+        graph = cls(
+            app=app,
+            topic_decls=list(topics),
+            agents=list(agents),
+            tables=list(tables),
+            functions=[t.fn for t in timers] + list(hooks),
+        )
         seen: set[str] = set()
         for topic in graph.topic_decls:
             if topic.name in seen:
@@ -233,6 +243,53 @@ class Graph:
                     )
         return problems
 
+    def warnings(self) -> list[str]:
+        """Likely mistakes, one line each: a topic written that nothing reads, or read that
+        nothing writes, unless declared ``external`` (another service reads or writes it).
+
+        A misspelt topic name shows this way (an agent writes ``big_orders``, another reads
+        ``big-orders``), so each line names the nearest declared name. A topic that an
+        agent, timer, task or hook refers to in its code (``topic.send``) counts as
+        written and read: what the code does with it is not known here. So does a global
+        table's topic: reference data, written by whoever owns it.
+        """
+        topics = [t for t in _unique(self.topic_decls) if not t.internal]
+        readers: dict[str, list[str]] = {}
+        writers: dict[str, list[str]] = {}
+        for agent in self.agents:
+            for name in agent.topic_names:
+                readers.setdefault(name, []).append(f"agent {agent.name!r}")
+            for sink in agent.sinks:
+                target = self._topic_of(sink)
+                if target is not None:
+                    writers.setdefault(target.name, []).append(f"agent {agent.name!r}")
+        for table in self.tables:
+            if getattr(table, "to", None) is not None:
+                writers.setdefault(table.to.name, []).append(f"table {table.name!r}")
+        functions = [a.fn for a in self.agents] + self.functions
+        used = {id(t) for fn in functions for t in referenced_by(fn, topics)}
+        used_names = {t.name for t in topics if id(t) in used}
+        # A global table's topic is reference data, kept by whoever owns it (or its loader).
+        used_names.update(t.topic.name for t in self.tables if t.kind == "global_table")
+        found: list[str] = []
+        for topic in topics:
+            name = topic.name
+            if topic.external or name in used_names or (name in readers) == (name in writers):
+                continue
+            if name in writers:
+                what, by, others, role = "written", writers[name], readers, "reads"
+                tail = "nothing in the app reads it"
+            else:
+                what, by, others, role = "read", readers[name], writers, "writes"
+                tail = "nothing in the app writes it"
+            near = difflib.get_close_matches(name, [n for n in others if n != name], 1, 0.75)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            found.append(
+                f"topic {name!r} is {what} by {', '.join(by)} but {tail}{hint}; if another "
+                f"service {role} it, declare it with app.topic({name!r}, ..., external=True)"
+            )
+        return found
+
     def _check_tables(self) -> list[str]:
         problems: list[str] = []
         by_name = {t.name: t for t in self.topic_decls}
@@ -319,9 +376,13 @@ def _check_window_output(table: Any) -> list[str]:
 
 def tables_used_by(agent: Agent[Any], tables: list[Any]) -> list[Any]:
     """The declared tables an agent's code refers to (by global or closure name)."""
-    if not tables:
+    return referenced_by(agent.fn, tables)
+
+
+def referenced_by(fn: Callable[..., Any], candidates: list[Any]) -> list[Any]:
+    """Those of ``candidates`` that ``fn``'s code refers to (by global or closure name)."""
+    if not candidates:
         return []
-    fn = agent.fn
     names: set[str] = set()
     stack = [getattr(fn, "__code__", None)]
     while stack:
@@ -344,9 +405,21 @@ def tables_used_by(agent: Agent[Any], tables: list[Any]) -> list[Any]:
             continue
     for name in names:
         obj = scope.get(name)
-        if obj is not None and any(obj is t for t in tables) and all(obj is not f for f in found):
+        if (
+            obj is not None
+            and any(obj is c for c in candidates)
+            and all(obj is not f for f in found)
+        ):
             found.append(obj)
     return found
+
+
+def _unique(topics: list[Topic[Any]]) -> list[Topic[Any]]:
+    """The first declaration of each topic name."""
+    seen: dict[str, Topic[Any]] = {}
+    for topic in topics:
+        seen.setdefault(topic.name, topic)
+    return list(seen.values())
 
 
 def _topic_node(topic: Topic[Any]) -> Node:
@@ -361,6 +434,7 @@ def _topic_node(topic: Topic[Any]) -> Node:
             "codec": getattr(topic.value_codec, "name", type(topic.value_codec).__name__),
             "internal": topic.internal,
             "compacted": topic.compacted,
+            **({"external": True} if topic.external else {}),
         },
     )
 

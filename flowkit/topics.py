@@ -45,8 +45,10 @@ class Topic(Generic[T]):
         key_codec: str | Codec[Any] | None = None,
         internal: bool = False,
         compacted: bool = False,
+        external: bool = False,
     ) -> None:
         self.name = name
+        self.external = external  # another service reads or writes it: see Graph.warnings
         self.value_type = value_type
         self.key_type = key_type
         self.partitions = partitions

@@ -193,6 +193,10 @@ def worker(
         if web_port:  # (0 picks a free port: nothing to check)
             check_web_address(web_host, web_port)
         configure_logging(log_level, log_format)
+        the_graph = the_app.graph()
+        if child_index() is None and not the_graph.check():  # (problems: the worker says)
+            for warning in the_graph.warnings():  # a likely mistake, such as a misspelt name
+                log.warning(warning)  # (a group's parent says it once for all its processes)
         if wanted > 1:
             code, summary, failed = run_group(
                 app,
@@ -260,6 +264,14 @@ def graph(
             help="Validate instead of printing: one line per problem on stderr, exit 1 if any.",
         ),
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="With --check: warnings (a topic written that nothing reads, or read that "
+            "nothing writes) fail the check too.",
+        ),
+    ] = False,
 ) -> None:
     """Print APP's dataflow graph (no broker is contacted)."""
     with _errors():
@@ -271,15 +283,19 @@ def graph(
         typer.echo(render(the_graph, fmt))
         return
     problems = the_graph.check()
+    warnings = the_graph.warnings()
     for problem in problems:
         typer.echo(problem, err=True)
-    if problems:
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if problems or (strict and warnings):
         raise typer.Exit(FAILED)
     counts: dict[str, int] = {}
     for node in the_graph.nodes:
         counts[node.kind] = counts.get(node.kind, 0) + 1
     shown = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in counts.items())
-    typer.echo(f"ok: {shown or 'an empty app'}")
+    noted = f" ({len(warnings)} warning{'' if len(warnings) == 1 else 's'})" if warnings else ""
+    typer.echo(f"ok: {shown or 'an empty app'}{noted}")
 
 
 @cli.command()

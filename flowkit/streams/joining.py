@@ -25,7 +25,6 @@ from ..records import TopicPartition
 from ._loop import SKIP, interpreted
 
 if TYPE_CHECKING:
-    from ..state.joins import JoinStore
     from .source import Batch, StreamSource
 
 __all__ = ["joined"]
@@ -73,25 +72,6 @@ def _hold(source: StreamSource, batches: list[Batch]) -> None:
 
 def _held(source: StreamSource) -> int:
     return sum(len(left) + len(right) for left, right in source.join_held.values())
-
-
-def _past_limit(
-    source: StreamSource, store: JoinStore, ts: int, lb: Batch | None, rb: Batch | None
-) -> int:
-    """A head at ``ts`` is past the cached limit of the join's guard on stream time: the
-    limit refreshed from the wall clock, or, when ``ts`` is beyond the guard, that record
-    is taken now, out of timestamp order, and raises ``FutureRecord`` (so it goes to the
-    dead-letter topic). It moves nothing, and in its place it would hold back its whole
-    topic: the records behind it would wait for the other topic to reach its time."""
-    if store.admits(ts):
-        return store.future_limit
-    batch = rb if rb is not None and rb.messages[rb.cursor].timestamp == ts else lb
-    assert batch is not None
-    i = batch.cursor
-    batch.cursor = i + 1
-    source.batch = batch
-    source._pos = i
-    raise store.future_record(ts)
 
 
 async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
@@ -163,14 +143,34 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
                     batch, side = lb, 0
                 else:
                     batch, side, top = rb, 1, lt
-            if top > limit:
-                limit = _past_limit(source, store, top, lb, rb)
+            future = False
+            if top > limit:  # past the cached limit: refreshed from the wall clock, or...
+                if store.admits(top):
+                    limit = store.future_limit
+                else:
+                    # ...beyond the join's guard on stream time: that head is taken now,
+                    # out of timestamp order, and dead-lettered below. It moves nothing,
+                    # and in its place it would hold back its whole topic: the records
+                    # behind it would wait for the other topic to reach its time.
+                    future = True
+                    if rb is not None and rb.messages[rb.cursor].timestamp == top:
+                        batch, side = rb, 1
+                    else:
+                        assert lb is not None
+                        batch, side = lb, 0
             i = batch.cursor
             batch.cursor = i + 1
             source.batch = batch
             source._pos = i
             m = batch.messages[i]
             try:
+                if future:  # (a record that does not decode is that first)
+                    if m.key is not None and m.value is not None:
+                        try:
+                            batch.decode(m.value)
+                        except Exception as exc:
+                            raise batch.topic.decode_error(exc) from None
+                    raise store.future_record(m.timestamp)
                 if m.key is None or m.value is None:  # nothing to join on, but its time counts
                     results = store.tick(part, m.timestamp)
                 else:

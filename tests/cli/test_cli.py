@@ -177,11 +177,35 @@ def test_graph_check_problems() -> None:
     code, out, err = invoke("graph", "problem_app:app", "--check")
     assert code == 1
     assert out == ""
-    assert err.splitlines() == [
+    problems, warnings = err.splitlines()[:3], err.splitlines()[3:]
+    assert problems == [
         "agent 'lost' reads topic 'nowhere', which is never declared (app.topic)",
         "agent 'count' writes topic 'counts', which is never declared (app.topic)",
         "agent 'measure' yields int but writes topic 'lengths' whose readers expect str",
     ]
+    assert all(line.startswith("warning: topic ") for line in warnings)
+
+
+TYPO = (
+    "warning: topic 'big_orders' is written by agent 'find_big' but nothing in the app reads "
+    "it (did you mean 'big-orders'?); if another service reads it, declare it with "
+    "app.topic('big_orders', ..., external=True)",
+    "warning: topic 'big-orders' is read by agent 'alert' but nothing in the app writes it "
+    "(did you mean 'big_orders'?); if another service writes it, declare it with "
+    "app.topic('big-orders', ..., external=True)",
+)
+
+
+def test_graph_check_warns_of_a_misspelt_topic_and_passes() -> None:
+    code, out, err = invoke("graph", "typo_app:app", "--check")
+    assert (code, out) == (0, "ok: 4 topics, 2 agents (2 warnings)\n")
+    assert tuple(err.splitlines()) == TYPO
+
+
+def test_graph_check_strict_fails_on_warnings() -> None:
+    code, out, err = invoke("graph", "typo_app:app", "--check", "--strict")
+    assert (code, out) == (1, "")
+    assert tuple(err.splitlines()) == TYPO
 
 
 def test_graph_shows_undeclared_topics() -> None:
@@ -538,6 +562,18 @@ def test_an_agent_failing_on_every_record_stops_the_worker_with_one_line(
     ]
     assert worker.err[-1] == errors[0]
     assert "Traceback" not in "".join(worker.err)
+
+
+def test_the_worker_warns_of_a_misspelt_topic_when_it_starts(
+    spawn: Callable[..., Process],
+) -> None:
+    worker = spawn("worker", "typo_app:app")
+    worker.wait_for(lambda: "worker started" in "".join(worker.err))
+    worker.signal(signal.SIGINT)
+    assert worker.finish() == 0
+    said = "".join(worker.err)
+    assert "topic 'big_orders' is written by agent 'find_big'" in said
+    assert "(did you mean 'big-orders'?)" in said
 
 
 def test_a_graph_problem_stops_the_worker_before_it_starts(
