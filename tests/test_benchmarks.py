@@ -27,7 +27,8 @@ async def test_latency_observes_every_output_ack() -> None:
 
 
 def test_the_benchmark_loop_variants_agree() -> None:
-    from benchmarks import steps, ysb
+    from benchmarks import ysb
+    from benchmarks.probes import steps
 
     data = ysb.payloads(300)
     broker = asyncio.run(ysb.loaded_broker(data))

@@ -3,7 +3,7 @@ hands whole batches to the event loop) against confluent-kafka's own asyncio con
 (``confluent_kafka.aio.AIOConsumer``: every call in a thread pool) and a plain blocking
 ``consume`` loop, same topic, same fetch settings, same run.
 
-    python -m benchmarks.rdkafka_consume [--records 400000] [--rounds 2] [--bootstrap H:P]
+    python -m benchmarks.probes.rdkafka_consume [--records 400000] [--rounds 2] [--bootstrap H:P]
 
 Pre-produces N small records into a 4-partition topic, reads them all back (group-less,
 from offset 0) with each, and prints the best rate of each and the ratios. A ticker task
