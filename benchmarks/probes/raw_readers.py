@@ -1,5 +1,7 @@
-"""What the broker itself serves: the YSB topic read by reader processes that do nothing
-with the records (no app, no decoding), one process against two, same fetch settings.
+"""What the broker itself serves: one and two bare reader processes of the YSB topic.
+
+The YSB topic read by reader processes that do nothing with the records (no app, no
+decoding), one process against two, same fetch settings.
 
     python -m benchmarks.probes.raw_readers --bootstrap HOST:PORT [--repeat 3]
 

@@ -1,7 +1,9 @@
-"""Raw consume rate on librdkafka: flowkit's ``RdkafkaConsumer`` (a consume thread that
-hands whole batches to the event loop) against confluent-kafka's own asyncio consumer
-(``confluent_kafka.aio.AIOConsumer``: every call in a thread pool) and a plain blocking
-``consume`` loop, same topic, same fetch settings, same run.
+"""Raw consume rate on librdkafka: flowkit's consumer against confluent-kafka's own.
+
+flowkit's ``RdkafkaConsumer`` (a consume thread that hands whole batches to the event loop)
+against confluent-kafka's own asyncio consumer (``confluent_kafka.aio.AIOConsumer``: every
+call in a thread pool) and a plain blocking ``consume`` loop, same topic, same fetch
+settings, same run.
 
     python -m benchmarks.probes.rdkafka_consume [--records 400000] [--rounds 2] [--bootstrap H:P]
 
