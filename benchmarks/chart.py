@@ -26,7 +26,7 @@ class Ratio(NamedTuple):
     unit: str = "wall clock"
 
 
-# flowkit / hand-written, same data, same run: the quiet-machine figures of docs/benchmarks.md.
+# flowkit / hand-written, same data, same run: the figures of docs/benchmarks.md.
 RESULTS = [
     Ratio("YSB, memory broker", 0.92, 0.92, 0.92, 0.8, "instructions"),
     Ratio("YSB, memory broker", 0.80, 0.79, 0.80, 0.8, "CPU time"),
