@@ -58,7 +58,7 @@ def test_python_m_benchmarks_lists_every_comparison_then_every_probe() -> None:
     assert len(LISTED) == len(set(LISTED))
 
 
-@pytest.mark.parametrize("module", LISTED)
+@pytest.mark.parametrize("module", LISTED + [f"benchmarks.{name}" for name in sorted(TOOLS)])
 def test_each_benchmark_has_a_summary_a_usage_line_and_help(
     module: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
