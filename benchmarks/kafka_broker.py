@@ -20,7 +20,7 @@ BROKERS = ("tansu", "apache-kafka")
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:
-    """``--bootstrap`` and ``--broker``, as every Kafka benchmark takes them."""
+    """``--bootstrap`` and ``--broker``, for a benchmark that runs on either broker."""
     parser.add_argument("--bootstrap", help="host:port of a running Kafka (default: start one)")
     parser.add_argument(
         "--broker",

@@ -1,4 +1,4 @@
-"""Latency: from a record's timestamp to its output acknowledged by the broker.
+"""Latency at half the peak rate: a record's timestamp to its output's acknowledgement.
 
     python -m benchmarks.latency [--seconds 10] [--records 400000]          # memory broker
     python -m benchmarks.latency --kafka [--seconds 10] [--records 200000]  # Tansu, both clients

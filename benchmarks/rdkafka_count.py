@@ -1,6 +1,7 @@
-"""Instructions an event of YSB and an order of the router on librdkafka (callgrind):
-flowkit against the hand-written confluent-kafka loops of ``benchmarks.ysb_clients`` and
-``benchmarks.router_kafka``.
+"""Instructions a record on librdkafka (callgrind): flowkit against hand-written loops.
+
+YSB events and router orders, against the hand-written confluent-kafka loops of
+``benchmarks.ysb_clients`` and ``benchmarks.router_kafka``.
 
     python -m benchmarks.rdkafka_count [--sizes 20000,60000] [--only ysb|router]
 

@@ -1,4 +1,4 @@
-"""Table recovery: how fast a worker rebuilds a table from its changelog.
+"""Table recovery from a changelog: a flowkit worker against a hand-written reader.
 
     python -m benchmarks.recovery [--records 1000000] [--repeat 3]            # memory broker
     python -m benchmarks.recovery --kafka [--records 1000000] [--repeat 2]    # Tansu, both clients

@@ -1,4 +1,6 @@
-"""The router's own cost, without a broker's noise: ``examples/router.py`` on the memory broker.
+"""The router on the memory broker: flowkit against a hand-written loop, timed or counted.
+
+The router's own cost without a broker's noise: ``examples/router.py``.
 
     python -m benchmarks.router_count --orders 20000                 # time, and compare outputs
     python -m benchmarks.router_count --instructions --orders 20000  # callgrind, clean orders

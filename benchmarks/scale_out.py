@@ -22,7 +22,7 @@ Beside the rates it prints where the CPU went during the timed part (the broker 
 worker process, from /proc), the CPU per event of each, the rate the two processes could
 reach if only CPU bound them (each worker at most a core; workers, broker and parent at most
 all cores), and, each round, what the broker serves to one and to two bare reader processes
-that do nothing with the records (``benchmarks.raw_readers``): on a 2-core machine the
+that do nothing with the records (``benchmarks.probes.raw_readers``): on a 2-core machine the
 broker shares the cores with the workers, and what it serves bounds the ratio.
 """
 
@@ -43,8 +43,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 import flowkit
-from benchmarks import raw_readers, ysb_kafka
+from benchmarks import ysb_kafka
 from benchmarks.kafka_broker import kafka_broker
+from benchmarks.probes import raw_readers
 from benchmarks.rounds import report
 from benchmarks.ysb_kafka import (
     WINDOW_MS,

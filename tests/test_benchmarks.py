@@ -1,12 +1,78 @@
-"""Smoke tests of the benchmark scripts' in-process parts, at tiny sizes (no timing is
-asserted: the figures are printed by the scripts, run by hand)."""
+"""Smoke tests of the benchmark scripts: the index ``python -m benchmarks`` prints, every
+script's ``--help``, and their in-process parts at tiny sizes (no timing is asserted: the
+figures are printed by the scripts, run by hand)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
 
-from benchmarks import latency, recovery
+import pytest
+
+from benchmarks import COMPARISONS, latency, recovery
 from flowkit.transports import MemoryTransport
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+TOOLS = {"chart"}  # runs as a script, and is neither a comparison nor a probe
+
+
+def scripts(folder: Path) -> set[str]:
+    """The modules of ``folder`` that run as scripts."""
+    return {
+        p.stem
+        for p in folder.glob("*.py")
+        if p.stem != "__main__" and 'if __name__ == "__main__":' in p.read_text()
+    }
+
+
+PROBES = sorted(f"benchmarks.probes.{name}" for name in scripts(BENCHMARKS / "probes"))
+LISTED = [f"benchmarks.{name}" for name in COMPARISONS] + PROBES
+
+
+def test_every_script_in_benchmarks_is_a_comparison_a_probe_or_the_chart() -> None:
+    unlisted = scripts(BENCHMARKS) - TOOLS - set(COMPARISONS)
+    assert not unlisted, (
+        f"{sorted(unlisted)} run as scripts but are not in benchmarks.COMPARISONS: add a "
+        "comparison there, or move a probe of one mechanism to benchmarks/probes/"
+    )
+    assert not set(COMPARISONS) & scripts(BENCHMARKS / "probes")
+    probe_files = {p.stem for p in (BENCHMARKS / "probes").glob("*.py")} - {"__init__"}
+    assert probe_files == scripts(BENCHMARKS / "probes"), "every probe runs as a script"
+
+
+def test_python_m_benchmarks_lists_every_comparison_then_every_probe() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks"],
+        cwd=BENCHMARKS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert re.findall(r"^  python -m (benchmarks\.\S+)  ", out, re.MULTILINE) == LISTED
+    assert len(LISTED) == len(set(LISTED))
+
+
+@pytest.mark.parametrize("module", LISTED + [f"benchmarks.{name}" for name in sorted(TOOLS)])
+def test_each_benchmark_has_a_summary_a_usage_line_and_help(
+    module: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = BENCHMARKS.parent / (module.replace(".", "/") + ".py")
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first, _, rest = doc.partition("\n")
+    assert first.endswith("."), f"{module}: the docstring's first line is its summary"
+    assert not rest or rest.startswith("\n"), f"{module}: a one-line summary, then a blank line"
+    assert f"python -m {module}" in doc, f"{module}: its docstring shows how to run it"
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(path), run_name="__main__")
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage:")
 
 
 async def test_recovery_rebuilds_the_whole_table() -> None:
@@ -27,7 +93,8 @@ async def test_latency_observes_every_output_ack() -> None:
 
 
 def test_the_benchmark_loop_variants_agree() -> None:
-    from benchmarks import steps, ysb
+    from benchmarks import ysb
+    from benchmarks.probes import steps
 
     data = ysb.payloads(300)
     broker = asyncio.run(ysb.loaded_broker(data))

@@ -1,6 +1,6 @@
 """Where the CPU of YSB on librdkafka goes, thread by thread (Linux: reads /proc).
 
-    python -m benchmarks.rdkafka_split [--events 400000] [--repeat 6] [--max-records 2000]
+    python -m benchmarks.probes.rdkafka_split [--events 400000] [--repeat 6] [--max-records 2000]
 
 Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka), pre-loads the YSB
 events once, then runs paired rounds of three contenders on the same topic:

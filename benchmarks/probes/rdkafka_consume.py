@@ -1,9 +1,11 @@
-"""Raw consume rate on librdkafka: flowkit's ``RdkafkaConsumer`` (a consume thread that
-hands whole batches to the event loop) against confluent-kafka's own asyncio consumer
-(``confluent_kafka.aio.AIOConsumer``: every call in a thread pool) and a plain blocking
-``consume`` loop, same topic, same fetch settings, same run.
+"""Raw consume rate on librdkafka: flowkit's consumer against confluent-kafka's own.
 
-    python -m benchmarks.rdkafka_consume [--records 400000] [--rounds 2] [--bootstrap H:P]
+flowkit's ``RdkafkaConsumer`` (a consume thread that hands whole batches to the event loop)
+against confluent-kafka's own asyncio consumer (``confluent_kafka.aio.AIOConsumer``: every
+call in a thread pool) and a plain blocking ``consume`` loop, same topic, same fetch
+settings, same run.
+
+    python -m benchmarks.probes.rdkafka_consume [--records 400000] [--rounds 2] [--bootstrap H:P]
 
 Pre-produces N small records into a 4-partition topic, reads them all back (group-less,
 from offset 0) with each, and prints the best rate of each and the ratios. A ticker task

@@ -1,6 +1,6 @@
 """What each step of the per-record path costs, in instructions (callgrind).
 
-    python -m benchmarks.steps [--records 20000]     # 14 runs under callgrind, 3 at a time
+    python -m benchmarks.probes.steps [--records 20000]     # 14 runs under callgrind, 3 at a time
 
 Every part runs the same setup (YSB events encoded; as ``Message`` objects for the loops,
 loaded into a memory broker for the workers) and then one variant over the records;
@@ -151,7 +151,9 @@ def measure(n: int) -> None:
     parts += [(f"record-{FETCHES[0]}", n)]
     with ThreadPoolExecutor(3) as pool:
         for part, size in parts:
-            jobs[part, size] = pool.submit(count, "benchmarks.steps", part, "--records", size)
+            jobs[part, size] = pool.submit(
+                count, "benchmarks.probes.steps", part, "--records", size
+            )
     got = {key: job.result() for key, job in jobs.items()}
     setup = got["setup", n]
     print(f"{n:,} YSB events, instructions per record (callgrind)")

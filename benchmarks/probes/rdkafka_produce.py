@@ -1,6 +1,6 @@
 """What a record costs to produce on confluent-kafka, by the shape of the call.
 
-    python -m benchmarks.rdkafka_produce [--records 100000] [--rounds 5]
+    python -m benchmarks.probes.rdkafka_produce [--records 100000] [--rounds 5]
 
 Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka) and, in paired rounds,
 produces the same ``--records`` router-sized records (~60 bytes, 5,000 keys, to 4 partitions

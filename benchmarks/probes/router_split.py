@@ -1,6 +1,6 @@
 """Where the CPU of the router on librdkafka goes: by thread, and in the cycle collector.
 
-    python -m benchmarks.router_split [--orders 100000] [--rounds 6] [--bootstrap HOST:PORT]
+    python -m benchmarks.probes.router_split [--orders 100000] [--rounds 6] [--bootstrap HOST:PORT]
 
 Starts a Tansu broker (unless ``--bootstrap`` names a running Kafka), pre-loads the clean
 orders of ``benchmarks.router_kafka`` once, then runs paired rounds of its hand-written
@@ -35,7 +35,7 @@ from typing import Any
 import flowkit
 from benchmarks import router_kafka as rk
 from benchmarks.kafka_broker import kafka_broker
-from benchmarks.rdkafka_split import _NAMES, _split, _threads
+from benchmarks.probes.rdkafka_split import _NAMES, _split, _threads
 from examples import router
 from flowkit.logs import configure_logging
 from flowkit.runtime import heap

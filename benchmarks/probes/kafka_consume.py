@@ -4,7 +4,7 @@ Pre-produces N small records into a 4-partition topic, then reads them all back 
 times with each consumer (same fetch settings, group-less, from offset 0) and prints the
 best rate of each and their ratio. Starts a Tansu broker unless given ``--bootstrap``.
 
-    .venv/bin/python benchmarks/kafka_consume.py --records 200000 --rounds 3
+    python -m benchmarks.probes.kafka_consume --records 200000 --rounds 3
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""What the broker itself serves: the YSB topic read by reader processes that do nothing
-with the records (no app, no decoding), one process against two, same fetch settings.
+"""What the broker itself serves: one and two bare reader processes of the YSB topic.
 
-    python -m benchmarks.raw_readers --bootstrap HOST:PORT [--repeat 3]
+The YSB topic read by reader processes that do nothing with the records (no app, no
+decoding), one process against two, same fetch settings.
+
+    python -m benchmarks.probes.raw_readers --bootstrap HOST:PORT [--repeat 3]
 
 ``benchmarks.scale_out`` runs this beside the flowkit runs, against the same broker and
 topic: if two bare readers are not faster than one, a second worker process cannot be
@@ -72,7 +74,7 @@ async def readers(bootstrap: str, processes: int) -> tuple[float, list[float]]:
         await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "benchmarks.raw_readers",
+            "benchmarks.probes.raw_readers",
             "--bootstrap",
             bootstrap,
             "--partitions",
