@@ -21,7 +21,7 @@ from ..errors import ConfigurationError
 from ..records import TopicPartition
 from ..state import WindowedTable
 from ..transports import transport_from_url
-from .main import AppArg, BrokerOpt, _errors
+from .common import AppArg, BrokerOpt, errors
 from .operator import kafka_app
 
 __all__ = ["offsets"]
@@ -49,7 +49,7 @@ offsets = typer.Typer(
 @offsets.command("show")
 def show(app: AppArg, broker: BrokerOpt = None) -> None:
     """Committed offset, end offset and lag per partition of APP's group."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "reading offsets")
         rows = asyncio.run(_offsets(url, the_app))
     width = max([len("topic"), *(len(tp.topic) for tp, *_ in rows)])
@@ -77,7 +77,7 @@ def reset(
     broker: BrokerOpt = None,
 ) -> None:
     """Commit new offsets for APP's group; refused while a member of the group is alive."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "resetting offsets")
         target = _target(to)
         changed = asyncio.run(_reset(url, the_app, target))

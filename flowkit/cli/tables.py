@@ -17,7 +17,7 @@ import typer
 from ..errors import ConfigurationError
 from ..state import WindowedTable
 from ..transports import read_topic, transport_from_url
-from .main import FAILED, AppArg, BrokerOpt, _errors, _fail
+from .common import FAILED, AppArg, BrokerOpt, errors, fail
 from .operator import kafka_app, parse_typed
 
 __all__ = ["tables"]
@@ -45,7 +45,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print TABLE's keys and values (windowed tables: each key's windows), or one KEY."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "reading a table")
         declared = the_app.tables.get(table)
         if declared is None:
@@ -55,7 +55,7 @@ def show(
         store = asyncio.run(_load(url, declared))
     rows = _rows(declared, store, wanted)
     if key is not None and not rows:
-        _fail(f"table {table!r} has no key {key!r}", FAILED)
+        fail(f"table {table!r} has no key {key!r}", FAILED)
     if as_json:
         typer.echo(msgspec.json.encode(rows if key is None else rows[0]).decode())
         return
