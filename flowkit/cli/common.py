@@ -13,6 +13,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from .._printable import printable
 from ..errors import FlowkitError, GraphError
 
 __all__ = [
@@ -73,8 +74,9 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def echo_error(message: str) -> None:
-    """``Error: message`` on stderr, on one line."""
-    typer.echo(f"Error: {one_line(message)}", err=True)
+    """``Error: message`` on stderr, on one line, any character that is not printable
+    escaped (a message may quote a record's bytes)."""
+    typer.echo(f"Error: {printable(one_line(message))}", err=True)
 
 
 def describe(exc: BaseException) -> str:
