@@ -19,10 +19,9 @@ from typer.core import TyperGroup
 from ..app import App
 from ..errors import ConfigurationError
 from ..records import TopicPartition
-from ..state import WindowedTable
 from ..transports import transport_from_url
 from .common import AppArg, BrokerOpt, errors
-from .operator import kafka_app
+from .operator import group_topics, kafka_app
 
 __all__ = ["offsets"]
 
@@ -99,16 +98,9 @@ def _target(to: str) -> str | int:
         ) from None
 
 
-def _topics(app: App) -> list[str]:
-    """What the group reads: the agents' topics and windowed tables' repartition topics."""
-    names = {a.topic if isinstance(a.topic, str) else a.topic.name for a in app.agents}
-    names.update(t.repartition_topic for t in app.tables.values() if isinstance(t, WindowedTable))
-    return sorted(names)
-
-
 async def _partitions(transport: Any, app: App) -> list[TopicPartition]:
     tps: list[TopicPartition] = []
-    for topic in _topics(app):
+    for topic in group_topics(app):
         count = await transport.partition_count(topic) or 0
         tps.extend(TopicPartition(topic, p) for p in range(count))
     return tps
