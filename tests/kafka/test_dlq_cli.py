@@ -104,10 +104,11 @@ OWN = (
 
 
 @ON_TANSU
+@pytest.mark.parametrize("client", ["aiokafka", "rdkafka"])
 async def test_replay_keeps_the_record_refuses_a_cut_one_and_runs_once(
-    kafka_server: KafkaServer,
+    kafka_server: KafkaServer, client: str
 ) -> None:
-    url = f"kafka://{kafka_server.bootstrap}"
+    url = f"kafka://{kafka_server.bootstrap}?client={client}"
     transport = KafkaTransport([kafka_server.bootstrap], **KAFKA_TEST_SETTINGS)
     try:
         async with TestDriver(dlq_app.app, transport=transport, settle=0.3) as driver:
