@@ -8,6 +8,12 @@ A dead letter always fits: if the record plus these headers is over what the pro
 sends, ``fit_dead_letter`` cuts the value and says so in ``flowkit.value.truncated``,
 ``flowkit.value.size`` and ``flowkit.value.sha256``; the source topic, partition and
 offset say where the whole record can be read while the topic's retention keeps it.
+
+flowkit's own headers are always the last of a dead letter, in a fixed order
+(``FAILURE_HEADERS``, then ``TRUNCATION_HEADERS`` if the value was cut): a reader tells
+them apart from the record's own by that position, not by their ``flowkit.`` prefix, so a
+record's own header named ``flowkit.value.truncated`` (or any ``flowkit.*``) stays one of
+its own headers and says nothing about the letter.
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ from collections.abc import Iterator
 from types import CodeType, TracebackType
 from typing import Any
 
+from ._printable import printable
 from .records import Headers, Message, record_size
 
 __all__ = [
+    "FAILURE_HEADERS",
     "DeadLetter",
     "HEADER_PREFIX",
+    "TRUNCATION_HEADERS",
     "MAX_TRACEBACK",
     "TRACEBACK_FRAMES",
     "dead_letter_headers",
@@ -38,6 +47,23 @@ __all__ = [
 HEADER_PREFIX = "flowkit."
 MAX_TRACEBACK = 4000  # bytes of traceback kept: enough to find the line, bounded per record
 TRACEBACK_FRAMES = 6  # innermost frames kept per exception: where it was raised
+
+# The names of flowkit's own headers, last in every dead letter and in this order (see
+# ``ordered_failure_headers``), then those of ``fit_dead_letter`` if it cut the value.
+FAILURE_HEADERS = (
+    "flowkit.error.type",
+    "flowkit.error.message",
+    "flowkit.error.stage",
+    "flowkit.error.traceback",
+    "flowkit.source.topic",
+    "flowkit.source.partition",
+    "flowkit.source.offset",
+    "flowkit.source.timestamp",
+    "flowkit.agent",
+    "flowkit.attempts",
+    "flowkit.failed_at",
+)
+TRUNCATION_HEADERS = ("flowkit.value.truncated", "flowkit.value.size", "flowkit.value.sha256")
 
 
 def dead_letter_topic(app_name: str) -> str:
@@ -330,15 +356,24 @@ class DeadLetter:
 
     def __init__(self, message: Message) -> None:
         self.message = message
-        meta: dict[str, str] = {}
-        original: list[tuple[str, bytes | None]] = []
-        for name, value in message.headers:
-            if name.startswith(HEADER_PREFIX):  # (Kafka allows a header without a value)
-                meta[name[len(HEADER_PREFIX) :]] = (value or b"").decode(errors="replace")
-            else:
-                original.append((name, value))
-        self.meta = meta
-        self.original_headers: Headers = tuple(original)
+        headers = message.headers
+        own = _own_headers(headers)
+        #: True if the headers end as flowkit writes them. Else the letter was written by
+        #: something else, and every ``flowkit.*`` header is read as flowkit's (so one
+        #: saying the value is truncated is believed: such a letter is not replayed whole).
+        self.recognised = own is not None
+        if own is None:
+            original = tuple(h for h in headers if not h[0].startswith(HEADER_PREFIX))
+            ours = [h for h in headers if h[0].startswith(HEADER_PREFIX)]
+        else:
+            split = len(headers) - own
+            original, ours = tuple(headers[:split]), list(headers[split:])
+        # (Kafka allows a header without a value.)
+        self.meta: dict[str, str] = {
+            name[len(HEADER_PREFIX) :]: (value or b"").decode(errors="replace")
+            for name, value in ours
+        }
+        self.original_headers: Headers = original
 
     @property
     def error_type(self) -> str:
@@ -384,6 +419,12 @@ class DeadLetter:
         return self.meta.get("value.sha256")
 
     @property
+    def source_timestamp(self) -> int:
+        """The failed record's timestamp (ms), else the dead letter's own (which a worker
+        sets to the same)."""
+        return self._number("source.timestamp", self.message.timestamp)
+
+    @property
     def failed_at_ms(self) -> int:
         return self._number("failed_at", 0)
 
@@ -417,13 +458,35 @@ class DeadLetter:
         except (OverflowError, ValueError, OSError):  # a time no calendar holds
             when = "????-??-?? ??:??:??"
         value = self.message.value
-        # Bytes that are not UTF-8 show escaped (\xff), never raw on the terminal.
+        # Bytes that are not UTF-8 show escaped (\xff), and so does every character that
+        # is not printable (controls, escape sequences, bidi overrides): never raw.
         preview = "<none>" if value is None else value[:width].decode(errors="backslashreplace")
         if value is not None and len(value) > width:
             preview += "…"
-        return (
+        if self.truncated:
+            preview += f" (truncated: {len(value or b'')} of {self.original_size} bytes)"
+        return printable(
             f"{self.message.offset:>6}  {when}  {self.stage:<7} "
             f"{self.source_topic}/{self.source_partition}@{self.source_offset}  "
             f"agent={self.agent or '-'}  {self.error_type}: {self.error_message[:80]}  "
             f"value={preview}"
         )
+
+
+def _own_headers(headers: Headers) -> int | None:
+    """How many of ``headers``, at their end, are flowkit's own (``FAILURE_HEADERS``,
+    then ``TRUNCATION_HEADERS`` if the value was cut), or None if they do not end so."""
+    n = len(headers)
+    own = len(FAILURE_HEADERS)
+    if (
+        n >= own + len(TRUNCATION_HEADERS)
+        and _names(headers, n - len(TRUNCATION_HEADERS), n) == TRUNCATION_HEADERS
+    ):
+        own += len(TRUNCATION_HEADERS)
+    if n < own or _names(headers, n - own, n - own + len(FAILURE_HEADERS)) != FAILURE_HEADERS:
+        return None
+    return own
+
+
+def _names(headers: Headers, start: int, stop: int) -> tuple[str, ...]:
+    return tuple(name for name, _ in headers[start:stop])

@@ -7,12 +7,11 @@ one ``Error: ...`` line on stderr and exit code 2; a worker that dies is one lin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from typing import Annotated, Any, Literal, NoReturn
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 import structlog
 import typer
@@ -20,33 +19,36 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from .._text import count
-from ..app import App
-from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import (
     ConfigurationError,
     DefinitionError,
     FlowkitError,
-    GraphError,
     TransactionAborted,
 )
 from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
-from ..runtime.deadletters import read_dead_letters, replay_dead_letters
 from ..transports import Transport, parse_broker_url, redact, transport_from_url
 from .addresses import check_web_address
+from .common import FAILED, USAGE, AppArg, BrokerOpt
+from .common import describe as _describe
+from .common import echo_error as _echo_error
+from .common import errors as _errors
+from .common import fail as _fail
 from .devbroker import dev_broker
+from .dlq import dlq
 from .loader import load_app
+from .offsets import offsets
 from .placeholders import plain_arguments
 from .processes import child_index, parse_processes, run_group, serve_child
+from .send import send
 from .stdio import stop_when_stdout_closes
+from .tables import tables
 
 __all__ = ["cli"]
 
 log = structlog.get_logger("flowkit.cli")
 
-USAGE = 2  # bad input: the exit code click uses for usage errors
-FAILED = 1  # the worker stopped on a fatal error, or `graph --check` found problems
 IDLE_HINT = 5.0  # seconds without a record on the embedded broker before saying why
 
 
@@ -87,29 +89,6 @@ cli = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-
-AppArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="APP",
-        help='The app as "module:attribute", e.g. examples.clickstream:app '
-        "(the attribute may be a function with no arguments that returns the App).",
-        show_default=False,
-    ),
-]
-
-
-BrokerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker",
-        "-b",
-        envvar="FLOWKIT_BROKER",
-        metavar="URL",
-        help="memory:// or kafka://host:port[,host:port] (default: the app's own).",
-        show_default=False,
-    ),
-]
 
 
 def _show_version(value: bool) -> None:
@@ -333,124 +312,11 @@ def topics(
         raise typer.Exit(FAILED)
 
 
-dlq = typer.Typer(
-    name="dlq",
-    help="Inspect and replay dead letters.",
-    add_completion=False,
-    rich_markup_mode=None,
-    no_args_is_help=True,
-)
 cli.add_typer(dlq)
 cli.command("dev-broker")(dev_broker)
-
-TopicOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--topic",
-        metavar="TOPIC",
-        help="The dead-letter topic (default: <app>-dlq).",
-        show_default=False,
-    ),
-]
-WhereOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--where",
-        metavar="FIELD=VALUE",
-        help="Only dead letters with stage, error, agent, topic or partition equal to VALUE "
-        "(repeat for AND).",
-        show_default=False,
-    ),
-]
-
-
-@dlq.command("show")
-def dlq_show(
-    app: AppArg,
-    broker: BrokerOpt = None,
-    topic: TopicOpt = None,
-    where: WhereOpt = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="Newest N.")] = 20,
-) -> None:
-    """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
-    with _errors():
-        _, url, name, filters = _dlq_args(app, broker, topic, where)
-        letters = asyncio.run(_read_letters(url, name))
-    matching = [letter for letter in letters if letter.matches(filters)]
-    chosen = matching[-limit:]
-    if where:  # say how many matched, not only how many there are
-        matched = count(len(matching), "dead letter")
-        typer.echo(
-            f"{len(chosen)} of {matched} matching {' '.join(where)} in {name}"
-            f" ({len(letters)} in all)"
-        )
-    else:
-        typer.echo(f"{len(chosen)} of {count(len(letters), 'dead letter')} in {name}")
-    for letter in chosen:
-        typer.echo(letter.describe())
-
-
-@dlq.command("replay")
-def dlq_replay(
-    app: AppArg,
-    broker: BrokerOpt = None,
-    topic: TopicOpt = None,
-    where: WhereOpt = None,
-    to: Annotated[
-        str | None,
-        typer.Option("--to", metavar="TOPIC", help="Send them here instead of their source."),
-    ] = None,
-) -> None:
-    """Send dead letters back to their source topic (or --to), unchanged."""
-    with _errors():
-        _, url, name, filters = _dlq_args(app, broker, topic, where)
-
-        async def run() -> tuple[int, int]:
-            transport = transport_from_url(url)
-            try:
-                letters = await read_dead_letters(transport, name)
-                chosen = [letter for letter in letters if letter.matches(filters)]
-                return await replay_dead_letters(transport, chosen, to), len(letters)
-            finally:
-                await transport.aclose()
-
-        sent, total = asyncio.run(run())
-    if where:
-        sent_text = count(sent, "dead letter")
-        typer.echo(f"replayed {sent_text} matching {' '.join(where)} from {name} ({total} in all)")
-    else:
-        typer.echo(f"replayed {sent} of {count(total, 'dead letter')} from {name}")
-
-
-def _dlq_args(
-    app: str, broker: str | None, topic: str | None, where: list[str] | None
-) -> tuple[App, str, str, dict[str, str]]:
-    the_app = load_app(app)
-    url = broker or the_app.broker
-    parse_broker_url(url)
-    if url.startswith("memory://"):
-        raise ConfigurationError(
-            "a memory:// broker lives inside one worker process; dead letters can be read "
-            "from Kafka (--broker kafka://...) or in tests with TestDriver.dead_letters()"
-        )
-    filters: dict[str, str] = {}
-    for item in where or []:
-        field, sep, value = item.partition("=")
-        if not sep or field not in ("stage", "error", "agent", "topic", "partition"):
-            raise ConfigurationError(
-                f"--where {item!r}: use FIELD=VALUE with FIELD one of stage, error, agent, "
-                "topic, partition"
-            )
-        filters[field] = value
-    return the_app, url, topic or dead_letter_topic(the_app.name), filters
-
-
-async def _read_letters(url: str, topic: str) -> list[DeadLetter]:
-    transport = transport_from_url(url)
-    try:
-        return await read_dead_letters(transport, topic)
-    finally:
-        await transport.aclose()
+cli.add_typer(tables)
+cli.command()(send)
+cli.add_typer(offsets)
 
 
 async def _partition_counts(transport: Transport, names: list[str]) -> dict[str, int]:
@@ -509,43 +375,3 @@ async def _serve(worker: Worker) -> BaseException | None:
         if exc is not worker.error:
             raise  # raised by start(): the caller reports it
     return worker.error
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """Turns flowkit's errors into one ``Error:`` line each and exit code 2, no traceback."""
-    try:
-        yield
-    except GraphError as exc:
-        for problem in exc.problems:
-            _echo_error(problem)
-        raise typer.Exit(USAGE) from None
-    except FlowkitError as exc:
-        _fail(str(exc), USAGE)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    _echo_error(message)
-    raise typer.Exit(code)
-
-
-def _echo_error(message: str) -> None:
-    typer.echo(f"Error: {_one_line(message)}", err=True)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-# The operator's commands live in modules of their own; they use the helpers above.
-from .offsets import offsets  # noqa: E402
-from .send import send  # noqa: E402
-from .tables import tables  # noqa: E402
-
-cli.add_typer(tables)
-cli.command()(send)
-cli.add_typer(offsets)

@@ -10,6 +10,7 @@ at its next commit.
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -19,10 +20,9 @@ from typer.core import TyperGroup
 from ..app import App
 from ..errors import ConfigurationError
 from ..records import TopicPartition
-from ..state import WindowedTable
 from ..transports import transport_from_url
-from .main import AppArg, BrokerOpt, _errors
-from .operator import kafka_app
+from .common import FAILED, AppArg, BrokerOpt, errors, fail
+from .operator import group_topics, kafka_app
 
 __all__ = ["offsets"]
 
@@ -49,7 +49,7 @@ offsets = typer.Typer(
 @offsets.command("show")
 def show(app: AppArg, broker: BrokerOpt = None) -> None:
     """Committed offset, end offset and lag per partition of APP's group."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "reading offsets")
         rows = asyncio.run(_offsets(url, the_app))
     width = max([len("topic"), *(len(tp.topic) for tp, *_ in rows)])
@@ -75,15 +75,33 @@ def reset(
         ),
     ],
     broker: BrokerOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the new offsets; write nothing.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Write without asking first.")] = False,
 ) -> None:
-    """Commit new offsets for APP's group; refused while a member of the group is alive."""
-    with _errors():
+    """Commit new offsets for APP's group, after asking (--yes: without); refused while a
+    member of the group is alive."""
+    with errors():
         the_app, url = kafka_app(app, broker, "resetting offsets")
         target = _target(to)
-        changed = asyncio.run(_reset(url, the_app, target))
-    for tp, offset in sorted(changed.items()):
-        typer.echo(f"{tp.topic}/{tp.partition} -> {offset}")
-    typer.echo(f"group {the_app.name}: {len(changed)} partitions reset to {to}", err=True)
+        if not (dry_run or yes or sys.stdin.isatty()):
+            raise ConfigurationError(
+                "offsets reset writes the group's offsets: pass --yes to confirm (or --dry-run "
+                "to see them) when standard input is not a terminal"
+            )
+        plan = asyncio.run(_plan(url, the_app, target))
+    for tp, (old, new) in sorted(plan.items()):
+        typer.echo(f"{tp.topic}/{tp.partition}: {'-' if old is None else old} -> {new}")
+    group = the_app.name
+    if dry_run:
+        typer.echo(f"group {group}: would reset {len(plan)} partitions to {to}", err=True)
+        return
+    if not yes and not typer.confirm(f"Commit these offsets for group {group}?", err=True):
+        fail("nothing written", FAILED)
+    with errors():
+        asyncio.run(_commit(url, the_app, {tp: new for tp, (_, new) in plan.items()}))
+    typer.echo(f"group {group}: {len(plan)} partitions reset to {to}", err=True)
 
 
 def _target(to: str) -> str | int:
@@ -99,25 +117,17 @@ def _target(to: str) -> str | int:
         ) from None
 
 
-def _topics(app: App) -> list[str]:
-    """What the group reads: the agents' topics and windowed tables' repartition topics."""
-    names = {a.topic if isinstance(a.topic, str) else a.topic.name for a in app.agents}
-    names.update(t.repartition_topic for t in app.tables.values() if isinstance(t, WindowedTable))
-    return sorted(names)
-
-
 async def _partitions(transport: Any, app: App) -> list[TopicPartition]:
     tps: list[TopicPartition] = []
-    for topic in _topics(app):
+    for topic in group_topics(app):
         count = await transport.partition_count(topic) or 0
         tps.extend(TopicPartition(topic, p) for p in range(count))
     return tps
 
 
 async def _offsets(url: str, app: App) -> list[tuple[TopicPartition, int | None, int]]:
-    from ..transports.kafka.groups import log_ends
-
     transport: Any = transport_from_url(url)
+    log_ends = _groups(transport).log_ends
     try:
         tps = await _partitions(transport, app)
         ends = await log_ends(transport, tps)
@@ -133,36 +143,67 @@ async def _offsets(url: str, app: App) -> list[tuple[TopicPartition, int | None,
         await transport.aclose()
 
 
-async def _reset(url: str, app: App, target: str | int) -> dict[TopicPartition, int]:
-    from ..transports.kafka.groups import group_state, log_ends, offsets_at
-
+async def _plan(
+    url: str, app: App, target: str | int
+) -> dict[TopicPartition, tuple[int | None, int]]:
+    """Each partition's committed offset and the one ``target`` names."""
     transport: Any = transport_from_url(url)
     try:
-        state = await group_state(transport, app.name)
-        if state not in ("Empty", "Dead"):
-            raise ConfigurationError(
-                f"group {app.name!r} has live members (state {state}): stop every worker of "
-                "the app first, or they overwrite the reset at their next commit"
-            )
+        groups = _groups(transport)
+        await _no_live_members(transport, app)
         tps = await _partitions(transport, app)
-        ends = await log_ends(transport, tps)
+        ends = await groups.log_ends(transport, tps)
         if target == "earliest":
             wanted = {tp: ends[tp][0] for tp in tps}
         elif target == "latest":
             wanted = {tp: ends[tp][1] for tp in tps}
         else:
-            found = await offsets_at(transport, tps, int(target))
+            found = await groups.offsets_at(transport, tps, int(target))
             wanted = {tp: _or(found[tp], ends[tp][1]) for tp in tps}
         group = transport.consumer(group_id=app.name, client_id="flowkit-offsets")
         await group.start()
         try:
             group.assign(tps)
-            await group.commit(wanted)
+            return {tp: (await group.committed(tp), wanted[tp]) for tp in tps}
         finally:
             await group.aclose()
-        return wanted
     finally:
         await transport.aclose()
+
+
+async def _commit(url: str, app: App, offsets: dict[TopicPartition, int]) -> None:
+    transport: Any = transport_from_url(url)
+    try:
+        await _no_live_members(transport, app)  # asked again: one may have started since
+        group = transport.consumer(group_id=app.name, client_id="flowkit-offsets")
+        await group.start()
+        try:
+            group.assign(list(offsets))
+            await group.commit(offsets)
+        finally:
+            await group.aclose()
+    finally:
+        await transport.aclose()
+
+
+async def _no_live_members(transport: Any, app: App) -> None:
+    state = await _groups(transport).group_state(transport, app.name)
+    if state not in ("Empty", "Dead"):
+        raise ConfigurationError(
+            f"group {app.name!r} has live members (state {state}): stop every worker of "
+            "the app first, or they overwrite the reset at their next commit"
+        )
+
+
+def _groups(transport: Any) -> Any:
+    """The module that sees a group from outside over ``transport``'s Kafka client."""
+    from ..transports.kafka import KafkaTransport, groups
+
+    if isinstance(transport, KafkaTransport):
+        return groups
+    from ..transports.rdkafka import groups as over_rdkafka
+
+    return over_rdkafka
 
 
 def _or(offset: int | None, end: int) -> int:

@@ -14,10 +14,11 @@ import msgspec
 from ..app import App
 from ..codecs import DECODE_FAILURES, decode_error_message
 from ..errors import ConfigurationError
+from ..state import WindowedTable
 from ..transports import parse_broker_url
 from .loader import load_app
 
-__all__ = ["kafka_app", "parse_typed"]
+__all__ = ["group_topics", "kafka_app", "parse_typed"]
 
 
 def kafka_app(app: str, broker: str | None, what: str) -> tuple[App, str]:
@@ -31,6 +32,14 @@ def kafka_app(app: str, broker: str | None, what: str) -> tuple[App, str]:
             "(--broker kafka://... or $FLOWKIT_BROKER)"
         )
     return the_app, url
+
+
+def group_topics(app: App) -> list[str]:
+    """What the app's consumer group reads: its agents' topics and its windowed tables'
+    repartition topics."""
+    names = {a.topic if isinstance(a.topic, str) else a.topic.name for a in app.agents}
+    names.update(t.repartition_topic for t in app.tables.values() if isinstance(t, WindowedTable))
+    return sorted(names)
 
 
 def parse_typed(text: str, type_: Any, what: str) -> Any:

@@ -12,7 +12,7 @@ import typer
 
 from ..errors import ConfigurationError
 from ..transports import Ack, TopicSpec, transport_from_url
-from .main import AppArg, BrokerOpt, _errors
+from .common import AppArg, BrokerOpt, errors
 from .operator import kafka_app, parse_typed
 
 __all__ = ["send"]
@@ -33,7 +33,7 @@ def send(
     broker: BrokerOpt = None,
 ) -> None:
     """Validate VALUE against TOPIC's type, send it, and print where it went."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "sending")
         declared = the_app.topics.get(topic)
         if declared is None:

@@ -14,10 +14,11 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+from .._printable import printable, printable_json
 from ..errors import ConfigurationError
 from ..state import WindowedTable
 from ..transports import read_topic, transport_from_url
-from .main import FAILED, AppArg, BrokerOpt, _errors, _fail
+from .common import FAILED, AppArg, BrokerOpt, errors, fail
 from .operator import kafka_app, parse_typed
 
 __all__ = ["tables"]
@@ -45,7 +46,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print TABLE's keys and values (windowed tables: each key's windows), or one KEY."""
-    with _errors():
+    with errors():
         the_app, url = kafka_app(app, broker, "reading a table")
         declared = the_app.tables.get(table)
         if declared is None:
@@ -55,15 +56,29 @@ def show(
         store = asyncio.run(_load(url, declared))
     rows = _rows(declared, store, wanted)
     if key is not None and not rows:
-        _fail(f"table {table!r} has no key {key!r}", FAILED)
+        fail(f"table {table!r} has no key {key!r}", FAILED)
     if as_json:
-        typer.echo(msgspec.json.encode(rows if key is None else rows[0]).decode())
+        typer.echo(as_json_text(rows if key is None else rows[0]))
         return
-    for row in rows:
-        shown = msgspec.json.encode(row.get("windows", row.get("value"))).decode()
-        typer.echo(f"{row['key']}\t{shown}")
+    for line in text_lines(rows):
+        typer.echo(line)
     if key is None:
         typer.echo(f"{len(rows)} keys in {table}", err=True)
+
+
+def text_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row: the key, a tab, the value (or windows) as JSON; any character
+    that is not printable escaped, so a key or value cannot write to the terminal."""
+    return [
+        f"{printable(str(row['key']))}\t{as_json_text(row.get('windows', row.get('value')))}"
+        for row in rows
+    ]
+
+
+def as_json_text(value: Any) -> str:
+    """``value`` as JSON, with each character that is not printable as a ``\\u`` escape
+    (the JSON still decodes to ``value``)."""
+    return printable_json(msgspec.json.encode(value).decode())
 
 
 async def _load(url: str, table: Any) -> Any:

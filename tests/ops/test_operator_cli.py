@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -61,9 +65,10 @@ async def test_send_tables_and_offsets(fresh_kafka: TansuBroker) -> None:
     assert {committed for committed, *_ in offsets_of(fresh.stdout).values()} == {"-"}
     assert lag(fresh.stdout) == 3
     # Reset before the first start: skip the backlog, then take it back.
-    assert (await flowkit("offsets", "reset", APP, "--to", "latest", "-b", url)).exit_code == 0
+    reset = ("offsets", "reset", APP, "--yes")
+    assert (await flowkit(*reset, "--to", "latest", "-b", url)).exit_code == 0
     assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 0
-    earliest = await flowkit("offsets", "reset", APP, "--to", "earliest", "-b", url)
+    earliest = await flowkit(*reset, "--to", "earliest", "-b", url)
     assert earliest.exit_code == 0, earliest.output
     assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 3
 
@@ -72,7 +77,7 @@ async def test_send_tables_and_offsets(fresh_kafka: TansuBroker) -> None:
         clock = SystemClock()  # the records carry the wall-clock time of `flowkit send`
         async with TestDriver(cli_app.app, transport=transport, settle=0.3, clock=clock) as driver:
             await driver.run_until_idle()
-            alive = await flowkit("offsets", "reset", APP, "--to", "earliest", "-b", url)
+            alive = await flowkit(*reset, "--to", "earliest", "-b", url)
             assert alive.exit_code == 2 and "has live members" in alive.output
             assert len(alive.output.strip().splitlines()) == 1
     finally:
@@ -121,3 +126,74 @@ def test_a_value_nested_too_deep_is_one_line(type_: Any) -> None:
     deep = "[" * 5_000 if type_ != dict[str, Any] else '{"a":' * 5_000
     with pytest.raises(ConfigurationError, match=r"VALUE .* is not JSON: RecursionError"):
         parse_typed(deep, type_, "VALUE")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("client", ["aiokafka", "rdkafka"])
+async def test_offsets_show_and_reset_on_either_client(
+    fresh_kafka: TansuBroker, client: str
+) -> None:
+    url = f"kafka://{fresh_kafka.bootstrap}?client={client}"
+    for user in ("ann", "bob", "cy"):
+        sent = await flowkit(
+            "send", APP, "clicks", json.dumps({"user": user}), "-k", user, "-b", url
+        )
+        assert sent.exit_code == 0, sent.output
+    fresh = await flowkit("offsets", APP, "-b", url)
+    assert fresh.exit_code == 0, fresh.output
+    assert lag(fresh.stdout) == 3
+
+    dry = await flowkit("offsets", "reset", APP, "--to", "latest", "--dry-run", "-b", url)
+    assert dry.exit_code == 0, dry.output
+    assert "would reset" in dry.stderr and "clicks/" in dry.stdout
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 3  # nothing written
+    # No terminal to ask on, no --yes: refused in one line, nothing written.
+    unasked = await flowkit("offsets", "reset", APP, "--to", "latest", "-b", url)
+    assert unasked.exit_code == 2
+    assert unasked.output.strip().splitlines() == [
+        "Error: offsets reset writes the group's offsets: pass --yes to confirm "
+        "(or --dry-run to see them) when standard input is not a terminal"
+    ]
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 3
+
+    latest = await flowkit("offsets", "reset", APP, "--to", "latest", "--yes", "-b", url)
+    assert latest.exit_code == 0, latest.output
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 0
+    # A time before every record: all of them again.
+    back = await flowkit("offsets", "reset", APP, "--to", "1000", "--yes", "-b", url)
+    assert back.exit_code == 0, back.output
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 3
+
+
+def _reset_on_a_terminal(url: str, answer: bytes) -> subprocess.CompletedProcess[bytes]:
+    """``flowkit offsets reset`` with a terminal for standard input, answered ``answer``."""
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, answer)  # typed ahead: read when the question is asked
+        return subprocess.run(
+            [sys.executable, "-m", "flowkit.cli", "offsets", "reset", APP, "--to", "latest"],
+            env={**os.environ, "FLOWKIT_BROKER": url},
+            stdin=terminal,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(main)
+
+
+@pytest.mark.kafka
+async def test_offsets_reset_asks_on_a_terminal_first(fresh_kafka: TansuBroker) -> None:
+    url = f"kafka://{fresh_kafka.bootstrap}"
+    for user in ("ann", "bob"):
+        sent = await flowkit("send", APP, "clicks", json.dumps({"user": user}), "-b", url)
+        assert sent.exit_code == 0, sent.output
+    declined = await asyncio.to_thread(_reset_on_a_terminal, url, b"n\n")
+    assert declined.returncode == 1, declined.stderr
+    assert b"Commit these offsets for group opscli? [y/N]" in declined.stderr
+    assert declined.stderr.strip().endswith(b"Error: nothing written")
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 2
+    accepted = await asyncio.to_thread(_reset_on_a_terminal, url, b"y\n")
+    assert accepted.returncode == 0, accepted.stderr
+    assert lag((await flowkit("offsets", APP, "-b", url)).stdout) == 0
