@@ -33,6 +33,7 @@ from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import APP_DEFAULT, Action, ErrorPolicy, FailureGuard
+from .redaction import redact_url
 from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
@@ -118,7 +119,7 @@ class App:
         """The app's own Prometheus metrics (see ``flowkit.appmetrics``)."""
 
     def __repr__(self) -> str:
-        return f"<App {self.name!r} broker={self.broker!r}>"
+        return f"<App {self.name!r} broker={redact_url(self.broker)!r}>"
 
     @property
     def tables(self) -> dict[str, TableBase[Any, Any]]:

@@ -16,7 +16,6 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.helpers import create_ssl_context
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from .._kafka_common import (
@@ -30,6 +29,7 @@ from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer, KafkaTransactionalProducer
 from .errors import map_kafka_errors
+from .security import security_options
 from .settings import KINDS, check_settings
 
 __all__ = ["KafkaTransport"]
@@ -145,12 +145,7 @@ class KafkaTransport:
         self._client: dict[str, Any] = {"bootstrap_servers": self.servers, **opts["client"]}
         self._producer, self._consumer = opts["producer"], opts["consumer"]
         self._group = opts["group"]
-        if "SSL" in self._client.get("security_protocol", ""):
-            files = {k[4:]: v for k, v in own.items() if k.startswith("ssl_")}
-            try:
-                self._client["ssl_context"] = create_ssl_context(**files)
-            except (OSError, ValueError) as exc:
-                raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
+        self._client.update(security_options(s))
         self._admin: Any = None
         self._read_committed = False  # set by transactional_producer(): exactly-once
         self._opened: set[KafkaConsumer | KafkaProducer] = set()
@@ -173,7 +168,7 @@ class KafkaTransport:
         refuses the certificate or the credentials; None if it accepts them, or if it cannot
         be reached (retried as any unreachable broker)."""
         host, _, port = server.rpartition(":")
-        keys = ("security_protocol", "ssl_context", "sasl_mechanism")
+        keys = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_oauth_token_provider")
         try:
             conn = await create_conn(
                 host,
