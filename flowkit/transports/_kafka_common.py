@@ -43,6 +43,7 @@ __all__ = [
     "create_missing",
     "int_at_least",
     "one_of",
+    "tls_context",
     "tls_reason",
     "tls_refusal",
     "topic_config",
@@ -251,6 +252,32 @@ def certificate_refused(server: str, reason: str) -> ConfigurationError:
         f"TLS handshake with the Kafka broker at {server} failed: {reason};"
         " see the ssl_cafile setting"
     )
+
+
+def tls_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
+    """The client's TLS context from the ``ssl_*`` settings: trusting ``ssl_cafile`` (else
+    the system's CAs), with the client certificate ``ssl_certfile`` and its key
+    (``ssl_keyfile``, decrypted with ``ssl_key_password``) if given. A file that cannot be
+    read or a key that cannot be decrypted is a one-line ``ConfigurationError``, never a
+    password prompt."""
+    keyfile = settings.get("ssl_keyfile")
+    try:
+        context = ssl.create_default_context(cafile=settings.get("ssl_cafile"))
+        if "ssl_certfile" in settings:
+            # A callable, so that OpenSSL never asks on the terminal for a missing password.
+            password = settings.get("ssl_key_password", "")
+            context.load_cert_chain(settings["ssl_certfile"], keyfile, password=lambda: password)
+    except ssl.SSLError as exc:
+        if exc.reason in ("PEM_LIB", "BAD_DECRYPT", "BAD_PASSWORD_READ") or "PEM lib" in str(exc):
+            key = keyfile or settings["ssl_certfile"]
+            raise ConfigurationError(
+                f"Kafka ssl_* settings: cannot load the client key from {key}: a wrong or"
+                " missing ssl_key_password, or not a PEM key"
+            ) from None
+        raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from None
+    return context
 
 
 def tls_reason(exc: ssl.SSLError) -> str:

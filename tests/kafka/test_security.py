@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlencode
 import pytest
 
 import flowkit
+from flowkit.errors import ConfigurationError
 from flowkit.testing import TestDriver
 from flowkit.transports import transport_from_url
 from tests.apache_kafka import SCRAM_USER, ApacheKafka, unsecured_jwt
@@ -136,8 +137,9 @@ async def test_a_worker_authenticates_with_tokens_from_an_oidc_endpoint(
     settings = apache_kafka.oauth_settings(**oidc(token_endpoint))
     await round_trip(apache_kafka.oauth_bootstrap, client, settings)
     assert token_endpoint.requests, "the token endpoint was never asked"
-    assert all(r == {"grant_type": "client_credentials", "scope": "kafka"}
-               for r in token_endpoint.requests), token_endpoint.requests
+    assert all(
+        r == {"grant_type": "client_credentials", "scope": "kafka"} for r in token_endpoint.requests
+    ), token_endpoint.requests
 
 
 async def round_trip(bootstrap: str, client: str, settings: dict[str, Any]) -> None:
@@ -215,3 +217,77 @@ async def test_an_untrusted_certificate_is_one_error_line(
         " certificate verify failed: self-signed certificate in certificate chain;"
         " see the ssl_cafile setting"
     )
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_wrong_key_password_is_one_error_line(
+    apache_kafka: ApacheKafka, workers: Spawn, client: str
+) -> None:
+    assert apache_kafka.ca is not None
+    settings = apache_kafka.mtls_settings(key_password="not-the-key-password")
+    line = await refused(workers, apache_kafka.mtls_bootstrap, client, settings)
+    key = apache_kafka.ca.client_key
+    assert line == (
+        f"Error: Kafka ssl_* settings: cannot load the client key from {key}:"
+        " a wrong or missing ssl_key_password, or not a PEM key"
+    )
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_client_the_token_endpoint_refuses_is_one_error_line(
+    apache_kafka: ApacheKafka, workers: Spawn, token_endpoint: TokenEndpoint, client: str
+) -> None:
+    settings = apache_kafka.oauth_settings(**oidc(token_endpoint, secret="not-the-secret"))
+    line = await refused(workers, apache_kafka.oauth_bootstrap, client, settings)
+    if client == "aiokafka":  # flowkit's own client-credentials grant
+        assert line == (
+            f"Error: no OAUTHBEARER token from {token_endpoint.url} for client {CLIENT_ID!r}:"
+            " HTTP 401 invalid_client; check the sasl_oauth_* settings"
+        )
+    else:  # librdkafka's
+        assert line == (
+            f"Error: Kafka authentication failed at {apache_kafka.oauth_bootstrap}"
+            ' (OAUTHBEARER): Failed to acquire SASL OAUTHBEARER token: {"error":'
+            ' "invalid_client"}; check the token the sasl_oauth_* settings give'
+        )
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_an_expired_token_is_one_error_line(
+    apache_kafka: ApacheKafka, workers: Spawn, client: str
+) -> None:
+    endpoint = TokenEndpoint(lifetime=-60)
+    try:
+        settings = apache_kafka.oauth_settings(**oidc(endpoint))
+        line = await refused(workers, apache_kafka.oauth_bootstrap, client, settings)
+    finally:
+        endpoint.close()
+    prefix = f"Error: Kafka authentication failed at {apache_kafka.oauth_bootstrap} (OAUTHBEARER): "
+    assert line.startswith(prefix), line
+    assert line.endswith("; check the token the sasl_oauth_* settings give"), line
+    if client == "rdkafka":  # librdkafka refuses it before sending it
+        assert "Must supply an unexpired token" in line, line
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_token_the_broker_refuses_is_a_configuration_error(
+    apache_kafka: ApacheKafka, client: str
+) -> None:
+    app = flowkit.App(f"refused-token-{uuid.uuid4().hex[:8]}")
+    app.topic(f"{app.name}-words", value_type=str)
+    not_a_jwt = "opaque-token-the-broker-cannot-read"
+    settings = apache_kafka.oauth_settings(token_provider=lambda: not_a_jwt)
+    transport = transport_from_url(
+        f"kafka://{apache_kafka.oauth_bootstrap}", client=client, connect_timeout=60, **settings
+    )
+    try:
+        with pytest.raises(ConfigurationError) as refusal:
+            async with TestDriver(app, transport=transport):
+                pass
+    finally:
+        await transport.aclose()
+    message = str(refusal.value)
+    assert message.startswith(
+        f"Kafka authentication failed at {apache_kafka.oauth_bootstrap} (OAUTHBEARER): "
+    ), message
+    assert not_a_jwt not in message

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
-from aiokafka.helpers import create_ssl_context
 
-from ...errors import ConfigurationError
+from .._kafka_common import tls_context
 from .._oauth import ClientCredentials, TokenProvider, token_and_expiry
 
 __all__ = ["KafkaTokenProvider", "security_options"]
@@ -36,15 +35,7 @@ def security_options(settings: Mapping[str, Any]) -> dict[str, Any]:
     an SSL protocol, ``sasl_oauth_token_provider`` for OAUTHBEARER."""
     options: dict[str, Any] = {}
     if "SSL" in settings.get("security_protocol", ""):
-        try:
-            options["ssl_context"] = create_ssl_context(
-                cafile=settings.get("ssl_cafile"),
-                certfile=settings.get("ssl_certfile"),
-                keyfile=settings.get("ssl_keyfile"),
-                password=settings.get("ssl_key_password"),
-            )
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            raise ConfigurationError(f"Kafka ssl_* settings: {_ssl_reason(exc)}") from None
+        options["ssl_context"] = tls_context(settings)
     if settings.get("sasl_mechanism") == "OAUTHBEARER":
         source = settings.get("sasl_oauth_token_provider") or ClientCredentials(
             settings["sasl_oauth_token_endpoint_url"],
@@ -54,11 +45,3 @@ def security_options(settings: Mapping[str, Any]) -> dict[str, Any]:
         )
         options["sasl_oauth_token_provider"] = KafkaTokenProvider(source)
     return options
-
-
-def _ssl_reason(exc: BaseException) -> str:
-    # A wrong key password comes out of OpenSSL as "[SSL] PEM lib (_ssl.c:NNNN)".
-    reason = getattr(exc, "reason", None)
-    if reason in ("PEM_LIB", "BAD_DECRYPT") or "PEM lib" in str(exc):
-        return "cannot load the client key: wrong ssl_key_password, or the key is not PEM"
-    return str(exc)

@@ -16,6 +16,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.protocol.admin import ApiVersionRequest
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from .._kafka_common import (
@@ -124,6 +125,19 @@ async def _connect(
     )
 
 
+async def _answers(conn: Any) -> bool:
+    """Whether an authenticated connection answers a request (ApiVersions) without an
+    error: a broker still waiting for the end of a refused SASL exchange answers
+    ILLEGAL_SASL_STATE, then closes the connection."""
+    versions: Any = ApiVersionRequest  # a list of versioned classes before aiokafka 0.13
+    try:
+        async with asyncio.timeout(10.0):
+            answer = await conn.send(versions[0]() if isinstance(versions, list) else versions())
+    except (OSError, TimeoutError, kerr.KafkaError):
+        return False
+    return getattr(answer, "error_code", 0) == 0
+
+
 class KafkaTransport:
     """Consumers, producers and topic administration over aiokafka.
 
@@ -190,7 +204,14 @@ class KafkaTransport:
             return authentication_failed(server, self._client, reason)
         except (OSError, TimeoutError, kerr.KafkaError):
             return None
-        conn.close()
+        try:
+            if self._client.get("sasl_mechanism") == "OAUTHBEARER" and not await _answers(conn):
+                # aiokafka takes the broker's refusal of a token (an error challenge, RFC
+                # 7628) for success; the broker's reason is in its own log only.
+                reason = "the broker refused the token (invalid, expired or not for it)"
+                return authentication_failed(server, self._client, reason)
+        finally:
+            conn.close()
         return None
 
     def consumer(
