@@ -232,11 +232,14 @@ def authentication_failed(
     Kafka authentication failed at k1:9094 (OAUTHBEARER): invalid_token; check the token the sasl_oauth_* settings give
     """  # noqa: E501
     mechanism = settings.get("sasl_mechanism", "PLAIN")
-    if mechanism == "OAUTHBEARER":
-        who, check = "", "the token the sasl_oauth_* settings give"
+    user = settings.get("sasl_plain_username")
+    who = "" if mechanism == "OAUTHBEARER" else f", user {user!r}"
+    if "unsupported sasl mechanism" in reason.lower() or "not support" in reason.lower():
+        check = "sasl_mechanism"
+    elif mechanism == "OAUTHBEARER":
+        check = "the token the sasl_oauth_* settings give"
     else:
-        user = settings.get("sasl_plain_username")
-        who, check = f", user {user!r}", "sasl_plain_username and sasl_plain_password"
+        check = "sasl_plain_username and sasl_plain_password"
     return ConfigurationError(
         f"Kafka authentication failed at {server} ({mechanism}{who}): {reason}; check {check}"
     )

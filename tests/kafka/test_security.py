@@ -291,3 +291,18 @@ async def test_a_token_the_broker_refuses_is_a_configuration_error(
         f"Kafka authentication failed at {apache_kafka.oauth_bootstrap} (OAUTHBEARER): "
     ), message
     assert not_a_jwt not in message
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_mechanism_the_listener_does_not_enable_is_one_error_line(
+    apache_kafka: ApacheKafka, workers: Spawn, client: str
+) -> None:
+    settings = {**apache_kafka.sasl_settings(), "sasl_mechanism": "SCRAM-SHA-256"}
+    line = await refused(workers, apache_kafka.sasl_bootstrap, client, settings)
+    assert line.startswith(
+        f"Error: Kafka authentication failed at {apache_kafka.sasl_bootstrap} (SCRAM-SHA-256,"
+        f" user {SCRAM_USER!r}): "
+    ), line
+    if client == "rdkafka":  # librdkafka names what the listener has; aiokafka does not
+        assert "SCRAM-SHA-512" in line, line
+    assert line.endswith("; check sasl_mechanism"), line

@@ -125,6 +125,11 @@ async def _connect(
     )
 
 
+def _description(exc: kerr.KafkaError) -> str:
+    description = getattr(exc, "description", None)
+    return str(description).rstrip(".") if description else type(exc).__name__
+
+
 async def _answers(conn: Any) -> bool:
     """Whether an authenticated connection answers a request (ApiVersions) without an
     error: a broker still waiting for the end of a refused SASL exchange answers
@@ -200,7 +205,9 @@ class KafkaTransport:
             kerr.IllegalSaslStateError,
             kerr.AuthenticationFailedError,
         ) as exc:
-            reason = str(exc.args[0]) if exc.args else type(exc).__name__
+            # A refused handshake carries the connection, not words: then the error's own.
+            first = exc.args[0] if exc.args else None
+            reason = first if isinstance(first, str) else _description(exc)
             return authentication_failed(server, self._client, reason)
         except (OSError, TimeoutError, kerr.KafkaError):
             return None
