@@ -148,6 +148,9 @@ class RdkafkaTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         first = True
+        if "sasl_oauth_token_provider" in self._settings:
+            # librdkafka asks oauth_cb for a token only within a poll: one before the wait.
+            await loop.run_in_executor(None, _poll_quietly, client)
         while True:
             limit = deadline - loop.time()
             wait = max(min(limit, 1.0) if first else limit, 0.01)
