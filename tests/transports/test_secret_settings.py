@@ -132,3 +132,17 @@ def test_an_unreachable_token_endpoint_is_one_line_without_the_secret() -> None:
     )
     assert "hunter2" not in message and "\n" not in message
     assert "hunter2" not in repr(grant)
+
+
+async def test_a_token_that_cannot_be_renewed_is_a_lost_connection_for_aiokafka() -> None:
+    import aiokafka.errors as kerr
+
+    from flowkit.transports.kafka.security import KafkaTokenProvider
+
+    answers: list[object] = [None, ("t", 9e9), None]
+    provider = KafkaTokenProvider(lambda: answers.pop(0))
+    with pytest.raises(ConfigurationError):  # at the start: one line, the worker stops
+        await provider.token()
+    assert await provider.token() == "t"
+    with pytest.raises(kerr.KafkaConnectionError, match="sasl_oauth_token_provider returned"):
+        await provider.token()  # later: retried by aiokafka as a lost connection

@@ -10,8 +10,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiokafka.errors as kerr
 from aiokafka.abc import AbstractTokenProvider
 
+from ...errors import ConfigurationError
 from .._kafka_common import tls_context
 from .._oauth import ClientCredentials, TokenProvider, token_and_expiry
 
@@ -24,10 +26,20 @@ class KafkaTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # (untyp
 
     def __init__(self, source: TokenProvider) -> None:
         self.source = source
+        self._had_one = False
 
     async def token(self) -> str:
-        result = await asyncio.to_thread(self.source)
-        return token_and_expiry(result, time.time())[0]
+        try:
+            result = await asyncio.to_thread(self.source)
+            token = token_and_expiry(result, time.time())[0]
+        except ConfigurationError as exc:
+            if not self._had_one:
+                raise  # at the start: the worker stops with this one line
+            # Later (a reconnect), a token endpoint that fails may heal: aiokafka retries
+            # the connection as it retries a lost broker, and the broker watch times it.
+            raise kerr.KafkaConnectionError(str(exc)) from None
+        self._had_one = True
+        return token
 
 
 def security_options(settings: Mapping[str, Any]) -> dict[str, Any]:
