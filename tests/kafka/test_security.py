@@ -306,3 +306,23 @@ async def test_a_mechanism_the_listener_does_not_enable_is_one_error_line(
     if client == "rdkafka":  # librdkafka names what the listener has; aiokafka does not
         assert "SCRAM-SHA-512" in line, line
     assert line.endswith("; check sasl_mechanism"), line
+
+
+async def test_an_apps_own_token_provider_serves_its_workers(apache_kafka: ApacheKafka) -> None:
+    # What `flowkit worker` does with the app: a Worker from the app and a URL alone.
+    tokens: list[str] = []
+
+    def provider() -> str:
+        tokens.append(unsecured_jwt())
+        return tokens[-1]
+
+    name = f"app-token-{uuid.uuid4().hex[:8]}"
+    app = flowkit.App(name, client_settings=apache_kafka.oauth_settings(token_provider=provider))
+    app.topic(f"{name}-words", value_type=str)
+    worker = flowkit.Worker(app, broker=f"kafka://{apache_kafka.oauth_bootstrap}")
+    async with worker:
+        pass
+    assert tokens, "the app's token provider was never asked"
+    # The same app, on the memory broker: its Kafka settings are not used there.
+    async with flowkit.Worker(app, broker="memory://") as worker:
+        pass
