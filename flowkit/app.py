@@ -33,6 +33,7 @@ from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .graph import Graph
 from .policies import APP_DEFAULT, Action, ErrorPolicy, FailureGuard
+from .redaction import redact_url
 from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
 from .streams.hops import agent_hops
@@ -79,7 +80,10 @@ class App:
     told otherwise. ``failure_guard`` is every agent's ``FailureGuard`` unless it sets its
     own (by default: the worker stops after 1,000 failures in a row; None: no guard).
     ``processing_guarantee`` is ``"at_least_once"`` (the default) or ``"exactly_once"``
-    (Kafka transactions; see the exactly-once page of the docs).
+    (Kafka transactions; see the exactly-once page of the docs). ``client_settings`` are
+    Kafka client settings that every worker of the app uses, ``flowkit worker`` included
+    (over the broker URL's, under a ``Worker``'s own; not used on ``memory://``): the place
+    for a token provider function or a password read from the environment.
     """
 
     def __init__(
@@ -91,8 +95,14 @@ class App:
         commit_interval: Seconds = 1.0,
         failure_guard: FailureGuard | None = DEFAULT_GUARD,
         processing_guarantee: ProcessingGuarantee = "at_least_once",
+        client_settings: Mapping[str, Any] | None = None,
     ) -> None:
         arguments.name(name, "app name")
+        if client_settings is not None and not isinstance(client_settings, Mapping):
+            raise DefinitionError(
+                f"App(): client_settings must be a dict of Kafka client settings,"
+                f" not {type(client_settings).__name__}"
+            )
         arguments.text(broker, "App(): broker")
         commit_interval = seconds(commit_interval, "commit_interval")
         if commit_interval <= 0:
@@ -106,6 +116,7 @@ class App:
         self.commit_interval = commit_interval
         self.failure_guard = FailureGuard.of(failure_guard, f"App {name!r}")
         self.processing_guarantee = check_guarantee(processing_guarantee)
+        self.client_settings: dict[str, Any] = dict(client_settings or {})
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
@@ -118,7 +129,7 @@ class App:
         """The app's own Prometheus metrics (see ``flowkit.appmetrics``)."""
 
     def __repr__(self) -> str:
-        return f"<App {self.name!r} broker={self.broker!r}>"
+        return f"<App {self.name!r} broker={redact_url(self.broker)!r}>"
 
     @property
     def tables(self) -> dict[str, TableBase[Any, Any]]:

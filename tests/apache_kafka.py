@@ -14,7 +14,12 @@ Listeners of every broker:
   ``SCRAM_PASSWORD`` (``sasl_settings()`` gives the flowkit client settings);
 - ``ssl_bootstrap``: SSL, with a certificate for ``localhost``/``127.0.0.1`` signed by a
   CA made for the session (``ca.ca_file``; ``ssl_settings()``);
-- ``sasl_ssl_bootstrap``: SASL_SSL, the two together (``sasl_ssl_settings()``).
+- ``sasl_ssl_bootstrap``: SASL_SSL, the two together (``sasl_ssl_settings()``);
+- ``oauth_bootstrap``: SASL_PLAINTEXT with OAUTHBEARER, accepting unsecured JWTs (``alg``
+  ``none``, checked for form and lifetime only: ``unsecured_jwt()`` makes one;
+  ``oauth_settings()``);
+- ``mtls_bootstrap``: SSL that requires a client certificate signed by the session's CA
+  (``mtls_settings()``: the CA's client certificate and its encrypted key).
 
 Fixtures (Java 17+ and Maven are needed: without them the tests that use these fixtures are
 skipped with the reason, except under ``CI=true``, where they fail):
@@ -42,6 +47,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +74,7 @@ __all__ = [
     "kafka_jars",
     "kafka_version",
     "require_java",
+    "unsecured_jwt",
 ]
 
 HERE = Path(__file__).resolve().parent / "apache-kafka"
@@ -80,7 +87,7 @@ SCRAM_PASSWORD = "flowkit-secret"
 _START_DEADLINE = 180.0  # a JVM start on a loaded 2-core machine has taken 25 s
 _FETCH_DEADLINE = 900.0
 _ATTEMPTS = 4
-_LISTENERS = ("PLAINTEXT", "CONTROLLER", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+_LISTENERS = ("PLAINTEXT", "CONTROLLER", "SASL_PLAINTEXT", "SSL", "SASL_SSL", "OAUTH", "MTLS")
 _JVM_OPTIONS = [
     "-Xmx512m",
     "-Xms128m",
@@ -96,10 +103,20 @@ _BROKER_SETTINGS = {
     "node.id": "1",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
-    "listener.security.protocol.map": ",".join(f"{name}:{name}" for name in _LISTENERS).replace(
-        "CONTROLLER:CONTROLLER", "CONTROLLER:PLAINTEXT"
-    ),
+    "listener.security.protocol.map": ",".join(f"{name}:{name}" for name in _LISTENERS)
+    .replace("CONTROLLER:CONTROLLER", "CONTROLLER:PLAINTEXT")
+    .replace("OAUTH:OAUTH", "OAUTH:SASL_PLAINTEXT")
+    .replace("MTLS:MTLS", "MTLS:SSL"),
     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    # OAUTHBEARER with unsecured JWTs (alg "none"): Kafka's default login and validator
+    # callback handlers for the mechanism, when no other is configured. The validator
+    # checks the token's form and lifetime, not who signed it: enough to test the
+    # clients' side (tokens from a provider or an OIDC endpoint, refusals, refreshing).
+    "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+    "listener.name.oauth.oauthbearer.sasl.jaas.config": (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
+        ' unsecuredLoginStringClaim_sub="broker";'
+    ),
     **{
         f"listener.name.{name}.scram-sha-512.sasl.jaas.config": (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -108,6 +125,9 @@ _BROKER_SETTINGS = {
     },
     "ssl.keystore.type": "PKCS12",
     "ssl.client.auth": "none",
+    # The MTLS listener requires a client certificate the session's CA signed.
+    "listener.name.mtls.ssl.client.auth": "required",
+    "listener.name.mtls.ssl.truststore.type": "PEM",
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "5",
     "transaction.state.log.replication.factor": "1",
@@ -321,6 +341,17 @@ class ApacheKafka:
         return self._address("SSL")
 
     @property
+    def mtls_bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the SSL listener that requires a client certificate."""
+        return self._address("MTLS")
+
+    @property
+    def oauth_bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the SASL_PLAINTEXT listener with OAUTHBEARER (unsecured
+        JWTs: ``unsecured_jwt`` makes one)."""
+        return self._address("OAUTH")
+
+    @property
     def sasl_ssl_bootstrap(self) -> str:
         """``127.0.0.1:PORT`` of the SASL_SSL (SCRAM-SHA-512 over TLS) listener."""
         return self._address("SASL_SSL")
@@ -339,6 +370,26 @@ class ApacheKafka:
         the CA that signed the broker's certificate)."""
         assert self.ca is not None, "broker not started"
         return {"security_protocol": "SSL", "ssl_cafile": str(cafile or self.ca.ca_file)}
+
+    def mtls_settings(self, key_password: str | None = None) -> dict[str, Any]:
+        """flowkit client settings for ``mtls_bootstrap``: the session CA's client
+        certificate, its encrypted key and the key's password (by default the right one)."""
+        assert self.ca is not None, "broker not started"
+        return {
+            **self.ssl_settings(),
+            "ssl_certfile": str(self.ca.client_cert),
+            "ssl_keyfile": str(self.ca.client_key),
+            "ssl_key_password": key_password or self.ca.client_key_password,
+        }
+
+    def oauth_settings(self, **oauth: Any) -> dict[str, Any]:
+        """flowkit client settings for ``oauth_bootstrap``, with the ``sasl_oauth_*``
+        settings ``oauth`` gives (without the prefix: ``token_provider=...``)."""
+        return {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "OAUTHBEARER",
+            **{f"sasl_oauth_{name}": value for name, value in oauth.items()},
+        }
 
     def sasl_ssl_settings(self) -> dict[str, Any]:
         """flowkit client settings for ``sasl_ssl_bootstrap``."""
@@ -389,6 +440,7 @@ class ApacheKafka:
                 "ssl.keystore.location": str(self.ca.keystore),
                 "ssl.keystore.password": self.ca.keystore_password,
                 "ssl.key.password": self.ca.keystore_password,
+                "listener.name.mtls.ssl.truststore.location": str(self.ca.ca_file),
             },
         )
         log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -456,6 +508,18 @@ class ApacheKafka:
             if not busy:
                 return
             time.sleep(0.2)
+
+
+def unsecured_jwt(subject: str = SCRAM_USER, lifetime: float = 3600.0, **claims: Any) -> str:
+    """An unsecured JWT (``alg`` ``none``, no signature) for ``subject``, valid for
+    ``lifetime`` seconds from now (negative: expired), as the OAUTHBEARER listener takes."""
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    now = time.time()
+    payload = {"sub": subject, "iat": int(now), "exp": int(now + lifetime), **claims}
+    return f"{part({'alg': 'none'})}.{part(payload)}."
 
 
 def _start(workdir: Path) -> ApacheKafka:

@@ -2,8 +2,10 @@
 
 ``TestCA.create(directory)`` writes a CA (``ca.pem``), a server certificate it signed for
 ``localhost`` and ``127.0.0.1`` (``server.pem``, ``server.key``, and ``server.p12``, a PKCS12
-keystore a JVM broker reads), and a second, unrelated CA (``other-ca.pem``) for tests of a
-certificate the client must refuse. Keys are EC P-256: quick to make.
+keystore a JVM broker reads), a client certificate it signed (``client.pem``, with its key
+in ``client.key``, encrypted with ``client_key_password``) for listeners that require one,
+and a second, unrelated CA (``other-ca.pem``) for tests of a certificate the client must
+refuse. Keys are EC P-256: quick to make.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 __all__ = ["TestCA"]
 
 KEYSTORE_PASSWORD = "flowkit-test"
+CLIENT_KEY_PASSWORD = "flowkit-client-key"
 
 
 def _name(common_name: str) -> x509.Name:
@@ -78,7 +81,12 @@ class TestCA:
     server_key: Path
     keystore: Path
     """PKCS12 with the server's key and certificate chain, password ``keystore_password``."""
+    client_cert: Path
+    """PEM of a client certificate the CA signed (``ssl_certfile``)."""
+    client_key: Path
+    """Its key, PKCS8 PEM encrypted with ``client_key_password`` (``ssl_keyfile``)."""
     keystore_password: str = KEYSTORE_PASSWORD
+    client_key_password: str = CLIENT_KEY_PASSWORD
 
     @classmethod
     def create(cls, directory: Path) -> TestCA:
@@ -86,28 +94,10 @@ class TestCA:
         ca_key, ca_cert = _self_signed_ca("flowkit test CA")
         _, other_cert = _self_signed_ca("flowkit untrusted CA")
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name("localhost"))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=2))
-            .add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
-                critical=False,
-            )
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-            .sign(ca_key, hashes.SHA256())
+        cert = _signed(ca_key, ca_cert, key, "localhost", ExtendedKeyUsageOID.SERVER_AUTH)
+        client_key = ec.generate_private_key(ec.SECP256R1())
+        client_cert = _signed(
+            ca_key, ca_cert, client_key, "flowkit client", ExtendedKeyUsageOID.CLIENT_AUTH
         )
         files = cls(
             ca_file=directory / "ca.pem",
@@ -115,17 +105,13 @@ class TestCA:
             server_cert=directory / "server.pem",
             server_key=directory / "server.key",
             keystore=directory / "server.p12",
+            client_cert=directory / "client.pem",
+            client_key=directory / "client.key",
         )
         files.ca_file.write_bytes(_pem(ca_cert))
         files.other_ca_file.write_bytes(_pem(other_cert))
         files.server_cert.write_bytes(_pem(cert) + _pem(ca_cert))
-        files.server_key.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+        files.server_key.write_bytes(_key_pem(key, serialization.NoEncryption()))
         files.keystore.write_bytes(
             pkcs12.serialize_key_and_certificates(
                 b"broker",
@@ -135,4 +121,49 @@ class TestCA:
                 serialization.BestAvailableEncryption(KEYSTORE_PASSWORD.encode()),
             )
         )
+        files.client_cert.write_bytes(_pem(client_cert))
+        encrypted = serialization.BestAvailableEncryption(CLIENT_KEY_PASSWORD.encode())
+        files.client_key.write_bytes(_key_pem(client_key, encrypted))
         return files
+
+
+def _key_pem(
+    key: ec.EllipticCurvePrivateKey, encryption: serialization.KeySerializationEncryption
+) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+
+
+def _signed(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+) -> x509.Certificate:
+    """A certificate for ``common_name`` (and for localhost/127.0.0.1, which a server
+    certificate needs) that the CA signed, for ``usage`` (server or client)."""
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )

@@ -96,6 +96,7 @@ class Worker:
     ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
+    ``client_settings`` are Kafka client settings, over the app's and the URL's.
 
     >>> import asyncio, flowkit
     >>> app = flowkit.App("demo")
@@ -151,9 +152,11 @@ class Worker:
             processing_guarantee=check_guarantee(processing_guarantee or app.processing_guarantee),
         )
         self._own_transport = transport is None
-        self.transport = transport or transport_from_url(
-            broker or app.broker, **(client_settings or {})
-        )
+        url = broker or app.broker
+        # The app's Kafka settings are for Kafka: the same app runs on memory:// too.
+        kafka = app.client_settings if url.lower().startswith("kafka://") else {}
+        settings = {**kafka, **(client_settings or {})}
+        self.transport = transport or transport_from_url(url, **settings)
         # Exactly-once: made here, so a broker without transactions is refused at once.
         self.transactions: TransactionalProducer | None = None
         if self.settings.processing_guarantee == "exactly_once":

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigurationError
+from ..redaction import redact_url as redact
 from .base import (
     Ack,
     Consumer,
@@ -52,45 +53,50 @@ CLIENTS = ("aiokafka", "rdkafka")
 _TEXT_SETTINGS = {"client", "client_id", "group_instance_id", "security_protocol"}
 
 
-def redact(url: str) -> str:
-    """``url`` without its query string, which may hold credentials.
-
-    >>> redact("kafka://h:9092?sasl_plain_password=secret")
-    'kafka://h:9092'
-    """
-    return url.split("?", 1)[0]
-
-
 def parse_broker_url(url: str) -> tuple[str, list[str]]:
     """Split a broker URL into its scheme and a list of ``host:port`` servers.
+
+    Errors show the URL through ``redact`` (no secret in them). Credentials before the
+    host (``kafka://user:password@host``) are refused: they belong in the SASL settings.
 
     >>> parse_broker_url("kafka://a:9092,b:9092")
     ('kafka', ['a:9092', 'b:9092'])
     >>> parse_broker_url("memory://")
     ('memory', [])
-    """
+    >>> parse_broker_url("kafka://shop:hunter2@k1:9092")
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: broker URL 'kafka://***@k1:9092': credentials do not go before the host; give them as the sasl_plain_username and sasl_plain_password settings (see the Security section of the Kafka docs)
+    """  # noqa: E501
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(
-            f"malformed broker URL {url!r}: expected memory:// or kafka://host:port"
+            f"malformed broker URL {redact(url)!r}: expected memory:// or kafka://host:port"
         )
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    shown = redact(url)
+    scheme = url.split("://", 1)[0].lower()
     if scheme not in SCHEMES:
         raise ConfigurationError(
-            f"unknown broker scheme {parts.scheme!r} in {url!r}: use memory:// or kafka://"
+            f"unknown broker scheme {scheme!r} in {shown!r}: use memory:// or kafka://"
         )
-    rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in rest:
+        # Refused rather than used: a password in the URL ends up in shell histories,
+        # process listings and other tools' logs, wherever the URL is passed on.
+        raise ConfigurationError(
+            f"broker URL {shown!r}: credentials do not go before the host; give them as the"
+            " sasl_plain_username and sasl_plain_password settings (see the Security"
+            " section of the Kafka docs)"
+        )
     if scheme == "memory":
         if rest:
-            raise ConfigurationError(f"malformed broker URL {url!r}: memory:// takes no host")
+            raise ConfigurationError(f"malformed broker URL {shown!r}: memory:// takes no host")
         return scheme, []
     servers = [s.strip() for s in rest.split(",") if s.strip()]
     if not servers:
-        raise ConfigurationError(f"malformed broker URL {url!r}: no host:port after kafka://")
+        raise ConfigurationError(f"malformed broker URL {shown!r}: no host:port after kafka://")
     for server in servers:
         host, sep, port = server.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigurationError(f"malformed broker URL {url!r}: {server!r} is not host:port")
+            raise ConfigurationError(f"malformed broker URL {shown!r}: {server!r} is not host:port")
     return scheme, servers
 
 

@@ -15,14 +15,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..redaction import MASK, is_secret
 from .base import TopicSpec
 
 __all__ = [
     "ACKS",
+    "CALLABLE",
     "COMPRESSION",
     "DEAD_LETTER_ROOM",
+    "HTTP_URL",
     "ISOLATION",
     "NONNEG",
+    "OIDC_SETTINGS",
     "POS",
     "SASL_MECHANISM",
     "SECONDS",
@@ -39,6 +43,7 @@ __all__ = [
     "create_missing",
     "int_at_least",
     "one_of",
+    "tls_context",
     "tls_reason",
     "tls_refusal",
     "topic_config",
@@ -68,7 +73,19 @@ STR: Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 SECONDS: Check = (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds")
 POS, NONNEG = int_at_least(1), int_at_least(0)
 SECURITY_PROTOCOL = one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISM = one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISM = one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+HTTP_URL: Check = (
+    lambda v: isinstance(v, str) and v.startswith(("http://", "https://")),
+    "an http:// or https:// URL",
+)
+CALLABLE: Check = (callable, "a callable (see the Security section of the Kafka docs)")
+# The OIDC client-credentials settings: a token endpoint, and who the client is there.
+OIDC_SETTINGS = (
+    "sasl_oauth_token_endpoint_url",
+    "sasl_oauth_client_id",
+    "sasl_oauth_client_secret",
+    "sasl_oauth_scope",
+)
 ACKS = one_of(0, 1, -1, "all")
 COMPRESSION = one_of(None, "gzip", "snappy", "lz4", "zstd")
 ISOLATION = one_of("read_uncommitted", "read_committed")
@@ -88,7 +105,8 @@ def check_values(settings: Mapping[str, Any], checks: Mapping[str, Check], clien
             raise ConfigurationError(f"unknown {client} setting {name!r} (known: {known})")
         ok, expected = checks[name]
         if not ok(value):
-            raise ConfigurationError(f"{client} setting {name}={value!r}: expected {expected}")
+            shown = MASK if is_secret(name) else repr(value)
+            raise ConfigurationError(f"{client} setting {name}={shown}: expected {expected}")
 
 
 def check_heartbeat(settings: Mapping[str, Any], client: str, session_default_ms: int) -> None:
@@ -103,14 +121,49 @@ def check_heartbeat(settings: Mapping[str, Any], client: str, session_default_ms
 
 
 def check_security(settings: Mapping[str, Any]) -> None:
-    """``ssl_*`` files need an SSL protocol, and a SASL protocol needs its credentials."""
+    """``ssl_*`` files need an SSL protocol, a key password needs the key, and a SASL
+    protocol needs the credentials of its mechanism: a user name and password, or for
+    OAUTHBEARER either a token provider or the OIDC client-credentials settings.
+
+    >>> check_security({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"})
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: sasl_mechanism=OAUTHBEARER needs sasl_oauth_token_provider, or sasl_oauth_token_endpoint_url, sasl_oauth_client_id and sasl_oauth_client_secret
+    """  # noqa: E501
     protocol = settings.get("security_protocol", "PLAINTEXT")
     if "SSL" not in protocol and any(name.startswith("ssl_") for name in settings):
         raise ConfigurationError(f"ssl_* Kafka settings need security_protocol SSL, not {protocol}")
-    if protocol.startswith("SASL") and not (
-        "sasl_plain_username" in settings and "sasl_plain_password" in settings
-    ):
-        raise ConfigurationError(f"security_protocol={protocol} needs sasl_plain_username/password")
+    if "ssl_key_password" in settings and "ssl_certfile" not in settings:
+        raise ConfigurationError(
+            "Kafka setting ssl_key_password needs ssl_certfile (and ssl_keyfile, unless the"
+            " key is in the certificate file)"
+        )
+    mechanism = settings.get("sasl_mechanism", "PLAIN")
+    oauth = [name for name in settings if name.startswith("sasl_oauth_")]
+    if oauth and (mechanism != "OAUTHBEARER" or not protocol.startswith("SASL")):
+        raise ConfigurationError(
+            f"Kafka settings {', '.join(oauth)} need sasl_mechanism=OAUTHBEARER and"
+            f" security_protocol SASL_SSL or SASL_PLAINTEXT (not {mechanism}, {protocol})"
+        )
+    if not protocol.startswith("SASL"):
+        return
+    if mechanism != "OAUTHBEARER":
+        if not ("sasl_plain_username" in settings and "sasl_plain_password" in settings):
+            raise ConfigurationError(
+                f"security_protocol={protocol} needs sasl_plain_username/password"
+            )
+        return
+    provider = "sasl_oauth_token_provider" in settings
+    oidc = [name for name in OIDC_SETTINGS if name in settings]
+    needed = ", ".join(OIDC_SETTINGS[:2]) + " and " + OIDC_SETTINGS[2]
+    if provider and oidc:
+        raise ConfigurationError(
+            f"Kafka settings: give sasl_oauth_token_provider or the OIDC settings ({needed}),"
+            f" not both (got {', '.join(oidc)})"
+        )
+    if not provider and not set(OIDC_SETTINGS[:3]) <= set(oidc):
+        raise ConfigurationError(
+            f"sasl_mechanism=OAUTHBEARER needs sasl_oauth_token_provider, or {needed}"
+        )
 
 
 def check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> None:
@@ -175,12 +228,20 @@ def authentication_failed(
     >>> print(authentication_failed("k1:9094", {"sasl_mechanism": "SCRAM-SHA-512",
     ...     "sasl_plain_username": "shop"}, "invalid credentials"))
     Kafka authentication failed at k1:9094 (SCRAM-SHA-512, user 'shop'): invalid credentials; check sasl_plain_username and sasl_plain_password
+    >>> print(authentication_failed("k1:9094", {"sasl_mechanism": "OAUTHBEARER"}, "invalid_token"))
+    Kafka authentication failed at k1:9094 (OAUTHBEARER): invalid_token; check the token the sasl_oauth_* settings give
     """  # noqa: E501
     mechanism = settings.get("sasl_mechanism", "PLAIN")
     user = settings.get("sasl_plain_username")
+    who = "" if mechanism == "OAUTHBEARER" else f", user {user!r}"
+    if "unsupported sasl mechanism" in reason.lower() or "not support" in reason.lower():
+        check = "sasl_mechanism"
+    elif mechanism == "OAUTHBEARER":
+        check = "the token the sasl_oauth_* settings give"
+    else:
+        check = "sasl_plain_username and sasl_plain_password"
     return ConfigurationError(
-        f"Kafka authentication failed at {server} ({mechanism}, user {user!r}): {reason};"
-        " check sasl_plain_username and sasl_plain_password"
+        f"Kafka authentication failed at {server} ({mechanism}{who}): {reason}; check {check}"
     )
 
 
@@ -194,6 +255,32 @@ def certificate_refused(server: str, reason: str) -> ConfigurationError:
         f"TLS handshake with the Kafka broker at {server} failed: {reason};"
         " see the ssl_cafile setting"
     )
+
+
+def tls_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
+    """The client's TLS context from the ``ssl_*`` settings: trusting ``ssl_cafile`` (else
+    the system's CAs), with the client certificate ``ssl_certfile`` and its key
+    (``ssl_keyfile``, decrypted with ``ssl_key_password``) if given. A file that cannot be
+    read or a key that cannot be decrypted is a one-line ``ConfigurationError``, never a
+    password prompt."""
+    keyfile = settings.get("ssl_keyfile")
+    try:
+        context = ssl.create_default_context(cafile=settings.get("ssl_cafile"))
+        if "ssl_certfile" in settings:
+            # A callable, so that OpenSSL never asks on the terminal for a missing password.
+            password = settings.get("ssl_key_password", "")
+            context.load_cert_chain(settings["ssl_certfile"], keyfile, password=lambda: password)
+    except ssl.SSLError as exc:
+        if exc.reason in ("PEM_LIB", "BAD_DECRYPT", "BAD_PASSWORD_READ") or "PEM lib" in str(exc):
+            key = keyfile or settings["ssl_certfile"]
+            raise ConfigurationError(
+                f"Kafka ssl_* settings: cannot load the client key from {key}: a wrong or"
+                " missing ssl_key_password, or not a PEM key"
+            ) from None
+        raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from None
+    return context
 
 
 def tls_reason(exc: ssl.SSLError) -> str:

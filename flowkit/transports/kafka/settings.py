@@ -14,8 +14,10 @@ import structlog
 from ...errors import ConfigurationError
 from .._kafka_common import (
     ACKS,
+    CALLABLE,
     COMPRESSION,
     DEAD_LETTER_ROOM,
+    HTTP_URL,
     ISOLATION,
     NONNEG,
     POS,
@@ -43,6 +45,14 @@ KINDS: dict[str, dict[str, Check]] = {
         "ssl_cafile": STR,
         "ssl_certfile": STR,
         "ssl_keyfile": STR,
+        "ssl_key_password": STR,
+        # OAUTHBEARER: a token provider, or the OIDC client-credentials settings
+        # (aiokafka takes the token provider that flowkit.transports.kafka.security makes).
+        "sasl_oauth_token_provider": CALLABLE,
+        "sasl_oauth_token_endpoint_url": HTTP_URL,
+        "sasl_oauth_client_id": STR,
+        "sasl_oauth_client_secret": STR,
+        "sasl_oauth_scope": STR,
     },
     "client": {
         "request_timeout_ms": POS,

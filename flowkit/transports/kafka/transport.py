@@ -16,7 +16,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.admin import ApiVersionRequest
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
 from .._kafka_common import (
@@ -30,6 +30,7 @@ from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
 from .clients import KafkaConsumer, KafkaProducer, KafkaTransactionalProducer
 from .errors import map_kafka_errors
+from .security import security_options
 from .settings import KINDS, check_settings
 
 __all__ = ["KafkaTransport"]
@@ -124,6 +125,24 @@ async def _connect(
     )
 
 
+def _description(exc: kerr.KafkaError) -> str:
+    description = getattr(exc, "description", None)
+    return str(description).rstrip(".") if description else type(exc).__name__
+
+
+async def _answers(conn: Any) -> bool:
+    """Whether an authenticated connection answers a request (ApiVersions) without an
+    error: a broker still waiting for the end of a refused SASL exchange answers
+    ILLEGAL_SASL_STATE, then closes the connection."""
+    versions: Any = ApiVersionRequest  # a list of versioned classes before aiokafka 0.13
+    try:
+        async with asyncio.timeout(10.0):
+            answer = await conn.send(versions[0]() if isinstance(versions, list) else versions())
+    except (OSError, TimeoutError, kerr.KafkaError):
+        return False
+    return getattr(answer, "error_code", 0) == 0
+
+
 class KafkaTransport:
     """Consumers, producers and topic administration over aiokafka.
 
@@ -145,12 +164,7 @@ class KafkaTransport:
         self._client: dict[str, Any] = {"bootstrap_servers": self.servers, **opts["client"]}
         self._producer, self._consumer = opts["producer"], opts["consumer"]
         self._group = opts["group"]
-        if "SSL" in self._client.get("security_protocol", ""):
-            files = {k[4:]: v for k, v in own.items() if k.startswith("ssl_")}
-            try:
-                self._client["ssl_context"] = create_ssl_context(**files)
-            except (OSError, ValueError) as exc:
-                raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
+        self._client.update(security_options(s))
         self._admin: Any = None
         self._read_committed = False  # set by transactional_producer(): exactly-once
         self._opened: set[KafkaConsumer | KafkaProducer] = set()
@@ -173,7 +187,7 @@ class KafkaTransport:
         refuses the certificate or the credentials; None if it accepts them, or if it cannot
         be reached (retried as any unreachable broker)."""
         host, _, port = server.rpartition(":")
-        keys = ("security_protocol", "ssl_context", "sasl_mechanism")
+        keys = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_oauth_token_provider")
         try:
             conn = await create_conn(
                 host,
@@ -191,11 +205,20 @@ class KafkaTransport:
             kerr.IllegalSaslStateError,
             kerr.AuthenticationFailedError,
         ) as exc:
-            reason = str(exc.args[0]) if exc.args else type(exc).__name__
+            # A refused handshake carries the connection, not words: then the error's own.
+            first = exc.args[0] if exc.args else None
+            reason = first if isinstance(first, str) else _description(exc)
             return authentication_failed(server, self._client, reason)
         except (OSError, TimeoutError, kerr.KafkaError):
             return None
-        conn.close()
+        try:
+            if self._client.get("sasl_mechanism") == "OAUTHBEARER" and not await _answers(conn):
+                # aiokafka takes the broker's refusal of a token (an error challenge, RFC
+                # 7628) for success; the broker's reason is in its own log only.
+                reason = "the broker refused the token (invalid, expired or not for it)"
+                return authentication_failed(server, self._client, reason)
+        finally:
+            conn.close()
         return None
 
     def consumer(

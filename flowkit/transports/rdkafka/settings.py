@@ -5,13 +5,16 @@ the checks that refuse an unknown name or a bad value with one ``ConfigurationEr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._kafka_common import (
     ACKS,
+    CALLABLE,
     COMPRESSION,
     DEAD_LETTER_ROOM,
+    HTTP_URL,
     ISOLATION,
     NONNEG,
     POS,
@@ -24,6 +27,7 @@ from .._kafka_common import (
     check_security,
     check_values,
 )
+from .._oauth import TokenProvider, token_and_expiry
 
 __all__ = ["DEFAULTS", "SETTINGS", "check_settings", "client_config"]
 
@@ -43,6 +47,14 @@ SETTINGS: dict[str, tuple[Check, str | None, str]] = {
     "ssl_cafile": (STR, "ssl.ca.location", "all"),
     "ssl_certfile": (STR, "ssl.certificate.location", "all"),
     "ssl_keyfile": (STR, "ssl.key.location", "all"),
+    "ssl_key_password": (STR, "ssl.key.password", "all"),
+    # OAUTHBEARER: a token provider (librdkafka's oauth_cb), or librdkafka's own OIDC
+    # client-credentials grant (sasl.oauthbearer.method=oidc, set by client_config).
+    "sasl_oauth_token_provider": (CALLABLE, None, "all"),
+    "sasl_oauth_token_endpoint_url": (HTTP_URL, "sasl.oauthbearer.token.endpoint.url", "all"),
+    "sasl_oauth_client_id": (STR, "sasl.oauthbearer.client.id", "all"),
+    "sasl_oauth_client_secret": (STR, "sasl.oauthbearer.client.secret", "all"),
+    "sasl_oauth_scope": (STR, "sasl.oauthbearer.scope", "all"),
     "acks": (ACKS, "acks", "producer"),
     "compression_type": (COMPRESSION, "compression.type", "producer"),
     "linger_ms": (NONNEG, "linger.ms", "producer"),
@@ -113,4 +125,19 @@ def client_config(settings: Mapping[str, Any], role: str) -> dict[str, Any]:
         _, prop, where = SETTINGS[name]
         if prop is not None and where in roles:
             config[prop] = "none" if value is None else value
+    if "sasl_oauth_token_endpoint_url" in settings:
+        config["sasl.oauthbearer.method"] = "oidc"
+    if "sasl_oauth_token_provider" in settings:
+        config["oauth_cb"] = _oauth_cb(settings["sasl_oauth_token_provider"])
     return config
+
+
+def _oauth_cb(provider: TokenProvider) -> Callable[[str], tuple[str, float]]:
+    """librdkafka's ``oauth_cb`` over a flowkit token provider: called (in the thread that
+    polls the client) with the unused ``sasl.oauthbearer.config``, it returns the token and
+    its expiry in Unix seconds."""
+
+    def oauth_cb(_config: str) -> tuple[str, float]:
+        return token_and_expiry(provider(), time.time())
+
+    return oauth_cb

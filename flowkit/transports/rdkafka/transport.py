@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from .._kafka_common import (
     certificate_refused,
     client_reason,
     create_missing,
+    tls_context,
     tls_refusal,
     topic_config,
 )
@@ -78,6 +78,8 @@ class RdkafkaTransport:
         self.servers = list(servers)
         self.url = "kafka://" + ",".join(self.servers) + "?client=rdkafka"
         self._settings = s = check_settings(settings)
+        if "SSL" in s.get("security_protocol", ""):
+            tls_context(s)  # a file librdkafka could not read, refused here in one line
         self._timeout = float(s["connect_timeout"])
         self.broker_watch = BrokerWatch(self.servers, float(s["broker_timeout"]))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,13 +115,7 @@ class RdkafkaTransport:
         if protocol == "PLAINTEXT":
             return None
         if "SSL" in protocol:  # Python's TLS names the certificate problem precisely
-            try:
-                context = ssl.create_default_context(cafile=self._settings.get("ssl_cafile"))
-                if "ssl_certfile" in self._settings:
-                    certfile = self._settings["ssl_certfile"]
-                    context.load_cert_chain(certfile, self._settings.get("ssl_keyfile"))
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigurationError(f"Kafka ssl_* settings: {exc}") from exc
+            context = tls_context(self._settings)
             for server in self.servers:
                 if refused := await tls_refusal(server, context, timeout=5.0):
                     return refused
@@ -127,7 +123,9 @@ class RdkafkaTransport:
         reason, self._refused = self._refused, None
         if reason is None:
             return None
-        server = reason.split("://", 1)[-1].split("/", 1)[0]
+        # librdkafka names the broker ("sasl_plaintext://host:port/1: ...") unless the
+        # token could not be had at all (OAUTHBEARER: no broker was asked yet).
+        server = reason.split("://", 1)[1].split("/", 1)[0] if "://" in reason else self.servers[0]
         if "SSL" in reason and "authentication" not in reason.lower():
             return certificate_refused(server, client_reason(reason))
         reason = client_reason(reason).removeprefix("SASL authentication error: ")
@@ -150,6 +148,9 @@ class RdkafkaTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         first = True
+        if "sasl_oauth_token_provider" in self._settings:
+            # librdkafka asks oauth_cb for a token only within a poll: one before the wait.
+            await loop.run_in_executor(None, _poll_quietly, client)
         while True:
             limit = deadline - loop.time()
             wait = max(min(limit, 1.0) if first else limit, 0.01)
