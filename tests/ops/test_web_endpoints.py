@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from flowkit.errors import FlowkitError
 from flowkit.runtime.web import WebServer
 from flowkit.runtime.web_endpoints import (
     SECRET_VAR,
@@ -120,14 +121,20 @@ async def test_forged_and_malformed_adverts_are_passed_over(make_driver: DriverF
                 signed(web_two.url.encode(), advert_value(web_two.url, [], at=1.0)),
             ),
         ]
-        skipped = directory.skipped
+        skipped, sent = directory.skipped, 0
         for value, options in hostile:
-            await one.send_raw(topic, value, **options)  # type: ignore[arg-type]
+            try:  # one at a time: a record the broker refuses takes no other with it
+                await (await one.send_raw(topic, value, **options))  # type: ignore[arg-type]
+            except FlowkitError:
+                # Apache Kafka refuses a record without a key on a compacted topic.
+                assert options["key"] is None and one.worker.transport.url.startswith("kafka")
+                continue
+            sent += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20.0
-        while directory.skipped < skipped + len(hostile) and loop.time() < deadline:
+        while directory.skipped < skipped + sent and loop.time() < deadline:
             await asyncio.sleep(0.02)
-        assert directory.skipped == skipped + len(hostile)
+        assert directory.skipped == skipped + sent
         assert directory.owners() == dict.fromkeys(theirs, web_two.url)
         table = build("x", partitions=4).tables["counts"]
         for user in USERS:
