@@ -8,17 +8,25 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from flowkit.errors import FlowkitError
+from flowkit.records import Headers, Message
 from flowkit.runtime.web import WebServer
 from flowkit.runtime.web_endpoints import (
     SECRET_VAR,
+    BadAdvert,
+    EndpointDirectory,
     advert_value,
+    check_advert,
     check_url,
     signed_headers,
 )
 from flowkit.runtime.web_tables import endpoints_topic
 from flowkit.testing import TestDriver
+from flowkit.transports import MemoryTransport
 from tests.conftest import APACHE_KAFKA, DriverFactory
 from tests.ops.webapp import Click, build
 
@@ -236,3 +244,55 @@ async def test_without_a_secret_nothing_is_advertised_or_believed(
 def test_only_plain_http_urls_are_advertised() -> None:
     assert check_url("http://127.0.0.1:9100") == "http://127.0.0.1:9100"
     assert check_url("https://[::1]:443") == "https://[::1]:443"
+
+
+def message(offset: int, key: bytes | None, value: bytes | None, headers: Headers = ()) -> Message:
+    return Message("app-web-endpoints", 0, offset, 0, key, value, headers)
+
+
+async def test_records_passed_over_log_one_line_per_reason() -> None:
+    async with MemoryTransport() as transport:
+        directory = EndpointDirectory(transport, "app-web-endpoints", SECRET, "http://me:1")
+        flood = [message(i, b"http://x:1", b"{}") for i in range(500)]
+        flood += [message(500 + i, b"http://x:1", None) for i in range(500)]
+        with capture_logs() as logs:
+            directory.apply(flood)
+        assert directory.skipped == 1_000 and directory.owners() == {}
+        assert [(line["reason"], line["offset"]) for line in logs] == [
+            ("not signed", 0),
+            ("a tombstone", 500),
+        ]
+
+
+URLS = st.from_regex(r"(https?|ftp|)://[a-z0-9.\-\[\]:@/ \r\n]{0,20}(:[0-9]{0,6})?", fullmatch=True)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
+    """A key and value: bytes, or an advert of some URL keyed by it (or by other bytes)."""
+    if draw(st.booleans()):
+        return draw(st.none() | st.binary(max_size=40)), draw(st.none() | st.binary(max_size=80))
+    url = draw(URLS | st.text(max_size=30))
+    partitions = draw(st.lists(st.integers(-3, 3), max_size=4))
+    value = advert_value(url, partitions, at=draw(st.floats()))
+    return draw(st.just(url.encode()) | st.binary(max_size=10)), value
+
+
+@settings(max_examples=500, deadline=None)
+@given(record=records(), signature=st.none() | st.binary(max_size=70), sign=st.booleans())
+def test_any_record_is_an_advert_with_a_good_url_or_passed_over(
+    record: tuple[bytes | None, bytes | None], signature: bytes | None, sign: bool
+) -> None:
+    # Signed or not, whatever a record holds never raises anything but BadAdvert, and what
+    # is believed names a plain http(s)://host:port, its own key.
+    key, value = record
+    topic = "app-web-endpoints"
+    headers: Headers = (("flowkit-signature", signature),)
+    if sign and key is not None and value is not None:
+        headers = signed_headers(SECRET, topic, key, value)
+    try:
+        advert = check_advert(SECRET, topic, key, value, headers)
+    except BadAdvert:
+        return
+    assert sign and check_url(advert.url) == advert.url and key == advert.url.encode()
+    assert "\r" not in advert.url and "\n" not in advert.url and "@" not in advert.url
