@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -20,9 +20,11 @@ from aiohttp import web
 from flowkit.runtime.process_web import GroupWebServer
 from flowkit.runtime.processes import ProcessGroup
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 
 @asynccontextmanager
-async def serving(handler: web.Handler) -> AsyncIterator[str]:
+async def serving(handler: Handler) -> AsyncIterator[str]:
     """An HTTP server on 127.0.0.1 answering every GET with ``handler``; yields its URL."""
     app = web.Application()
     app.router.add_get("/{tail:.*}", handler)
