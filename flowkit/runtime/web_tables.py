@@ -28,8 +28,10 @@ from ..state import GlobalTable, Table, WindowedStore, WindowedTable
 from ..transports import Ack, TopicSpec
 from .web_endpoints import (
     SECRET_VAR,
+    BadAdvert,
     EndpointDirectory,
     advert_value,
+    check_url,
     secret_from_env,
     signed_headers,
 )
@@ -84,6 +86,14 @@ class TableQueries:
         await transport.create_topics([TopicSpec(self.topic, 1, compacted=True)])
         self.directory = EndpointDirectory(transport, self.topic, self.secret, self.server.url)
         await self.directory.start()
+        try:
+            check_url(self.server.url)
+        except BadAdvert:  # the others would pass it over: say so once, here
+            log.warning(
+                "not advertising the web endpoint: other workers take only http://host:port",
+                url=self.server.url,
+            )
+            return
         self._task = asyncio.create_task(self._advertise_loop(), name="web-advertise")
 
     async def aclose(self) -> None:

@@ -296,3 +296,15 @@ def test_any_record_is_an_advert_with_a_good_url_or_passed_over(
         return
     assert sign and check_url(advert.url) == advert.url and key == advert.url.encode()
     assert "\r" not in advert.url and "\n" not in advert.url and "@" not in advert.url
+
+
+async def test_an_endpoint_others_could_not_take_is_not_advertised() -> None:
+    # Listening on "::" makes the URL http://:::PORT, which no other worker would believe.
+    app = build("webipv6", partitions=2)
+    with capture_logs() as logs:
+        async with TestDriver(app, web_port=0, web_host="::") as driver:
+            web = driver.worker.web
+            assert web is not None and web.tables.directory is not None
+            await driver.run_until_idle()
+            assert web.tables.advertised is None
+    assert [line["url"] for line in logs if "not advertising" in line["event"]] == [web.url]
