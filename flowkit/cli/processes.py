@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from ..runtime import Worker
 from ..runtime.process_metrics import totals
 from ..runtime.process_web import GroupWebServer
 from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..runtime.web_endpoints import SECRET_VAR
 from ..transports import parse_broker_url
 
 __all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
@@ -71,6 +73,10 @@ def run_group(
     if web_port is not None:  # each child serves on a private port the parent asks
         argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
     env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password
+    if web_port is not None and not env.get(SECRET_VAR):
+        # The children sign their web adverts with it: they redirect table reads to each
+        # other, and believe no one else's adverts.
+        env[SECRET_VAR] = secrets.token_hex(32)
     return asyncio.run(_run(argv, env, processes, web_host, web_port))
 
 

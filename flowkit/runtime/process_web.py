@@ -9,12 +9,15 @@ given; each child serves its own endpoint on a private port of 127.0.0.1 (listed
   its group, holds its tables' state), else 503; the body lists each process;
 - ``/health`` 200 while the parent runs and has not given up, else 503;
 - ``/tables...`` passed on to a running child, which finds the process that holds a key.
+  The parent follows no redirect but one: a child's ``307`` to another child of this
+  group is asked of that child; any other redirect is answered as it is, never fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +30,7 @@ from .processes import Child, ProcessGroup
 __all__ = ["GroupWebServer"]
 
 _ASK_TIMEOUT = 2.0  # seconds a child has to answer the parent
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class GroupWebServer:
@@ -126,13 +130,35 @@ class GroupWebServer:
             if url is None:
                 continue
             try:
-                timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
-                async with self.session.get(url + request.path_qs, timeout=timeout) as response:
-                    return web.Response(
-                        body=await response.read(),
-                        status=response.status,
-                        content_type=response.content_type,
-                    )
+                return await self._ask(url + request.path_qs, hops=1)
             except (aiohttp.ClientError, TimeoutError):
                 continue  # that one is going away: ask the next
         return web.json_response({"error": "no worker process is serving yet"}, status=503)
+
+    async def _ask(self, url: str, *, hops: int) -> web.Response:
+        """A child's answer to a table read; its redirect to another child of this group is
+        asked of that child (``hops`` times at most), any other is answered as it is."""
+        timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
+        async with self.session.get(url, timeout=timeout, allow_redirects=False) as response:
+            location = response.headers.get("Location")
+            if response.status in _REDIRECTS and location is not None:
+                target = self._child_target(location)
+                if target is not None and hops > 0:
+                    return await self._ask(target, hops=hops - 1)
+                return web.Response(status=response.status, headers={"Location": location})
+            return web.Response(
+                body=await response.read(),
+                status=response.status,
+                content_type=response.content_type,
+            )
+
+    def _child_target(self, location: str) -> str | None:
+        """``location`` if it is a table read at a running child of this group, else None."""
+        try:
+            target = urlsplit(location)
+        except ValueError:
+            return None
+        if not target.path.startswith("/tables/"):
+            return None
+        origin = f"{target.scheme}://{target.netloc}"
+        return location if origin in {child.url() for child in self.group.children} else None

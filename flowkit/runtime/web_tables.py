@@ -3,20 +3,20 @@
 ``GET /tables`` lists the app's tables; ``GET /tables/<name>/<key>`` answers the value of
 ``key`` as JSON (a windowed table: the windows this worker knows for the key, open and
 closed until they expire; ``?at=<ms>`` the window holding that time). A key is held by the
-worker that owns its partition. Each worker with a web endpoint advertises, on the
-compacted topic ``<app>-web-endpoints``, its URL and the partitions it holds (again after
-each rebalance); a worker asked for a key it does not hold reads those advertisements and
-answers ``307`` to the owner's URL, or ``404`` naming the partition when nobody holds it.
-That is the interactive-query scheme of Kafka Streams, with the group's own broker as
-the directory.
+worker that owns its partition. When the group's workers share a secret
+(``FLOWKIT_WEB_SECRET``), each worker with a web endpoint advertises, on the compacted
+topic ``<app>-web-endpoints``, its URL and the partitions it holds (again after each
+rebalance), signed with that secret; each follows the signed adverts of the others
+(``web_endpoints``), and answers a key it does not hold with ``307`` to the owner's URL,
+or ``404`` naming the partition when nobody holds it. That is the interactive-query
+scheme of Kafka Streams, with the group's own broker as the directory. Without the secret
+a worker neither advertises nor redirects.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -24,9 +24,17 @@ import structlog
 from aiohttp import web
 
 from ..codecs import DECODE_FAILURES
-from ..records import Message, TopicPartition
 from ..state import GlobalTable, Table, WindowedStore, WindowedTable
-from ..transports import Ack, TopicSpec, read_topic
+from ..transports import Ack, TopicSpec
+from .web_endpoints import (
+    SECRET_VAR,
+    BadAdvert,
+    EndpointDirectory,
+    advert_value,
+    check_url,
+    secret_from_env,
+    signed_headers,
+)
 
 if TYPE_CHECKING:
     from .web import WebServer
@@ -39,16 +47,6 @@ log = structlog.get_logger(__name__)
 _ADVERTISE_EVERY = 0.5  # seconds between looks at the assignment
 # A key in a URL that does not decode, or decodes to a list or an object (no dict key).
 _NOT_A_KEY: tuple[type[Exception], ...] = (*DECODE_FAILURES, TypeError)
-
-
-class _Advert(msgspec.Struct):
-    """What a worker advertises (its URL is the record's key)."""
-
-    partitions: list[int]
-    at: float
-
-
-_decode_advert = msgspec.json.Decoder(_Advert).decode
 
 
 def endpoints_topic(app_name: str) -> str:
@@ -65,6 +63,10 @@ class TableQueries:
         self.topic = endpoints_topic(worker.app.name)
         self._task: asyncio.Task[None] | None = None
         self.advertised: list[int] | None = None
+        self._advertised_at = 0.0
+        # Read when the server is made (not at import): the secret the group signs with.
+        self.secret = secret_from_env()
+        self.directory: EndpointDirectory | None = None
 
     def add_routes(self, app: web.Application) -> None:
         """Register the routes on the aiohttp application."""
@@ -76,22 +78,41 @@ class TableQueries:
         return bool(self.worker.state.partitioned)
 
     async def start(self) -> None:
-        """Advertise this worker's endpoint while it runs (apps with partitioned tables)."""
-        if self._partitioned:
-            await self.worker.transport.create_topics([TopicSpec(self.topic, 1, compacted=True)])
-            self._task = asyncio.create_task(self._advertise_loop(), name="web-advertise")
+        """Advertise this worker's endpoint and follow the others' while it runs (apps
+        with partitioned tables, in a group that shares a secret)."""
+        if not self._partitioned or self.secret is None:
+            return
+        transport = self.worker.transport
+        await transport.create_topics([TopicSpec(self.topic, 1, compacted=True)])
+        self.directory = EndpointDirectory(transport, self.topic, self.secret, self.server.url)
+        await self.directory.start()
+        try:
+            check_url(self.server.url)
+        except BadAdvert:  # the others would pass it over: say so once, here
+            log.warning(
+                "not advertising the web endpoint: other workers take only http://host:port",
+                url=self.server.url,
+            )
+            return
+        self._task = asyncio.create_task(self._advertise_loop(), name="web-advertise")
 
     async def aclose(self) -> None:
-        """Stop advertising; say that this worker holds nothing any more."""
+        """Stop advertising and following the others' adverts."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self.directory is not None:
+            await self.directory.aclose()
 
     async def advertise_gone(self) -> None:
         """Tell the group this endpoint holds nothing (the worker is stopping)."""
         if self.advertised:
             await self._advertise([])
+
+    def owners(self) -> dict[int, str]:
+        """partition -> URL of the other worker that advertised it last."""
+        return {} if self.directory is None else self.directory.owners()
 
     # -- advertisement --------------------------------------------------------------------
 
@@ -114,39 +135,17 @@ class TableQueries:
 
     async def _advertise(self, held: list[int]) -> None:
         publisher = self.worker.publisher
-        if publisher is None:
+        if publisher is None or self.secret is None:
             return
         url = self.server.url
-        body = json.dumps({"url": url, "partitions": held, "at": time.time()}).encode()
-        ack = await publisher.send_bytes(self.topic, body, key=url.encode())
+        # Later than the last one even if the clock stepped back: the newest advert wins.
+        at = self._advertised_at = max(time.time(), self._advertised_at + 0.001)
+        value, key = advert_value(url, held, at=at), url.encode()
+        headers = signed_headers(self.secret, self.topic, key, value)
+        ack = await publisher.send_bytes(self.topic, value, key=key, headers=headers)
         if not isinstance(ack, Ack):  # the memory broker stored it already
             await ack
         self.advertised = held
-
-    async def owners(self) -> dict[int, str]:
-        """partition -> URL of the worker that advertised it last (other than this one)."""
-        latest: dict[str, _Advert] = {}
-
-        def apply(tp: TopicPartition, messages: Sequence[Message]) -> None:
-            for m in messages:
-                if m.key is None or m.value is None:
-                    continue
-                # Anyone with produce rights may write here: a record that is not an
-                # advertisement is passed over.
-                try:
-                    latest[m.key.decode()] = _decode_advert(m.value)
-                except DECODE_FAILURES:
-                    continue
-
-        await read_topic(self.worker.transport, self.topic, apply, client_id="flowkit-web")
-        claims: dict[int, tuple[float, str]] = {}
-        for url, advert in latest.items():
-            if url == self.server.url:
-                continue
-            for p in advert.partitions:
-                if p not in claims or advert.at > claims[p][0]:
-                    claims[p] = (advert.at, url)
-        return {p: url for p, (_, url) in claims.items()}
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -190,7 +189,13 @@ class TableQueries:
                 return self._windows(name, key, partition, store, request.query.get("at"))
         elif isinstance(table, Table) and partition in store.held():
             return self._value(name, key, partition, store)
-        owner = (await self.owners()).get(partition)
+        if self.directory is None:
+            return _error(
+                404,
+                f"key {raw!r} is in partition {partition}, which this worker does not hold; "
+                f"workers redirect to each other only when they share {SECRET_VAR}",
+            )
+        owner = self.directory.owner(partition)
         if owner is None:
             return _error(
                 404, f"key {raw!r} is in partition {partition}, which no worker of the group holds"

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 
@@ -69,6 +70,19 @@ def get(url: str) -> tuple[int, str]:
 
 async def aget(url: str) -> tuple[int, str]:
     return await asyncio.to_thread(get, url)
+
+
+async def table_read(url: str, deadline: float) -> tuple[int, dict[str, Any]]:
+    """A table read that follows no redirect, asked again while it answers 404 (the
+    children learn where each other's partitions are a moment after they join)."""
+    end = asyncio.get_running_loop().time() + deadline
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(url, allow_redirects=False) as response:
+                body = await response.json(content_type=None)
+                if response.status != 404 or asyncio.get_running_loop().time() > end:
+                    return response.status, body
+            await asyncio.sleep(0.1)
 
 
 def records_in(metrics_text: str) -> float:
@@ -132,6 +146,14 @@ async def test_two_processes_share_the_work_survive_a_kill_and_stop_together(
     assert all(n > 0 for n in own), own  # both did part of the work
     assert "flowkit_consumer_lag_records" in text  # the live figures, asked of the children
     assert re.search(r"^flowkit_assigned_partitions \S+$", text, re.M)
+
+    # 2b. Every key is answered by the parent itself, whichever child holds it: a child
+    # that does not redirects to the other (their adverts signed with the secret the
+    # parent gave them), and the parent asks that child.
+    for n in range(16):
+        key = f"k{n}"
+        status, body = await table_read(web + f"/tables/seen/{key}", deadline=10)
+        assert status == 200 and body["key"] == key, body
 
     # 3. kill -9 of one child mid-run: restarted, /ready flips, nothing is missing.
     acks += await client.produce(ITEMS, items(1_500, 2_500))
