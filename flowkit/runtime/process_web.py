@@ -9,11 +9,16 @@ given; each child serves its own endpoint on a private port of 127.0.0.1 (listed
   its group, holds its tables' state), else 503; the body lists each process;
 - ``/health`` 200 while the parent runs and has not given up, else 503;
 - ``/tables...`` passed on to a running child, which finds the process that holds a key.
+
+The parent applies the same token, Host allow-list and limits as a worker's endpoint
+(``web_access``, ``web_limits``); its children get the token through their environment,
+and the parent sends it with what it asks them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -23,6 +28,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from ..errors import ConfigurationError
 from .process_metrics import GroupCollector
 from .processes import Child, ProcessGroup
+from .server_logs import ServerLogs
+from .web_access import WebAccess, WebToken
+from .web_limits import BoundedListener, WebLimits
 
 __all__ = ["GroupWebServer"]
 
@@ -32,10 +40,24 @@ _ASK_TIMEOUT = 2.0  # seconds a child has to answer the parent
 class GroupWebServer:
     """Serves a process group's metrics, readiness and health over HTTP."""
 
-    def __init__(self, group: ProcessGroup, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        group: ProcessGroup,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: WebToken | str | None = None,
+        allowed_hosts: list[str] | None = None,
+        limits: WebLimits | None = None,
+    ) -> None:
         self.group = group
         self.host = host
         self.port = port
+        self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
+        self.limits = limits or WebLimits()
+        self.listener = BoundedListener(self.limits, self._probe)
+        token_ = self.access.token
+        self._logs = ServerLogs([token_.reveal()] if token_ is not None else [])
         self.collector = GroupCollector(group)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -49,7 +71,10 @@ class GroupWebServer:
 
     def application(self) -> web.Application:
         """The aiohttp application (routes only; ``start`` serves it)."""
-        app = web.Application()
+        app = web.Application(
+            middlewares=[self.listener.middleware, self.access.middleware],
+            client_max_size=self.limits.max_body,
+        )
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/health", self._health)
@@ -58,24 +83,32 @@ class GroupWebServer:
 
     async def start(self) -> None:
         """Listen; a port in use or a host not of this machine is a ``ConfigurationError``."""
-        self._session = aiohttp.ClientSession()
-        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        token = self.access.token
+        # The children want the token too (aiohttp drops it on a redirect to another origin).
+        self._session = aiohttp.ClientSession(headers=token.header() if token else None)
+        runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            handle_signals=False,
+            **self.listener.runner_options(),
+        )
         await runner.setup()
         try:
-            await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
+            self.port = await self.listener.start(runner, self.host, self.port)
         except OSError as exc:
             await self.aclose()
             await runner.cleanup()
             raise ConfigurationError(f"cannot serve on {self.host}:{self.port} ({exc})") from None
+        self._logs.install()
         self._runner = runner
-        if self.port == 0:
-            self.port = int(runner.addresses[0][1])
 
     async def aclose(self) -> None:
         """Stop listening. Idempotent."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
+            self.listener.close()
             await runner.cleanup()
+            self._logs.uninstall()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -111,14 +144,22 @@ class GroupWebServer:
         return {"process": child.index, "pid": child.pid, "url": url, "ready": ready}
 
     async def _health(self, request: web.Request) -> web.Response:
+        status, body = self._probe("/health")
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    def _probe(self, path: str) -> tuple[int, bytes]:
+        """``/health``, also for connections past the limit; readiness asks the children,
+        which takes time: past the limit, ``/ready`` is 503."""
         group = self.group
+        if path != "/health":
+            return 503, b'{"ready": false, "error": "busy: too many connections"}'
         alive = group.failed is None
         running = sum(child.pid is not None for child in group.children)
         body: dict[str, Any] = {"alive": alive, "processes": len(group.children)}
         body["running"] = running
         if group.failed is not None:
             body["error"] = group.failed
-        return web.json_response(body, status=200 if alive else 503)
+        return (200 if alive else 503), json.dumps(body).encode()
 
     async def _tables(self, request: web.Request) -> web.Response:
         for child in self.group.children:
@@ -126,13 +167,22 @@ class GroupWebServer:
             if url is None:
                 continue
             try:
-                timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
-                async with self.session.get(url + request.path_qs, timeout=timeout) as response:
-                    return web.Response(
-                        body=await response.read(),
-                        status=response.status,
-                        content_type=response.content_type,
-                    )
+                status, body, ctype, location = await self._ask(url + request.path_qs)
+                # A child sends a key another child holds there; the parent goes itself,
+                # with the token (it goes only to its own children with it).
+                if status == 307 and location.startswith(self._children()):
+                    status, body, ctype, location = await self._ask(location)
             except (aiohttp.ClientError, TimeoutError):
                 continue  # that one is going away: ask the next
+            headers = {"Location": location} if location else None
+            return web.Response(body=body, status=status, content_type=ctype, headers=headers)
         return web.json_response({"error": "no worker process is serving yet"}, status=503)
+
+    def _children(self) -> tuple[str, ...]:
+        return tuple(f"{url}/" for c in self.group.children if (url := c.url()) is not None)
+
+    async def _ask(self, url: str) -> tuple[int, bytes, str, str]:
+        timeout = aiohttp.ClientTimeout(total=_ASK_TIMEOUT)
+        async with self.session.get(url, timeout=timeout, allow_redirects=False) as response:
+            location = response.headers.get("Location", "")
+            return response.status, await response.read(), response.content_type, location

@@ -157,9 +157,7 @@ class WebAccess:
                 {"error": "this endpoint does not answer to that host name (Host header)"},
                 status=421,
             )
-        if self.token is not None and not self.token.matches(
-            request.headers.get("Authorization")
-        ):
+        if self.token is not None and not self.token.matches(request.headers.get("Authorization")):
             return await self.refused(request)
         return await handler(request)
 
