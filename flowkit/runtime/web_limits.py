@@ -256,6 +256,7 @@ class BoundedListener:
             "max_line_size": 8190,
             "max_field_size": 8190,
             "max_headers": 64,
+            "lingering_time": 1.0,  # reading the rest of a refused body, at most
         }
 
     async def start(self, runner: web.AppRunner, host: str, port: int) -> int:
