@@ -147,6 +147,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.listener.pending -= 1
         self.listener.connections[transport] = self
         self.arm()
         self.inner.connection_made(transport)
@@ -240,6 +241,7 @@ class BoundedListener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connections: dict[asyncio.Transport, _Connection] = {}
         self.waiting = 0  # connections that owe us a request's headers
+        self.pending = 0  # connections accepted and not made yet
         self.overflow = 0
         self.refused = 0  # connections answered past the limit, since the start
         self.timeouts = 0  # connections closed for sending their headers too slowly
@@ -271,8 +273,11 @@ class BoundedListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _protocol(self) -> asyncio.Protocol:
-        if len(self.connections) < self.max_connections:
+        # asyncio accepts a backlog's worth of connections before the first of them is
+        # made: the ones not made yet count too.
+        if len(self.connections) + self.pending < self.max_connections:
             assert self._factory is not None
+            self.pending += 1
             return _Connection(self, self._factory())
         if self.overflow < self.max_overflow:
             return _Overflow(self)
