@@ -142,8 +142,10 @@ def main() -> None:
         quiet = asyncio.run(run(data, port, False, args))
         port = _free_port()
         flooder = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.web_flood", "--flood", str(port)]
-            + ["--clients", str(args.clients), "--max-seconds", str(args.max_seconds)],
+            [
+                *(sys.executable, "-m", "benchmarks.web_flood", "--flood", str(port)),
+                *("--clients", str(args.clients), "--max-seconds", str(args.max_seconds)),
+            ],
             stdout=subprocess.PIPE,
         )
         try:
