@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import flowkit
 from benchmarks.ysb import START_MS, loaded_broker, payloads
@@ -101,9 +102,14 @@ async def flood(port: int, clients: int, seconds: float) -> dict[str, object]:
             "health_failed": failures[0]}  # fmt: skip
 
 
-async def run(data: list[tuple[bytes, bytes]], port: int, flooder: bool, args: object) -> float:
-    """Records per second over the whole input, the web endpoint on ``port``."""
+async def run(
+    data: list[tuple[bytes, bytes]], port: int, before: Callable[[], object] | None = None
+) -> float:
+    """Records per second over the whole input, the web endpoint on ``port``; ``before``
+    is called once the broker holds the input, before the worker starts."""
     broker = await loaded_broker(data)
+    if before is not None:
+        before()
     app = ysb.make_app(generate=False, on_close=None)
     worker = flowkit.Worker(
         app,
@@ -139,26 +145,28 @@ def main() -> None:
     for i in range(args.repeat):
         port = _free_port()
         gc.collect()
-        quiet = asyncio.run(run(data, port, False, args))
+        quiet = asyncio.run(run(data, port))
         port = _free_port()
-        flooder = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "benchmarks.web_flood", "--flood", str(port)),
-                *("--clients", str(args.clients), "--max-seconds", str(args.max_seconds)),
-            ],
-            stdout=subprocess.PIPE,
-        )
-        try:
+        command = [sys.executable, "-m", "benchmarks.web_flood", "--flood", str(port)]
+        command += ["--clients", str(args.clients), "--max-seconds", str(args.max_seconds)]
+        flooders: list[subprocess.Popen[bytes]] = []  # noqa: B023 (one round at a time)
+
+        def start_flood(command: list[str] = command) -> None:
+            flooder = subprocess.Popen(command, stdout=subprocess.PIPE)
+            flooders.append(flooder)
             assert flooder.stdout is not None
             assert flooder.stdout.readline() == b"up\n"
             time.sleep(0.5)  # its clients are knocking before the worker listens
+
+        try:
             gc.collect()
-            flooded = asyncio.run(run(data, port, True, args))
-            out, _ = flooder.communicate(timeout=args.max_seconds + 30)
+            flooded = asyncio.run(run(data, port, start_flood))
+            out, _ = flooders[0].communicate(timeout=args.max_seconds + 30)
         finally:
-            if flooder.poll() is None:
-                flooder.kill()
-                flooder.wait()
+            for flooder in flooders:
+                if flooder.poll() is None:
+                    flooder.kill()
+                    flooder.wait()
         result = json.loads(out.splitlines()[-1])
         latencies += result["health"]
         failed += result["health_failed"]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +42,10 @@ Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
 _OVERFLOW_READ = 4096  # bytes an overflow connection may send before its answer
 _OVERFLOW_TIMEOUT = 2.0  # seconds it has to send them
+_BACKLOG = 128  # connections the kernel holds for us to accept
+_REFUSALS = 200  # connections past the limit answered (or closed) per second, at most
+_ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,6 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.listener.pending -= 1
         self.listener.connections[transport] = self
         self.arm()
         self.inner.connection_made(transport)
@@ -184,7 +189,6 @@ class _Overflow(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.listener.overflow += 1
-        self.listener.refused += 1
         self._timer = self.listener.loop.call_later(_OVERFLOW_TIMEOUT, transport.abort)
 
     def data_received(self, data: bytes) -> None:
@@ -220,12 +224,6 @@ class _Overflow(asyncio.Protocol):
             self._timer.cancel()
 
 
-class _Dropped(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.abort()
-
-
 class BoundedListener:
     """Serves an aiohttp ``AppRunner`` on ``host:port`` within ``limits``.
 
@@ -241,11 +239,13 @@ class BoundedListener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connections: dict[asyncio.Transport, _Connection] = {}
         self.waiting = 0  # connections that owe us a request's headers
-        self.pending = 0  # connections accepted and not made yet
         self.overflow = 0
         self.refused = 0  # connections answered past the limit, since the start
         self.timeouts = 0  # connections closed for sending their headers too slowly
-        self._server: asyncio.AbstractServer | None = None
+        self._socket: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        # Connections past the limit answered per second, at most (then they wait).
+        self._refusals = Pacer(_REFUSALS, _REFUSALS // 4, float("inf"), time.monotonic)
         self._factory: Callable[[], asyncio.Protocol] | None = None
         self._pacer = Pacer(limits.rate, limits.burst, limits.max_wait, time.monotonic)
         self._busy = asyncio.Semaphore(limits.concurrency)
@@ -262,27 +262,65 @@ class BoundedListener:
         }
 
     async def start(self, runner: web.AppRunner, host: str, port: int) -> int:
-        """Listen (``runner`` set up); the port listened on."""
-        self._loop = asyncio.get_running_loop()
+        """Listen (``runner`` set up); the port listened on. A name or address that does
+        not resolve or bind raises ``OSError``."""
+        self._loop = loop = asyncio.get_running_loop()
         server = runner.server
         assert server is not None, "set the runner up first"
         self._factory = server
-        self._server = await self._loop.create_server(
-            self._protocol, host, port, reuse_address=True, backlog=128
-        )
-        return int(self._server.sockets[0].getsockname()[1])
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._socket = sock
+        self._accepting = loop.create_task(self._accept(sock), name="web-accept")
+        return int(sock.getsockname()[1])
 
-    def _protocol(self) -> asyncio.Protocol:
-        # asyncio accepts a backlog's worth of connections before the first of them is
-        # made: the ones not made yet count too.
-        if len(self.connections) + self.pending < self.max_connections:
+    async def _accept(self, sock: socket.socket) -> None:
+        # Our own accept loop rather than asyncio's: past the limit it slows down, so
+        # that a crowd connecting again and again waits in the kernel's backlog (and
+        # then in its clients' SYN retries) instead of taking the worker's time.
+        loop = self.loop
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, say: wait for some
+                loop.call_exception_handler(
+                    {"message": "accepting a web connection failed", "exception": exc}
+                )
+                await asyncio.sleep(_ACCEPT_RETRY)
+                continue
+            conn.setblocking(False)
+            protocol = self._protocol()
+            if protocol is None:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                conn.close()
+            else:
+                try:
+                    await loop.connect_accepted_socket(lambda p=protocol: p, conn)  # type: ignore[misc]
+                except OSError:
+                    conn.close()
+                    continue
+            if not isinstance(protocol, _Connection):
+                delay = self._refusals.delay()
+                if delay:
+                    await asyncio.sleep(delay)
+
+    def _protocol(self) -> asyncio.Protocol | None:
+        if len(self.connections) < self.max_connections:
             assert self._factory is not None
-            self.pending += 1
             return _Connection(self, self._factory())
+        self.refused += 1
         if self.overflow < self.max_overflow:
             return _Overflow(self)
-        self.refused += 1
-        return _Dropped()
+        return None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -291,9 +329,12 @@ class BoundedListener:
 
     def close(self) -> None:
         """Stop accepting; open connections are the runner's to close."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._accepting is not None:
+            self._accepting.cancel()
+            self._accepting = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
     @property
     def full(self) -> bool:
