@@ -41,7 +41,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
 _OVERFLOW_READ = 4096  # bytes an overflow connection may send before its answer
-_OVERFLOW_TIMEOUT = 2.0  # seconds it has to send them
+_OVERFLOW_TIMEOUT = 1.0  # seconds it has to send them
 _BACKLOG = 128  # connections the kernel holds for us to accept
 _REFUSALS = 200  # connections past the limit answered (or closed) per second, at most
 _ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
