@@ -29,6 +29,7 @@ async function api(path) {
 
 function askForToken() {
   const form = document.getElementById("login");
+  if (!form.hidden) return;  // asked already
   form.hidden = false;
   document.getElementById("state").textContent = "needs its token";
   document.getElementById("state").className = "badge down";
@@ -38,7 +39,7 @@ function askForToken() {
     sessionStorage.setItem(TOKEN_KEY, field.value.trim());
     field.value = "";
     form.hidden = true;
-    start();
+    if (!started) start();
   }, { once: true });
 }
 
@@ -159,6 +160,7 @@ async function poll() {
     const response = await api("/status");
     show(await response.json());
   } catch (err) {
+    if (err instanceof Unauthorized) { askForToken(); return; }
     const badge = document.getElementById("state");
     badge.textContent = "unreachable";
     badge.className = "badge down";
@@ -170,9 +172,16 @@ async function lookup(event) {
   const table = document.getElementById("lookup-table").value;
   const key = document.getElementById("lookup-key").value;
   const out = document.getElementById("lookup-result");
-  const response = await api(`/tables/${encodeURIComponent(table)}/${encodeURIComponent(key)}`);
-  out.textContent = JSON.stringify(await response.json(), null, 2);
+  try {
+    const response = await api(`/tables/${encodeURIComponent(table)}/${encodeURIComponent(key)}`);
+    out.textContent = JSON.stringify(await response.json(), null, 2);
+  } catch (err) {
+    if (err instanceof Unauthorized) askForToken();
+    else throw err;
+  }
 }
+
+let started = false;  // the graph is drawn and the figures polled
 
 async function start() {
   let graph;
@@ -184,6 +193,7 @@ async function start() {
   }
   document.getElementById("app").textContent = graph.app;
   document.title = `${graph.app} · flowkit`;
+  started = true;
   draw(graph);
   document.getElementById("lookup").addEventListener("submit", lookup);
   await poll();
@@ -191,4 +201,5 @@ async function start() {
 }
 
 takeTokenFromAddress();
+window.addEventListener("hashchange", takeTokenFromAddress);
 start();
