@@ -6,8 +6,11 @@ and ``BoundedListener`` holds it to that:
 
 - at most ``max_connections`` connections at once (and never more than a quarter of the
   process's file descriptors). One more is answered at once and closed: a probe
-  (``GET /health``, ``GET /ready``) with its answer, anything else with ``503``. Past
-  that, a connection is closed without a word;
+  (``GET /health``, ``GET /ready``) with its answer, anything else with ``503``. One
+  whose request has not arrived yet gets a quarter of a second for it, while half as many
+  again wait so; past that, it is reset. At most 2,000 connections past the limit a
+  second are answered (200 a second of those given a moment): the rest wait in the
+  kernel's backlog, so a crowd that connects again and again costs a bounded share;
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
@@ -22,12 +25,14 @@ and ``BoundedListener`` holds it to that:
 from __future__ import annotations
 
 import asyncio
+import math
 import resource
 import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -41,9 +46,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
 _OVERFLOW_READ = 4096  # bytes an overflow connection may send before its answer
-_OVERFLOW_TIMEOUT = 1.0  # seconds it has to send them
+_OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
 _BACKLOG = 128  # connections the kernel holds for us to accept
-_REFUSALS = 200  # connections past the limit answered (or closed) per second, at most
+_REFUSALS = 200  # connections past the limit given a moment per second, at most
+_QUICK_REFUSALS = 2000  # connections past the limit answered at once per second, at most
 _ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
 
@@ -61,8 +67,8 @@ class WebLimits:
     max_connections: int = 64
     header_timeout: float = 10.0
     max_body: int = 16 * 1024
-    rate: float = 200.0
-    burst: int = 50
+    rate: float = 50.0
+    burst: int = 20
     max_wait: float = 5.0
     concurrency: int = 4
     cache_seconds: float = 1.0  # how long /metrics and /status answers are reused
@@ -176,6 +182,31 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
 
+def _overflow_answer(request: bytes, probe: Probe) -> bytes | None:
+    """The whole answer to a connection past the limit, from what it sent so far (None
+    while its request line is not complete): a probe's, else ``503``."""
+    if b"\r\n" not in request:
+        return None
+    line = request.split(b"\r\n", 1)[0].split(b" ")
+    path = line[1].split(b"?", 1)[0].decode("latin-1") if len(line) == 3 else ""
+    if line[0] != b"GET" or path not in PROBES:
+        return _BUSY
+    status, body = probe(path)
+    reason = "OK" if status == 200 else "Service Unavailable"
+    return _head(status, reason, len(body)) + body
+
+
+def _head(status: int, reason: str, length: int) -> bytes:
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    ).encode()
+
+
+_BUSY_BODY = b'{"error": "busy: too many connections"}'
+_BUSY = _head(503, "Busy", len(_BUSY_BODY)) + _BUSY_BODY
+
+
 class _Overflow(asyncio.Protocol):
     """A connection past the limit: a probe gets its answer, anything else ``503``."""
 
@@ -204,18 +235,7 @@ class _Overflow(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        line = self.buffer.split(b"\r\n", 1)[0].split(b" ")
-        path = line[1].split(b"?", 1)[0].decode("latin-1") if len(line) == 3 else ""
-        if line[0] == b"GET" and path in PROBES:
-            status, body = self.listener.probe(path)
-            reason = "OK" if status == 200 else "Service Unavailable"
-        else:
-            status, body, reason = 503, b'{"error": "busy: too many connections"}', "Busy"
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-        )
-        transport.write(head.encode() + body)
+        transport.write(_overflow_answer(self.buffer, self.listener.probe) or _BUSY)
         transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -235,7 +255,7 @@ class BoundedListener:
         self.limits = limits
         self.probe = probe
         self.max_connections = limits.connections()
-        self.max_overflow = max(4, self.max_connections // 4)
+        self.max_overflow = max(8, self.max_connections // 2)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connections: dict[asyncio.Transport, _Connection] = {}
         self.waiting = 0  # connections that owe us a request's headers
@@ -244,8 +264,10 @@ class BoundedListener:
         self.timeouts = 0  # connections closed for sending their headers too slowly
         self._socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
-        # Connections past the limit answered per second, at most (then they wait).
-        self._refusals = Pacer(_REFUSALS, _REFUSALS // 4, float("inf"), time.monotonic)
+        # Connections past the limit answered per second, at most (then they wait): those
+        # answered at once, and those given a moment to send their request.
+        self._quick = Pacer(_QUICK_REFUSALS, _QUICK_REFUSALS // 4, math.inf, time.monotonic)
+        self._refusals = Pacer(_REFUSALS, _REFUSALS // 4, math.inf, time.monotonic)
         self._factory: Callable[[], asyncio.Protocol] | None = None
         self._pacer = Pacer(limits.rate, limits.burst, limits.max_wait, time.monotonic)
         self._busy = asyncio.Semaphore(limits.concurrency)
@@ -298,29 +320,51 @@ class BoundedListener:
                 await asyncio.sleep(_ACCEPT_RETRY)
                 continue
             conn.setblocking(False)
-            protocol = self._protocol()
-            if protocol is None:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-                conn.close()
-            else:
+            if len(self.connections) < self.max_connections:
+                assert self._factory is not None
                 try:
-                    await loop.connect_accepted_socket(lambda p=protocol: p, conn)  # type: ignore[misc]
+                    await loop.connect_accepted_socket(
+                        partial(_Connection, self, self._factory()), conn
+                    )
                 except OSError:
                     conn.close()
-                    continue
-            if not isinstance(protocol, _Connection):
+                continue
+            # Past the limit. Most clients have sent their request by now: answered at
+            # once, with no transport made (cheap); else given a moment, while there is
+            # room for that; else reset.
+            self.refused += 1
+            if self._answer_now(conn):
+                delay = self._quick.delay()
+            elif self.overflow < self.max_overflow:
                 delay = self._refusals.delay()
-                if delay:
-                    await asyncio.sleep(delay)
+                try:
+                    await loop.connect_accepted_socket(partial(_Overflow, self), conn)
+                except OSError:
+                    conn.close()
+            else:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                conn.close()
+                delay = self._quick.delay()
+            if delay:
+                await asyncio.sleep(delay)
 
-    def _protocol(self) -> asyncio.Protocol | None:
-        if len(self.connections) < self.max_connections:
-            assert self._factory is not None
-            return _Connection(self, self._factory())
-        self.refused += 1
-        if self.overflow < self.max_overflow:
-            return _Overflow(self)
-        return None
+    def _answer_now(self, conn: socket.socket) -> bool:
+        """Answer a connection past the limit from what it sent already, if it did."""
+        try:
+            answer = _overflow_answer(conn.recv(_OVERFLOW_READ), self.probe)
+        except BlockingIOError:
+            return False
+        except OSError:
+            conn.close()
+            return True
+        if answer is None:
+            return False
+        try:
+            conn.send(answer)  # (a small answer: the socket's buffer takes it whole)
+        except OSError:
+            pass
+        conn.close()
+        return True
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
