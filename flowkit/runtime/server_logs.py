@@ -6,7 +6,8 @@ descriptors. aiohttp reports each through the standard library's ``logging`` wit
 traceback, asyncio through the event loop's exception handler: many lines per event, in
 plain text whatever the log format, and as many as an attacker cares to cause.
 ``ServerLogs`` takes both over while a server runs: each report becomes one structlog line
-(``error=`` the exception in one line, no traceback), at most ``burst``
+(``error=`` the exception in one line; its traceback only at the ``debug`` level, and
+never when the endpoint has a token), at most ``burst``
 of each kind per ``interval`` seconds (``LogBudget``), and once a kind went over, one line
 saying how many were not written. Strings given as ``secrets`` are written ``***``.
 """
@@ -94,6 +95,9 @@ class ServerLogs(logging.Filter):
         if isinstance(exc, BaseException):
             fields["error"] = self._clean(repr(exc))
         log.log(level, self._clean(message), **fields)
+        if isinstance(exc, BaseException) and not self.secrets:
+            # With --log-level debug, the traceback too (its text could hold a token).
+            log.debug("the traceback of the line above", source=source, exc_info=exc)
 
     def _clean(self, text: str) -> str:
         for secret in self.secrets:
