@@ -12,6 +12,7 @@ COMPARISONS = (
     "throughput",
     "ysb",
     "ops_overhead",
+    "web_flood",
     "latency",
     "recovery",
     "state_size",

@@ -28,6 +28,8 @@ from ..errors import (
 from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
+from ..runtime.web_access import TOKEN_VAR, WebToken
+from ..runtime.web_limits import WebLimits
 from ..transports import Transport, parse_broker_url, redact, transport_from_url
 from .addresses import check_web_address
 from .common import FAILED, USAGE, AppArg, BrokerOpt
@@ -142,6 +144,55 @@ def worker(
         str,
         typer.Option("--web-host", metavar="HOST", help="The address --web-port listens on."),
     ] = "127.0.0.1",
+    web_token: Annotated[
+        str | None,
+        typer.Option(
+            "--web-token",
+            envvar=TOKEN_VAR,
+            metavar="TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on every route but /health and "
+            f"/ready (prefer the {TOKEN_VAR} variable: a command line is visible to all).",
+            show_default=False,
+            show_envvar=True,
+        ),
+    ] = None,
+    web_allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--web-allow-host",
+            metavar="NAME",
+            help="A host name the endpoint answers to (Host header), besides the loopback "
+            "names on a loopback address; repeat for more; * for any.",
+            show_default=False,
+        ),
+    ] = None,
+    web_max_connections: Annotated[
+        int,
+        typer.Option(
+            "--web-max-connections",
+            min=1,
+            metavar="N",
+            help="Connections the endpoint serves at once; more are answered 503 and closed.",
+        ),
+    ] = WebLimits.max_connections,
+    web_header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--web-header-timeout",
+            min=0.001,
+            metavar="SECONDS",
+            help="Time a connection has to send a request's headers (and to stay idle).",
+        ),
+    ] = WebLimits.header_timeout,
+    web_rate: Annotated[
+        float,
+        typer.Option(
+            "--web-rate",
+            min=0.001,
+            metavar="N",
+            help="Requests per second the endpoint starts (/health and /ready aside).",
+        ),
+    ] = WebLimits.rate,
     processes: Annotated[
         str | None,
         typer.Option(
@@ -171,6 +222,12 @@ def worker(
         wanted = parse_processes(processes, url) if processes is not None else 1
         if web_port:  # (0 picks a free port: nothing to check)
             check_web_address(web_host, web_port)
+        token = WebToken(web_token) if web_token else None
+        limits = WebLimits(
+            max_connections=web_max_connections,
+            header_timeout=web_header_timeout,
+            rate=web_rate,
+        )
         configure_logging(log_level, log_format)
         the_graph = the_app.graph()
         if child_index() is None and not the_graph.check():  # (problems: the worker says)
@@ -185,6 +242,9 @@ def worker(
                 log_format=log_format,
                 web_host=web_host,
                 web_port=web_port,
+                web_token=token,
+                web_allowed_hosts=web_allow_host,
+                web_limits=limits,
                 processing_guarantee=processing_guarantee,
             )
             typer.echo(summary, err=True)
@@ -201,6 +261,9 @@ def worker(
                 web_port=web_port,
                 web_host=web_host,
                 idle_hint=IDLE_HINT,
+                web_token=token,
+                web_allowed_hosts=web_allow_host,
+                web_limits=limits,
                 processing_guarantee=processing_guarantee,
                 # A process of a group keeps its transactional id across restarts, so the
                 # next one aborts what a killed one left open at once.

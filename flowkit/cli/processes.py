@@ -16,6 +16,7 @@ import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -25,7 +26,9 @@ from ..runtime import Worker
 from ..runtime.process_metrics import totals
 from ..runtime.process_web import GroupWebServer
 from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..runtime.web_access import TOKEN_VAR, WebToken
 from ..runtime.web_endpoints import SECRET_VAR
+from ..runtime.web_limits import WebLimits
 from ..transports import parse_broker_url
 
 __all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
@@ -62,6 +65,9 @@ def run_group(
     log_format: str,
     web_host: str,
     web_port: int | None,
+    web_token: WebToken | None = None,
+    web_allowed_hosts: list[str] | None = None,
+    web_limits: WebLimits | None = None,
     processing_guarantee: str | None = None,
 ) -> tuple[int, str, str]:
     """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
@@ -77,14 +83,42 @@ def run_group(
         # The children sign their web adverts with it: they redirect table reads to each
         # other, and believe no one else's adverts.
         env[SECRET_VAR] = secrets.token_hex(32)
-    return asyncio.run(_run(argv, env, processes, web_host, web_port))
+    env.pop(TOKEN_VAR, None)
+    if web_token is not None:  # the children want it too, and the parent sends it to them
+        env[TOKEN_VAR] = web_token.reveal()
+    web = (
+        _GroupWeb(web_host, web_port, web_token, web_allowed_hosts, web_limits)
+        if web_port is not None
+        else None
+    )
+    return asyncio.run(_run(argv, env, processes, web))
+
+
+@dataclass
+class _GroupWeb:
+    host: str
+    port: int
+    token: WebToken | None
+    allowed_hosts: list[str] | None
+    limits: WebLimits | None
 
 
 async def _run(
-    argv: list[str], env: dict[str, str], processes: int, host: str, port: int | None
+    argv: list[str], env: dict[str, str], processes: int, settings: _GroupWeb | None
 ) -> tuple[int, str, str]:
     async with ProcessGroup(argv, processes, env=env) as group:
-        web = GroupWebServer(group, host, port) if port is not None else None
+        web = (
+            GroupWebServer(
+                group,
+                settings.host,
+                settings.port,
+                token=settings.token,
+                allowed_hosts=settings.allowed_hosts,
+                limits=settings.limits,
+            )
+            if settings is not None
+            else None
+        )
         if web is not None:
             await web.start()
             log.info("serving /metrics, /ready, /health and /tables for all", url=web.url)

@@ -11,11 +11,16 @@ given; each child serves its own endpoint on a private port of 127.0.0.1 (listed
 - ``/tables...`` passed on to a running child, which finds the process that holds a key.
   The parent follows no redirect but one: a child's ``307`` to another child of this
   group is asked of that child; any other redirect is answered as it is, never fetched.
+
+The parent applies the same token, Host allow-list and limits as a worker's endpoint
+(``web_access``, ``web_limits``); its children get the token through their environment,
+and the parent sends it with what it asks them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +31,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from ..errors import ConfigurationError
 from .process_metrics import GroupCollector
 from .processes import Child, ProcessGroup
+from .server_logs import ServerLogs
+from .web_access import WebAccess, WebToken
+from .web_limits import BoundedListener, WebLimits
 
 __all__ = ["GroupWebServer"]
 
@@ -36,10 +44,24 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 class GroupWebServer:
     """Serves a process group's metrics, readiness and health over HTTP."""
 
-    def __init__(self, group: ProcessGroup, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        group: ProcessGroup,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: WebToken | str | None = None,
+        allowed_hosts: list[str] | None = None,
+        limits: WebLimits | None = None,
+    ) -> None:
         self.group = group
         self.host = host
         self.port = port
+        self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
+        self.limits = limits or WebLimits()
+        self.listener = BoundedListener(self.limits, self._probe)
+        token_ = self.access.token
+        self._logs = ServerLogs([token_.reveal()] if token_ is not None else [])
         self.collector = GroupCollector(group)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -53,7 +75,10 @@ class GroupWebServer:
 
     def application(self) -> web.Application:
         """The aiohttp application (routes only; ``start`` serves it)."""
-        app = web.Application()
+        app = web.Application(
+            middlewares=[self.listener.middleware, self.access.middleware],
+            client_max_size=self.limits.max_body,
+        )
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/health", self._health)
@@ -62,24 +87,32 @@ class GroupWebServer:
 
     async def start(self) -> None:
         """Listen; a port in use or a host not of this machine is a ``ConfigurationError``."""
-        self._session = aiohttp.ClientSession()
-        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        token = self.access.token
+        # The children want the token too (aiohttp drops it on a redirect to another origin).
+        self._session = aiohttp.ClientSession(headers=token.header() if token else None)
+        runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            handle_signals=False,
+            **self.listener.runner_options(),
+        )
         await runner.setup()
         try:
-            await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
+            self.port = await self.listener.start(runner, self.host, self.port)
         except OSError as exc:
             await self.aclose()
             await runner.cleanup()
             raise ConfigurationError(f"cannot serve on {self.host}:{self.port} ({exc})") from None
+        self._logs.install()
         self._runner = runner
-        if self.port == 0:
-            self.port = int(runner.addresses[0][1])
 
     async def aclose(self) -> None:
         """Stop listening. Idempotent."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
+            self.listener.close()
             await runner.cleanup()
+            self._logs.uninstall()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -115,14 +148,22 @@ class GroupWebServer:
         return {"process": child.index, "pid": child.pid, "url": url, "ready": ready}
 
     async def _health(self, request: web.Request) -> web.Response:
+        status, body = self._probe("/health")
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    def _probe(self, path: str) -> tuple[int, bytes]:
+        """``/health``, also for connections past the limit; readiness asks the children,
+        which takes time: past the limit, ``/ready`` is 503."""
         group = self.group
+        if path != "/health":
+            return 503, b'{"ready": false, "error": "busy: too many connections"}'
         alive = group.failed is None
         running = sum(child.pid is not None for child in group.children)
         body: dict[str, Any] = {"alive": alive, "processes": len(group.children)}
         body["running"] = running
         if group.failed is not None:
             body["error"] = group.failed
-        return web.json_response(body, status=200 if alive else 503)
+        return (200 if alive else 503), json.dumps(body).encode()
 
     async def _tables(self, request: web.Request) -> web.Response:
         for child in self.group.children:

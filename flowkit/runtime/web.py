@@ -9,13 +9,21 @@
   its tables' state, 503 before, during a rebalance and after a fatal error;
 - ``/graph`` the app's graph as JSON;
 - ``/tables`` and ``/tables/<name>/<key>`` live table reads (see ``web_tables``).
+
+It runs within ``WebLimits`` (``web_limits``: connections, header timeout, request rate)
+and, when given, behind a token and a Host allow-list (``web_access``); aiohttp's and
+asyncio's error reports become budgeted log lines meanwhile (``server_logs``).
 """
 
 from __future__ import annotations
 
+import base64
 import errno
+import hashlib
 import json
 import socket
+import time
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +32,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import ConfigurationError
+from .server_logs import ServerLogs
+from .web_access import WebAccess, WebToken
+from .web_limits import BoundedListener, WebLimits
 from .web_status import status
 from .web_tables import TableQueries
 
@@ -41,14 +52,40 @@ _ASSETS = {
 
 
 class WebServer:
-    """Serves a worker's page, metrics, health, graph and tables over HTTP."""
+    """Serves a worker's page, metrics, health, graph and tables over HTTP.
 
-    def __init__(self, worker: Worker, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``token`` (a ``WebToken`` or its text) is then needed on every route but the probes;
+    ``allowed_hosts`` extends (or, with ``*``, lifts) the Host allow-list; ``limits``
+    bounds what the endpoint may take from the worker (``WebLimits``).
+    """
+
+    def __init__(
+        self,
+        worker: Worker,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: WebToken | str | None = None,
+        allowed_hosts: list[str] | None = None,
+        limits: WebLimits | None = None,
+    ) -> None:
         self.worker = worker
         self.host = host
         self.port = port
+        self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
+        self.access.page = self._page_response
+        self.limits = limits or WebLimits()
+        self.listener = BoundedListener(self.limits, self.probe)
         self.tables = TableQueries(worker, self)
         self._runner: web.AppRunner | None = None
+        secrets = [self.access.token.reveal()] if self.access.token else []
+        self._logs = ServerLogs(secrets)
+        self._metrics_cache = _Cache(self.limits.cache_seconds)
+        self._status_cache = _Cache(self.limits.cache_seconds)
+        self._graph_body: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"WebServer({self.url}, {self.access!r})"
 
     @property
     def url(self) -> str:
@@ -57,7 +94,10 @@ class WebServer:
 
     def application(self) -> web.Application:
         """The aiohttp application (routes only; ``start`` serves it)."""
-        app = web.Application()
+        app = web.Application(
+            middlewares=[self.listener.middleware, self.access.middleware],
+            client_max_size=self.limits.max_body,
+        )
         app.router.add_get("/", self._page)
         app.router.add_get("/assets/{name}", self._asset)
         app.router.add_get("/metrics", self._metrics)
@@ -71,17 +111,21 @@ class WebServer:
     async def start(self) -> None:
         """Listen; with port 0 the actual port is in ``self.port`` afterwards. A host that
         is not this machine's or a port in use is a one-line ``ConfigurationError``."""
-        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            handle_signals=False,
+            **self.listener.runner_options(),
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
-            await site.start()
+            port = await self.listener.start(runner, self.host, self.port)
         except OSError as exc:
             await runner.cleanup()
             raise ConfigurationError(self._bind_error(exc)) from None
+        self._logs.install()
         self._runner = runner
-        if self.port == 0:
-            self.port = int(runner.addresses[0][1])
+        self.port = port
         await self.tables.start()
 
     def _bind_error(self, exc: OSError) -> str:
@@ -106,12 +150,45 @@ class WebServer:
         await self.tables.aclose()
         if self._runner is not None:
             runner, self._runner = self._runner, None
+            self.listener.close()
             await runner.cleanup()
+            self._logs.uninstall()
 
     # -- routes ---------------------------------------------------------------------------
 
+    def probe(self, path: str) -> tuple[int, bytes]:
+        """``/health`` or ``/ready``: (status, JSON body). Also answers the connections
+        past the limit, so an orchestrator sees a busy worker alive."""
+        worker = self.worker
+        body: dict[str, Any]
+        if path == "/health":
+            error = worker.error
+            body = {"alive": error is None, "app": worker.app.name}
+            if error is not None:
+                body["error"] = str(error) or repr(error)
+            ok = error is None
+        else:
+            ok = worker.ready and worker.error is None
+            body = {"ready": ok, "app": worker.app.name}
+        return (200 if ok else 503), json.dumps(body).encode()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        status_code, body = self.probe("/health")
+        return web.Response(body=body, status=status_code, content_type="application/json")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        status_code, body = self.probe("/ready")
+        return web.Response(body=body, status=status_code, content_type="application/json")
+
     async def _page(self, request: web.Request) -> web.Response:
-        return web.Response(text=_asset_text("page.html"), content_type="text/html")
+        return self._page_response(200, {})
+
+    def _page_response(self, status_code: int, headers: dict[str, str]) -> web.Response:
+        html, policy = _page()
+        headers = {**headers, **_PAGE_HEADERS, "Content-Security-Policy": policy}
+        return web.Response(
+            body=html, status=status_code, content_type="text/html", headers=headers
+        )
 
     async def _asset(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -120,28 +197,68 @@ class WebServer:
         return web.Response(text=_asset_text(name), content_type=_ASSETS[name])
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.worker.metrics.registry)
+        registry = self.worker.metrics.registry
+        body = self._metrics_cache.get(lambda: generate_latest(registry))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def _health(self, request: web.Request) -> web.Response:
-        error = self.worker.error
-        body: dict[str, Any] = {"alive": error is None, "app": self.worker.app.name}
-        if error is not None:
-            body["error"] = str(error) or repr(error)
-        return web.json_response(body, status=200 if error is None else 503)
-
-    async def _ready(self, request: web.Request) -> web.Response:
-        worker = self.worker
-        ready = worker.ready and worker.error is None
-        body = {"ready": ready, "app": worker.app.name}
-        return web.json_response(body, status=200 if ready else 503)
-
     async def _graph(self, request: web.Request) -> web.Response:
-        body = json.dumps(self.worker.app.graph().to_dict(), indent=2)
-        return web.Response(text=body, content_type="application/json")
+        if self._graph_body is None:  # the app is frozen while its worker runs
+            self._graph_body = json.dumps(self.worker.app.graph().to_dict(), indent=2).encode()
+        return web.Response(body=self._graph_body, content_type="application/json")
 
     async def _status(self, request: web.Request) -> web.Response:
-        return web.json_response(status(self.worker))
+        body = self._status_cache.get(lambda: json.dumps(status(self.worker)).encode())
+        return web.Response(body=body, content_type="application/json")
+
+
+class _Cache:
+    """One answer, reused for ``seconds`` (0: never)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._at = -float("inf")
+        self._body = b""
+
+    def get(self, make: Callable[[], bytes]) -> bytes:
+        now = time.monotonic()
+        if now - self._at >= self.seconds or not self.seconds:
+            self._body, self._at = make(), now
+        return self._body
+
+
+# The page loads nothing but from this endpoint, and no other site may frame it.
+_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+_page_cache: tuple[bytes, str] | None = None
+
+
+def _page() -> tuple[bytes, str]:
+    """The page with its script and style inline (so it loads with no token: the script
+    then sends it), and the content security policy that admits exactly those two."""
+    global _page_cache
+    if _page_cache is None:
+        script, style = _asset_text("page.js"), _asset_text("page.css")
+        html = (
+            _asset_text("page.html")
+            .replace('<link rel="stylesheet" href="/assets/page.css">', f"<style>{style}</style>")
+            .replace('<script src="/assets/page.js"></script>', f"<script>{script}</script>")
+        )
+        policy = (
+            "default-src 'none'; connect-src 'self'; img-src 'self' data:; "
+            f"script-src {_digest(script)}; style-src {_digest(style)}; "
+            "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+        )
+        _page_cache = html.encode(), policy
+    return _page_cache
+
+
+def _digest(text: str) -> str:
+    value = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+    return f"'sha256-{value}'"
 
 
 def _asset_text(name: str) -> str:

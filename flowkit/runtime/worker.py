@@ -60,6 +60,8 @@ from .state import StateKeeper
 from .supervisor import Supervisor
 from .timers import leader_of, run_timer
 from .web import WebServer
+from .web_access import WebToken
+from .web_limits import WebLimits
 
 __all__ = ["Worker", "WorkerSettings"]
 
@@ -92,7 +94,11 @@ class Worker:
     ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
     logged, None for never; ``idle_hint``, on the embedded broker, how long without a record
     before the worker says once that only its own process can write there; ``web_port``
-    serves the web endpoint (``flowkit.runtime.web``).
+    serves the web endpoint (``flowkit.runtime.web``)
+    on ``web_host``, behind ``web_token`` if given (every route but ``/health`` and
+    ``/ready`` then needs ``Authorization: Bearer <token>``), answering to the host names
+    of ``web_allowed_hosts`` (with the loopback ones on a loopback address; ``"*"``: any),
+    within ``web_limits`` (``flowkit.runtime.web_limits.WebLimits``).
     ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
@@ -127,6 +133,9 @@ class Worker:
         stall_timeout: Seconds | None = 300.0,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
+        web_token: WebToken | str | None = None,
+        web_allowed_hosts: list[str] | None = None,
+        web_limits: WebLimits | None = None,
         status_interval: float | None = 30.0,
         idle_hint: float | None = None,
         processing_guarantee: ProcessingGuarantee | None = None,
@@ -166,7 +175,18 @@ class Worker:
             )
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
-        self.web = WebServer(self, web_host, web_port) if web_port is not None else None
+        self.web = (
+            WebServer(
+                self,
+                web_host,
+                web_port,
+                token=web_token,
+                allowed_hosts=web_allowed_hosts,
+                limits=web_limits,
+            )
+            if web_port is not None
+            else None
+        )
         self.tracker = OffsetTracker()
         self.publisher: Publisher | None = None
         self.state = StateKeeper(app, self.transport, self.clock, self._send, self._send_batch)

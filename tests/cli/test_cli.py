@@ -587,3 +587,21 @@ def test_a_graph_problem_stops_the_worker_before_it_starts(
         "Error: agent 'count' writes topic 'counts', which is never declared (app.topic)\n",
         "Error: agent 'measure' yields int but writes topic 'lengths' whose readers expect str\n",
     ]
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_bad_web_token_is_one_line_that_does_not_show_it(where: str) -> None:
+    bad = "sec ret-value"
+    args = ["worker", "ok_app:app", "--web-port", "0"]
+    if where == "option":
+        code, out, err = invoke(*args, "--web-token", bad)
+    else:
+        code, out, err = invoke(*args, env={"FLOWKIT_WEB_TOKEN": bad})
+    assert code == 2
+    assert err.strip() == "Error: the web token must be printable ASCII without spaces"
+    assert "ret-value" not in out + err
+
+
+def test_the_web_limits_are_checked_before_the_worker_starts() -> None:
+    code, _, err = invoke("worker", "ok_app:app", "--web-port", "0", "--web-rate", "0")
+    assert code == 2 and "--web-rate" in err and len(err.strip().splitlines()) == 1

@@ -97,3 +97,70 @@ async def test_the_page_draws_the_graph_and_its_figures_move() -> None:
             "pagedemo-per_window-changelog,pagedemo-per_window-repartition,per_window,users"
         )
         assert later > first > 0
+
+
+TOKEN = "page-token-8c2f7a1e"
+
+
+async def test_the_page_works_with_a_token_given_once() -> None:
+    app = build("tokenpage")
+    clicks = app.topics["clicks"]
+    async with TestDriver(app, web_port=0, web_token=TOKEN) as driver:
+        web = driver.worker.web
+        assert web is not None
+        for n in range(5):
+            await driver.send(clicks, Click(f"user{n}"), key=f"user{n}")
+        await driver.run_until_idle()
+        chrome = await asyncio.to_thread(browser)
+        try:
+
+            def check() -> tuple[str, str, int, str, str]:
+                # without the token: the page asks for it, and shows no graph
+                chrome.get(web.url)  # type: ignore[attr-defined]
+                wait_for(chrome, "return !document.getElementById('login').hidden")
+                asked = chrome.execute_script(  # type: ignore[attr-defined]
+                    "return document.getElementById('state').textContent"
+                )
+                # typed into the form: the graph draws and the figures come
+                field = "document.getElementById('login-token')"
+                chrome.execute_script(f"{field}.value = arguments[0]", TOKEN)  # type: ignore[attr-defined]
+                chrome.execute_script(  # type: ignore[attr-defined]
+                    "document.getElementById('login').requestSubmit()"
+                )
+                wait_for(chrome, "return document.querySelector('svg[data-rendered]')")
+                typed = int(wait_for(chrome, RECORDS))  # type: ignore[call-overload]
+                # in the address, in a new tab's session: taken, then removed from it
+                chrome.execute_script("sessionStorage.clear()")  # type: ignore[attr-defined]
+                chrome.get("about:blank")  # type: ignore[attr-defined]
+                chrome.get(f"{web.url}/#token={TOKEN}")  # type: ignore[attr-defined]
+                wait_for(chrome, "return document.querySelector('svg[data-rendered]')")
+                wait_for(chrome, RECORDS)
+                address = chrome.current_url  # type: ignore[attr-defined]
+                chrome.execute_script(  # type: ignore[attr-defined]
+                    "document.getElementById('lookup-table').value = 'counts';"
+                    "document.getElementById('lookup-key').value = 'user3';"
+                    "document.getElementById('lookup').requestSubmit();"
+                )
+                value = str(
+                    wait_for(
+                        chrome,
+                        "return document.getElementById('lookup-result').textContent",
+                    )
+                )
+                # a wrong token in the address: asked again
+                chrome.execute_script("sessionStorage.clear()")  # type: ignore[attr-defined]
+                chrome.get("about:blank")  # type: ignore[attr-defined]
+                chrome.get(f"{web.url}/#token=wrong")  # type: ignore[attr-defined]
+                wait_for(chrome, "return !document.getElementById('login').hidden")
+                errors = chrome.get_log("browser")  # type: ignore[attr-defined]
+                csp = [e["message"] for e in errors if "Content Security Policy" in e["message"]]
+                return asked, address, typed, value, str(csp)
+
+            asked, address, typed, value, csp = await asyncio.to_thread(check)
+        finally:
+            await asyncio.to_thread(chrome.quit)  # type: ignore[attr-defined]
+    assert asked == "needs its token"
+    assert typed == 5
+    assert TOKEN not in address and "#" not in address
+    assert '"value": 1' in value and '"key": "user3"' in value
+    assert csp == "[]"  # the inline script and style are the ones the policy admits

@@ -68,7 +68,7 @@ async def test_endpoints_of_a_running_worker() -> None:
         status, value, _ = await get(f"{url}/tables/per_window/ann", params={"at": "soon"})
         assert status == 400
         status, page, _ = await get(f"{url}/")
-        assert status == 200 and '<script src="/assets/page.js">' in str(page)
+        assert status == 200 and "<script>" in str(page) and "sessionStorage" in str(page)
         assert (await get(f"{url}/assets/page.js"))[0] == 200
         assert (await get(f"{url}/assets/secret.py"))[0] == 404
 

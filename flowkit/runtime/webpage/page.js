@@ -6,6 +6,43 @@ const W = 250, H = 62, GAP_X = 60, GAP_Y = 18, NAME_CHARS = 30;
 let previous = null;  // the last /status, to turn totals into rates
 const figures = {};   // node id -> its <text class="figure">
 
+// The endpoint's token, when it has one: given once in the address (#token=...), which
+// the page then removes from it (a fragment is never sent to a server), or typed in the
+// form; kept for this tab only and sent as a header, never in a URL.
+const TOKEN_KEY = "flowkit-web-token";
+function takeTokenFromAddress() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const given = params.get("token");
+  if (given) sessionStorage.setItem(TOKEN_KEY, given);
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+}
+
+class Unauthorized extends Error {}
+
+async function api(path) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = token ? { "Authorization": "Bearer " + token } : {};
+  const response = await fetch(path, { headers, cache: "no-store" });
+  if (response.status === 401) throw new Unauthorized();
+  return response;
+}
+
+function askForToken() {
+  const form = document.getElementById("login");
+  if (!form.hidden) return;  // asked already
+  form.hidden = false;
+  document.getElementById("state").textContent = "needs its token";
+  document.getElementById("state").className = "badge down";
+  form.addEventListener("submit", event => {
+    event.preventDefault();
+    const field = document.getElementById("login-token");
+    sessionStorage.setItem(TOKEN_KEY, field.value.trim());
+    field.value = "";
+    form.hidden = true;
+    if (!started) start();
+  }, { once: true });
+}
+
 function el(name, attrs, parent) {
   const node = document.createElementNS(NS, name);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
@@ -120,9 +157,10 @@ function show(status) {
 
 async function poll() {
   try {
-    const response = await fetch("/status");
+    const response = await api("/status");
     show(await response.json());
   } catch (err) {
+    if (err instanceof Unauthorized) { askForToken(); return; }
     const badge = document.getElementById("state");
     badge.textContent = "unreachable";
     badge.className = "badge down";
@@ -134,18 +172,34 @@ async function lookup(event) {
   const table = document.getElementById("lookup-table").value;
   const key = document.getElementById("lookup-key").value;
   const out = document.getElementById("lookup-result");
-  const response = await fetch(`/tables/${encodeURIComponent(table)}/${encodeURIComponent(key)}`);
-  out.textContent = JSON.stringify(await response.json(), null, 2);
+  try {
+    const response = await api(`/tables/${encodeURIComponent(table)}/${encodeURIComponent(key)}`);
+    out.textContent = JSON.stringify(await response.json(), null, 2);
+  } catch (err) {
+    if (err instanceof Unauthorized) askForToken();
+    else throw err;
+  }
 }
 
-async function main() {
-  const graph = await (await fetch("/graph")).json();
+let started = false;  // the graph is drawn and the figures polled
+
+async function start() {
+  let graph;
+  try {
+    graph = await (await api("/graph")).json();
+  } catch (err) {
+    if (err instanceof Unauthorized) { askForToken(); return; }
+    throw err;
+  }
   document.getElementById("app").textContent = graph.app;
   document.title = `${graph.app} · flowkit`;
+  started = true;
   draw(graph);
   document.getElementById("lookup").addEventListener("submit", lookup);
   await poll();
   setInterval(poll, 1000);
 }
 
-main();
+takeTokenFromAddress();
+window.addEventListener("hashchange", takeTokenFromAddress);
+start();

@@ -1,0 +1,217 @@
+"""An HTTP flood: YSB with 2,000 clients on the web endpoint versus the same worker quiet.
+
+    python -m benchmarks.web_flood [--events 1000000] [--clients 2000] [--repeat 3]
+
+Each round runs the YSB app (``examples/ysb.py``) over the same events on the memory
+broker twice, with the web endpoint on (``flowkit.runtime.web``, default limits): once
+quiet, once while another process keeps ``--clients`` connections to it (loopback only),
+each asking ``/metrics``, ``/status`` and ``/`` again as soon as it has an answer, and
+connecting again at once when refused. A thread of that process (blocking sockets, so
+the clients' busy event loop does not delay it) asks ``/health`` on a fresh connection
+every 100 ms and times the answers. Printed: records/s quiet and flooded,
+their ratio (the goal: at least 0.80), and the ``/health`` latencies. The flood lasts
+``--max-seconds`` per round (longer than the flooded run: the last answers are its).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import flowkit
+from benchmarks.ysb import START_MS, loaded_broker, payloads
+from examples import ysb
+from flowkit.logs import configure_logging
+from flowkit.testing import FakeClock
+from flowkit.transports import MemoryTransport
+
+PATHS = (b"/metrics", b"/status", b"/")
+CPU_RATES: list[float] = []
+
+
+async def _client(port: int, stop: float, counts: list[int]) -> None:
+    n = 0
+    while time.monotonic() < stop:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.01)  # not listening yet
+            continue
+        try:
+            while time.monotonic() < stop:
+                path = PATHS[n % len(PATHS)]
+                n += 1
+                writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                counts[0 if head.startswith(b"HTTP/1.1 200") else 1] += 1
+                if b"Connection: close" in head:
+                    break
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            counts[2] += 1
+        finally:
+            writer.close()
+
+
+def _probe_thread(port: int, stop: float, latencies: list[float], failures: list[int]) -> None:
+    # A thread of its own, with blocking sockets: the 2,000 clients' event loop is busy,
+    # and its delays are not the worker's.
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    while time.monotonic() < stop:
+        begin = time.perf_counter()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(request)
+                answer = b""
+                while chunk := conn.recv(4096):
+                    answer += chunk
+            if answer.startswith(b"HTTP/1.1 200"):
+                latencies.append(time.perf_counter() - begin)
+            else:
+                failures[0] += 1
+        except ConnectionRefusedError:
+            pass  # the worker does not listen (yet, or any more): not a probe of it
+        except OSError:
+            failures[0] += 1
+        time.sleep(0.1)
+
+
+async def flood(port: int, clients: int, seconds: float) -> dict[str, object]:
+    """The flooding side (its own process): ``clients`` connections for ``seconds``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, clients + 200)), hard))
+    stop = time.monotonic() + seconds
+    counts = [0, 0, 0]  # 200s, other answers, connections that ended in an error
+    latencies: list[float] = []
+    failures = [0]
+    tasks = [asyncio.create_task(_client(port, stop, counts)) for _ in range(clients)]
+    prober = threading.Thread(target=_probe_thread, args=(port, stop, latencies, failures))
+    prober.start()
+    print("up", flush=True)  # the clients knock; the worker may start
+    await asyncio.sleep(seconds)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.to_thread(prober.join)
+    return {"ok": counts[0], "refused": counts[1], "errors": counts[2], "health": latencies,
+            "health_failed": failures[0]}  # fmt: skip
+
+
+async def run(
+    data: list[tuple[bytes, bytes]], port: int, before: Callable[[], object] | None = None
+) -> float:
+    """Records per second over the whole input, the web endpoint on ``port``; ``before``
+    is called once the broker holds the input, before the worker starts. Also the
+    records per second of this process's CPU time (in ``CPU_RATES``): on a machine
+    whose cores the flooding process and others share, that is the steadier figure."""
+    broker = await loaded_broker(data)
+    if before is not None:
+        before()
+    app = ysb.make_app(generate=False, on_close=None)
+    worker = flowkit.Worker(
+        app,
+        transport=MemoryTransport(broker),
+        clock=FakeClock(START_MS / 1000 + 3600),
+        web_port=port,
+        status_interval=None,
+    )
+    async with worker:
+        start, cpu = time.perf_counter(), time.process_time()
+        while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    CPU_RATES.append(len(data) / cpu)
+    return len(data) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="records/s with and without an HTTP flood")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--clients", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=12.0)
+    parser.add_argument("--flood", type=int, help=argparse.SUPPRESS)  # the flooding process
+    args = parser.parse_args()
+    if args.flood is not None:
+        result = asyncio.run(flood(args.flood, args.clients, args.max_seconds))
+        print(json.dumps(result))
+        return
+    configure_logging("warning")
+    data = payloads(args.events)
+    print(f"{args.events:,} YSB events; flood: {args.clients} clients")
+    ratios, cpu_ratios, latencies, failed = [], [], [], 0
+    for i in range(args.repeat):
+        port = _free_port()
+        gc.collect()
+        quiet = asyncio.run(run(data, port))
+        port = _free_port()
+        command = [sys.executable, "-m", "benchmarks.web_flood", "--flood", str(port)]
+        command += ["--clients", str(args.clients), "--max-seconds", str(args.max_seconds)]
+        flooders: list[subprocess.Popen[bytes]] = []
+
+        def start_flood(
+            command: list[str] = command, flooders: list[subprocess.Popen[bytes]] = flooders
+        ) -> None:
+            flooder = subprocess.Popen(command, stdout=subprocess.PIPE)
+            flooders.append(flooder)
+            assert flooder.stdout is not None
+            assert flooder.stdout.readline() == b"up\n"
+            time.sleep(0.5)  # its clients are knocking before the worker listens
+
+        try:
+            gc.collect()
+            flooded = asyncio.run(run(data, port, start_flood))
+            out, _ = flooders[0].communicate(timeout=args.max_seconds + 30)
+        finally:
+            for flooder in flooders:
+                if flooder.poll() is None:
+                    flooder.kill()
+                    flooder.wait()
+        result = json.loads(out.splitlines()[-1])
+        latencies += result["health"]
+        failed += result["health_failed"]
+        ratios.append(flooded / quiet)
+        cpu_quiet, cpu_flooded = CPU_RATES[-2:]
+        cpu_ratios.append(cpu_flooded / cpu_quiet)
+        print(
+            f"round {i + 1}: quiet {quiet:,.0f} records/s, flooded {flooded:,.0f} records/s "
+            f"({flooded / quiet:.2f}); per CPU second {cpu_quiet:,.0f} and "
+            f"{cpu_flooded:,.0f} ({cpu_flooded / cpu_quiet:.2f}); flood answers: "
+            f"{result['ok']} 200, {result['refused']} other, "
+            f"{result['errors']} broken connections"
+        )
+    print(
+        f"flooded / quiet records/s: median {statistics.median(ratios):.2f} (goal >= 0.80); "
+        f"per CPU second of the worker: median {statistics.median(cpu_ratios):.2f}"
+    )
+    if latencies:
+        ms = sorted(x * 1000 for x in latencies)
+        print(
+            f"/health during the floods: {len(ms)} answered, {failed} failed; median "
+            f"{statistics.median(ms):.1f} ms, p99 {ms[int(len(ms) * 0.99) - 1]:.1f} ms, "
+            f"max {ms[-1]:.1f} ms"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    main()
