@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,6 +26,7 @@ from flowkit.runtime.web_endpoints import (
     check_url,
     signed_headers,
 )
+from flowkit.runtime.web_limits import WebLimits
 from flowkit.runtime.web_tables import endpoints_topic
 from flowkit.testing import TestDriver
 from flowkit.transports import MemoryTransport
@@ -68,9 +71,11 @@ async def split(one: TestDriver, two: TestDriver) -> tuple[WebServer, WebServer,
     pytest.fail(f"the partitions were not split and advertised within 20 s: {held}")
 
 
-async def started(make_driver: DriverFactory, name: str) -> tuple[TestDriver, TestDriver]:
+async def started(
+    make_driver: DriverFactory, name: str, **options: Any
+) -> tuple[TestDriver, TestDriver]:
     app = build(name, partitions=4)
-    one, two = make_driver(app, web_port=0), make_driver(app, web_port=0)
+    one, two = make_driver(app, web_port=0, **options), make_driver(app, web_port=0, **options)
     await one.__aenter__()
     await two.__aenter__()
     for user in USERS:
@@ -177,7 +182,13 @@ def _connections_to(port: int) -> int:
     indirect=True,
 )
 async def test_remote_lookups_open_no_broker_connections(make_driver: DriverFactory) -> None:
-    one, two = await started(make_driver, "webconnections")
+    # Limits that let 300 lookups in at once: what is counted here is broker connections.
+    # (The endpoint takes at most a quarter of the file descriptors the process may open.)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2048 if hard == resource.RLIM_INFINITY else min(hard, 2048)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    limits = WebLimits(max_connections=400, rate=10_000.0, burst=400, concurrency=300)
+    one, two = await started(make_driver, "webconnections", web_limits=limits)
     try:
         web_one, _, theirs = await split(one, two)
         port = urlsplit(one.worker.transport.url.replace("kafka://", "tcp://")).port
@@ -211,6 +222,7 @@ async def test_remote_lookups_open_no_broker_connections(make_driver: DriverFact
     finally:
         await two.__aexit__(None, None, None)
         await one.__aexit__(None, None, None)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 async def test_without_a_secret_nothing_is_advertised_or_believed(
