@@ -388,6 +388,11 @@ class DeadLetter:
         return self.meta.get("error.stage", "?")
 
     @property
+    def traceback(self) -> str:
+        """The stored traceback of the failure (its innermost frames), or ''."""
+        return self.meta.get("error.traceback", "")
+
+    @property
     def agent(self) -> str:
         return self.meta.get("agent", "")
 

@@ -62,6 +62,10 @@ def dlq_show(
     topic: TopicOpt = None,
     where: WhereOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="Newest N.")] = 20,
+    show_traceback: Annotated[
+        bool,
+        typer.Option("--traceback", help="Print each letter's stored traceback below it."),
+    ] = False,
 ) -> None:
     """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
     with errors():
@@ -79,6 +83,9 @@ def dlq_show(
         typer.echo(f"{len(chosen)} of {count(len(letters), 'dead letter')} in {name}")
     for letter in chosen:
         typer.echo(letter.describe())
+        if show_traceback and letter.traceback:
+            for line in letter.traceback.splitlines():
+                typer.echo(f"        {printable(line)}")
 
 
 @dlq.command("replay")

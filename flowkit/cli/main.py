@@ -213,6 +213,14 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    fail_fast: Annotated[
+        bool,
+        typer.Option(
+            "--fail-fast",
+            help="Stop at the first record that fails, with its traceback, instead of "
+            "dead-lettering it (for development; one process).",
+        ),
+    ] = False,
 ) -> None:
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
@@ -220,6 +228,8 @@ def worker(
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
         wanted = parse_processes(processes, url) if processes is not None else 1
+        if fail_fast and wanted > 1:
+            _fail("--fail-fast stops at the first failure: run it without --processes", USAGE)
         if web_port:  # (0 picks a free port: nothing to check)
             check_web_address(web_host, web_port)
         token = WebToken(web_token) if web_token else None
@@ -261,6 +271,7 @@ def worker(
                 web_port=web_port,
                 web_host=web_host,
                 idle_hint=IDLE_HINT,
+                fail_fast=fail_fast,
                 web_token=token,
                 web_allowed_hosts=web_allow_host,
                 web_limits=limits,
@@ -285,7 +296,7 @@ def worker(
             # tables rebuilt from their changelogs, and rejoins the group.
             log.warning("starting the worker again from the last committed transaction")
         if error is not None:
-            if log_level == "debug" and not isinstance(error, FlowkitError):
+            if fail_fast or (log_level == "debug" and not isinstance(error, FlowkitError)):
                 traceback.print_exception(error)
             _fail(f"worker failed: {_describe(error)}", FAILED)
         if child is None:  # the parent prints one summary for all its processes

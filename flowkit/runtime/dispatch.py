@@ -91,6 +91,10 @@ class Dispatcher:
         # Failed records per (agent, stage) not in the metric yet: moved at the next flush
         # of the publisher or checkpoint, not one Prometheus increment per record.
         self._errors: dict[tuple[str, str], int] = {}
+        # For the summary at the end: failed records per (agent, error type), and where in
+        # the user's code each kind failed (as its first logged line found).
+        self.failures: dict[tuple[str, type], int] = {}
+        self.failed_at: dict[tuple[str, type], str] = {}
         # A burst of failing records logs its first lines, then one line per checkpoint.
         self.log_budget = LogBudget(clock.monotonic)
         self.letters = LetterSender(
@@ -465,8 +469,12 @@ class Dispatcher:
         if previous is not None and previous[0] is message:
             attempts = previous[1] + 1  # the retries of an earlier error of this record
         self._errors[name, stage] = self._errors.get((name, stage), 0) + 1
+        kind = (name, exc.__class__)
+        self.failures[kind] = self.failures.get(kind, 0) + 1
         if self.log_budget.allow(name):
-            log_failure(name, stage, "dead_letter", message, attempts, exc)
+            at = log_failure(name, stage, "dead_letter", message, attempts, exc)
+            if at is not None:
+                self.failed_at.setdefault(kind, at)
         return self.letters.note(
             message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
         )
@@ -536,11 +544,15 @@ class Dispatcher:
             pause = self._count(source, exc, message)
         where = (agent.name, stage)
         self._errors[where] = self._errors.get(where, 0) + 1
+        kind = (agent.name, exc.__class__)
+        self.failures[kind] = self.failures.get(kind, 0) + 1
         if isinstance(exc, LateRecord | FutureRecord):
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
         if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
-            log_failure(agent.name, stage, action, message, attempts, exc)
+            at = log_failure(agent.name, stage, action, message, attempts, exc)
+            if at is not None:
+                self.failed_at.setdefault(kind, at)
         if self.fail_fast or action == "stop":
             self._move_errors()  # the worker stops: counted now
             raise exc

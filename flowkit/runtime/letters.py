@@ -31,8 +31,10 @@ from ..deadletter import (
     fit_dead_letter,
     ordered_failure_headers,
     shared_failure_headers,
+    short_traceback,
 )
 from ..errors import ProcessingError, RecordRejected
+from ..locations import user_location
 from ..metrics import Metrics
 from ..records import Headers, Message, headers_size, record_size
 from .logbudget import LogBudget
@@ -302,10 +304,25 @@ def stage_of(exc: BaseException) -> str:
     return exc.stage if isinstance(exc, ProcessingError) else "process"
 
 
+# The failures whose traceback was logged, by agent, error type and place: each once.
+_traced: set[tuple[str, type, str | None]] = set()
+_TRACED_MAX = 1000  # distinct failures remembered, at most (then each is traced again)
+
+
 def log_failure(
     agent: str, stage: str, action: Any, message: Message, attempts: int, exc: BaseException
-) -> None:
-    """The error line of a failed record (the dispatcher's, within its log budget)."""
+) -> str | None:
+    """The error line of a failed record (the dispatcher's, within its log budget): where
+    in the user's code it failed (``at``), and the first time this agent fails so there,
+    the traceback. Returns that place (None if the error is not in the user's code)."""
+    at = user_location(exc)
+    seen = (agent, exc.__class__, at)
+    fields: dict[str, Any] = {}
+    if at is not None and seen not in _traced:  # (a bad record's decode error: no code)
+        if len(_traced) >= _TRACED_MAX:
+            _traced.clear()
+        _traced.add(seen)
+        fields["exception"] = short_traceback(exc)  # (rendered below the line, or a field)
     log.error(
         "record failed",
         agent=agent,
@@ -316,4 +333,7 @@ def log_failure(
         offset=message.offset,
         attempts=attempts,
         error=repr(exc),
+        **({"at": at} if at is not None else {}),
+        **fields,
     )
+    return at

@@ -580,8 +580,20 @@ class Worker:
         return max(end - self.started_at, 0.0)
 
     def summary(self) -> str:
-        """One line: records processed and the rate."""
+        """One line: records processed and the rate; if records failed, how many, and the
+        most frequent failure with where in the user's code it happened."""
         seconds = self.elapsed
         rate = self.records_in / seconds if seconds > 0 else 0.0
         records = count(self.records_in, "record")
-        return f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
+        line = f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
+        failures = self.dispatcher.failures if self.dispatcher is not None else {}
+        if not failures:
+            return line
+        (agent, error), most = max(failures.items(), key=lambda item: item[1])
+        assert self.dispatcher is not None
+        at = self.dispatcher.failed_at.get((agent, error))
+        where = f" at {at}" if at is not None else ""
+        return (
+            f"{line}; {count(sum(failures.values()), 'record')} failed, most often "
+            f"{error.__name__} in agent {agent!r}{where} ({most:,})"
+        )

@@ -576,6 +576,39 @@ def test_the_worker_warns_of_a_misspelt_topic_when_it_starts(
     assert "(did you mean 'big-orders'?)" in said
 
 
+FLAKY_AT = "tests/cli/apps/flaky_app.py:16 in share"
+
+
+def test_a_failed_record_names_the_line_and_the_summary_counts_failures(
+    spawn: Callable[..., Process],
+) -> None:
+    worker = spawn("worker", "flaky_app:app")
+    worker.wait_for(lambda: len(worker.out) >= 8)  # the records that did not fail
+    worker.signal(signal.SIGINT)
+    assert worker.finish() == 0
+    said = "".join(worker.err)
+    failed = [line for line in worker.err if "record failed" in line]
+    assert len(failed) == 4 and all(f"at='{FLAKY_AT}'" in line for line in failed), failed
+    # The traceback once, for the first: the rest are the same failure.
+    assert said.count("Traceback (most recent call last)") == 1
+    assert "line 16, in share" in said
+    assert worker.err[-1].startswith("processed ")
+    assert worker.err[-1].endswith(
+        f"; 4 records failed, most often ZeroDivisionError in agent 'divide' at {FLAKY_AT} (4)\n"
+    ), worker.err[-1]
+
+
+def test_fail_fast_stops_at_the_first_failure_with_its_traceback(
+    spawn: Callable[..., Process],
+) -> None:
+    worker = spawn("worker", "flaky_app:app", "--fail-fast", "--log-level", "warning")
+    assert worker.finish() == 1
+    said = "".join(worker.err)
+    assert "Traceback (most recent call last)" in said and "line 16, in share" in said
+    assert worker.err[-1] == "Error: worker failed: ZeroDivisionError: division by zero\n"
+    assert worker.out == ["1 100.0\n", "2 50.0\n"]
+
+
 def test_a_graph_problem_stops_the_worker_before_it_starts(
     spawn: Callable[..., Process],
 ) -> None:

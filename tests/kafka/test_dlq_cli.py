@@ -49,6 +49,12 @@ async def test_show_and_replay_dead_letters(kafka_server: KafkaServer) -> None:
     assert lines[0] == "3 of 3 dead letters in dlqtest-dlq"
     assert all("ValueError" in line and "evens_only" in line for line in lines[1:])
     assert [line.split("value=")[1] for line in lines[1:]] == ["1", "3", "5"]
+    traced = await runner.invoke(
+        cli, ["dlq", "show", "tests.kafka.apps.dlq_app:app", "--broker", url, "--traceback"]
+    )
+    assert traced.exit_code == 0, traced.output
+    assert traced.output.count("        Traceback (most recent call last):") == 3
+    assert "in evens_only" in traced.output and "        ValueError: 1 is odd" in traced.output
     only = await runner.invoke(
         cli,
         [
