@@ -24,11 +24,13 @@ class PendingBatch:
     the holder is on: the records before it are done, so a commit may stop there.
     """
 
-    __slots__ = ("end", "holders", "progress")
+    __slots__ = ("end", "first_ts", "holders", "progress", "start")
 
-    def __init__(self, end: int, holders: int) -> None:
+    def __init__(self, end: int, holders: int, start: int = -1, first_ts: int = -1) -> None:
         self.end = end
         self.holders = holders
+        self.start = start  # the offset of its first record (-1: not said)
+        self.first_ts = first_ts  # that record's timestamp, ms (-1: not said)
         self.progress: Callable[[], int | None] | None = None
 
     def release(self) -> None:
@@ -57,9 +59,12 @@ class OffsetTracker:
         self._done: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
 
-    def add(self, tp: TopicPartition, end: int, holders: int) -> PendingBatch:
-        """Record a batch ending before offset ``end``, held by ``holders`` instances."""
-        entry = PendingBatch(end, holders)
+    def add(
+        self, tp: TopicPartition, end: int, holders: int, start: int = -1, first_ts: int = -1
+    ) -> PendingBatch:
+        """Record a batch ending before offset ``end``, held by ``holders`` instances (its
+        first record at ``start``, with timestamp ``first_ts``: for ``unprocessed``)."""
+        entry = PendingBatch(end, holders, start, first_ts)
         queue = self._pending.get(tp)
         if queue is None:
             queue = self._pending[tp] = deque()
@@ -90,6 +95,28 @@ class OffsetTracker:
             if done is not None and done != self._committed.get(tp):
                 out[tp] = done
         return out
+
+    def unprocessed(self, tp: TopicPartition) -> tuple[int | None, int | None]:
+        """The offset of the first record of ``tp`` not processed yet, and the timestamp
+        (ms) of the oldest batch still held: (None, None) when nothing is known, and
+        (offset, None) when every batch fetched is done.
+
+        >>> t = OffsetTracker()
+        >>> tp = TopicPartition("t", 0)
+        >>> a = t.add(tp, 10, 1, start=0, first_ts=1000)
+        >>> t.unprocessed(tp)          # fetched, none processed: all ten are lag
+        (0, 1000)
+        >>> a.release(); t.unprocessed(tp)
+        (10, None)
+        """
+        self._advance(tp)
+        done = self._done.get(tp)
+        queue = self._pending.get(tp)
+        if not queue:
+            return done, None
+        oldest = queue[0]
+        first = done if done is not None else (oldest.start if oldest.start >= 0 else None)
+        return first, oldest.first_ts if oldest.first_ts >= 0 else None
 
     def committed(self, offsets: dict[TopicPartition, int]) -> None:
         """Note a successful commit."""

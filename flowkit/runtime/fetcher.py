@@ -106,12 +106,13 @@ class Fetcher:
             self.latency.fetched(tp, end, messages[0].timestamp)
         route = self.routes.get(tp.topic)
         if route is None:  # partials for a windowed table owned here: apply them inline
-            entry = self.tracker.add(tp, end, 1)
+            entry = self.tracker.add(tp, end, 1, messages[0].offset, messages[0].timestamp)
             await self.state.receive_partials(tp, messages)
             entry.release()
             return
         readers = route.readers
-        entry = self.tracker.add(tp, end, len(readers))
+        first = messages[0]
+        entry = self.tracker.add(tp, end, len(readers), first.offset, first.timestamp)
         fetched = time.monotonic()
         for agent, sources in readers:
             source = sources[tp.partition % len(sources)]

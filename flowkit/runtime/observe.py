@@ -29,9 +29,12 @@ __all__ = ["WorkerCollector", "partition_lag"]
 def partition_lag(worker: Worker) -> list[tuple[str, int, int, float]]:
     """(topic, partition, lag in records, lag in seconds) of every assigned partition.
 
-    Records: the high watermark of the last fetch minus the consumer's position. Seconds:
-    0 when caught up, else the age of the newest record read from the partition (or the
-    time since the worker started, when nothing was read yet).
+    Records: the high watermark of the last fetch minus the first record not processed yet
+    (records fetched and waiting for their agent count: they are lag too), or minus the
+    consumer's position when nothing was fetched. Seconds: 0 when caught up; else the age
+    of the oldest record fetched and not processed, or, when every record fetched is done,
+    the age of the newest record read (or the time since the worker started, when nothing
+    was read yet).
     """
     fetcher = worker.fetcher
     if fetcher is None:
@@ -47,10 +50,11 @@ def partition_lag(worker: Worker) -> list[tuple[str, int, int, float]]:
             continue
         if high is None:
             continue
-        records = max(high - position, 0)
+        first, oldest = worker.tracker.unprocessed(tp)
+        records = max(high - (position if first is None else min(first, position)), 0)
         seconds = 0.0
         if records:
-            newest = fetcher.newest_ts.get(tp)
+            newest = oldest if oldest is not None else fetcher.newest_ts.get(tp)
             seconds = worker.elapsed if newest is None else max(now_ms - newest, 0.0) / 1000
         out.append((tp.topic, tp.partition, records, seconds))
     return out
