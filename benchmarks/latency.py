@@ -1,7 +1,8 @@
 """Latency at half the peak rate: a record's timestamp to its output's acknowledgement.
 
     python -m benchmarks.latency [--seconds 10] [--records 400000]          # memory broker
-    python -m benchmarks.latency --kafka [--seconds 10] [--records 200000]  # Tansu, both clients
+    python -m benchmarks.latency --kafka [--seconds 10] [--records 200000]  # Kafka, both clients
+    (--broker apache-kafka: on Apache Kafka instead of Tansu; --bootstrap: on a running Kafka)
 
 The app: an agent reads ``latency-in`` (4 partitions), filters, and yields one output per
 record to ``latency-out``, carrying the input record's timestamp. First the peak rate is
@@ -28,7 +29,7 @@ from typing import Any
 import msgspec
 
 import flowkit
-from benchmarks.kafka_broker import kafka_broker
+from benchmarks.kafka_broker import add_broker_options, kafka_broker
 from flowkit.logs import configure_logging
 from flowkit.transports import MemoryBroker, MemoryTransport, Transport
 
@@ -198,7 +199,7 @@ def run_memory(records: int, seconds: float) -> None:
     print(f"  timestamp -> output acked: {percentiles(ms)}")
 
 
-# -- Kafka (Tansu) -----------------------------------------------------------------------
+# -- Kafka -----------------------------------------------------------------------------
 
 
 async def kafka_preload(bootstrap: str, topic: str, n: int) -> None:
@@ -284,8 +285,8 @@ async def kafka_run(bootstrap: str, client: str, records: int, seconds: float) -
     print(f"  timestamp -> output acked: {percentiles(ms)}")
 
 
-def run_kafka(records: int, seconds: float, bootstrap: str | None) -> None:
-    with kafka_broker(bootstrap) as (address, _):
+def run_kafka(records: int, seconds: float, bootstrap: str | None, broker: str = "tansu") -> None:
+    with kafka_broker(bootstrap, broker) as (address, _):
         for client in ("aiokafka", "rdkafka"):
             gc.collect()
             asyncio.run(kafka_run(address, client, records, seconds))
@@ -295,8 +296,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="latency at half the peak rate")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--records", type=int, help="records for the peak rate")
-    parser.add_argument("--kafka", action="store_true", help="on Kafka (Tansu), both clients")
-    parser.add_argument("--bootstrap", help="host:port of a running Kafka (with --kafka)")
+    parser.add_argument("--kafka", action="store_true", help="on Kafka, both clients")
+    add_broker_options(parser)  # --bootstrap, --broker tansu|apache-kafka (with --kafka)
     parser.add_argument("--fraction", type=float, default=0.5, help="of the peak (0.5)")
     parser.add_argument("--produce", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
@@ -309,7 +310,7 @@ def main() -> None:
         sent = asyncio.run(kafka_produce(args.produce, args.topic, args.rate, args.seconds))
         print(json.dumps({"sent": sent}))
     elif args.kafka:
-        run_kafka(args.records or 200_000, args.seconds, args.bootstrap)
+        run_kafka(args.records or 200_000, args.seconds, args.bootstrap, args.broker)
     else:
         run_memory(args.records or 400_000, args.seconds)
 

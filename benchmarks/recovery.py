@@ -1,7 +1,8 @@
 """Table recovery from a changelog: a flowkit worker against a hand-written reader.
 
     python -m benchmarks.recovery [--records 1000000] [--repeat 3]            # memory broker
-    python -m benchmarks.recovery --kafka [--records 1000000] [--repeat 2]    # Tansu, both clients
+    python -m benchmarks.recovery --kafka [--records 1000000] [--repeat 2]    # Kafka, both clients
+    (--broker apache-kafka: on Apache Kafka instead of Tansu; --bootstrap: on a running Kafka)
 
 A table of ``--records`` distinct small keys (``user-0000042`` -> an int) is written
 straight into its compacted changelog (4 partitions), then, in paired rounds:
@@ -36,7 +37,7 @@ from typing import Any
 import msgspec
 
 import flowkit
-from benchmarks.kafka_broker import kafka_broker
+from benchmarks.kafka_broker import add_broker_options, kafka_broker
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.records import TopicPartition
@@ -175,7 +176,7 @@ def run_memory(n: int, repeat: int) -> None:
     report(cpu_rounds, n, "record", cpu_ratio)
 
 
-# -- Kafka (Tansu) -----------------------------------------------------------------------
+# -- Kafka -----------------------------------------------------------------------------
 
 
 async def preload_kafka(bootstrap: str, table: Any, n: int) -> None:
@@ -284,13 +285,13 @@ def kafka_round(
     return seconds, cpus, brokers
 
 
-def run_kafka(n: int, repeat: int, bootstrap: str | None) -> None:
-    with kafka_broker(bootstrap) as (address, pid):
+def run_kafka(n: int, repeat: int, bootstrap: str | None, broker: str = "tansu") -> None:
+    with kafka_broker(bootstrap, broker) as (address, pid):
         _, table = make_app()
         started, cpu, broker_cpu = time.perf_counter(), time.process_time(), process_cpu(pid)
         asyncio.run(preload_kafka(address, table, n))
         print(
-            f"Kafka (Tansu): a changelog of {n:,} keys in {table.partitions} partitions, loaded"
+            f"Kafka ({broker}): a changelog of {n:,} keys in {table.partitions} partitions, loaded"
             f" in {time.perf_counter() - started:.1f} s (loader CPU"
             f" {time.process_time() - cpu:.1f} s, broker CPU"
             f" {process_cpu(pid) - broker_cpu:.1f} s)"
@@ -339,12 +340,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="table recovery from a changelog")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--kafka", action="store_true", help="on Kafka (Tansu), both clients")
-    parser.add_argument("--bootstrap", help="host:port of a running Kafka (with --kafka)")
+    parser.add_argument("--kafka", action="store_true", help="on Kafka, both clients")
+    add_broker_options(parser)  # --bootstrap, --broker tansu|apache-kafka (with --kafka)
     args = parser.parse_args()
     configure_logging("warning")
     if args.kafka:
-        run_kafka(args.records, args.repeat, args.bootstrap)
+        run_kafka(args.records, args.repeat, args.bootstrap, args.broker)
     else:
         run_memory(args.records, args.repeat)
 
