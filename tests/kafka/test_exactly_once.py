@@ -7,10 +7,10 @@ session timeout while another takes its partitions over, then lets it go on (a z
 Afterwards a ``read_committed`` reader of the outputs must see every result exactly once:
 nothing lost, nothing twice, and every count as the records say.
 
-Verified through aiokafka; the librdkafka cases are skipped while an open bug (see
-``RDKAFKA_OPEN``) stands. The test broker keeps records for ever (``log.retention.ms=-1``):
-these records' event times are years old, and time-based retention deleted them under the
-workers (the cause of the "offsets stop being committed" failures of this test).
+Both clients run each test: aiokafka and librdkafka (``client=rdkafka``). The test broker
+keeps records for ever (``log.retention.ms=-1``): these records' event times are years old,
+and time-based retention deleted them under the workers (the cause of the "offsets stop
+being committed" failures of this test).
 
 Apache Kafka, not Tansu: Tansu's ``read_committed`` readers see aborted records.
 """
@@ -53,18 +53,7 @@ SETTINGS = {
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
 }
-# librdkafka: its first commit deadlocked (fixed); now a transaction outlives the tests' 5 s
-# transaction timeout and the broker fences the producer (librdkafka reads far ahead, and a
-# checkpoint waits for every queued batch). Its exactly-once path has not passed these tests.
-RDKAFKA_OPEN = pytest.mark.skip(
-    reason="exactly-once through librdkafka: the worker's transaction outlives the 5 s "
-    "transaction timeout (fenced by the broker: it reads far ahead and a checkpoint waits "
-    "for every queued batch); open, only aiokafka is verified"
-)
-CLIENTS = [
-    pytest.param("aiokafka", id="aiokafka"),
-    pytest.param("rdkafka", id="rdkafka", marks=RDKAFKA_OPEN),
-]
+CLIENTS = ["aiokafka", "rdkafka"]
 
 Item = tuple[str, int, int]  # key, seq, event time
 Ev = tuple[str, str, str, int]  # topic, key, id, timestamp
