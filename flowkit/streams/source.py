@@ -300,14 +300,14 @@ class StreamSource(TaskScope):
             batch.on_done()
 
     async def _next_batch(
-        self, timeout: float | None = None, clock: Clock | None = None
+        self, timeout: float | None = None, clock: Clock | None = None, filling: bool = False
     ) -> Batch | None:
         """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
-        ``clock``, else of the event loop)."""
+        ``clock``, else of the event loop, or at a barrier while ``filling`` a list)."""
         while True:
             if self._barrier is not None:
                 barrier, self._barrier = self._barrier, None
-                await barrier.reached()
+                await self._reach(barrier)
             if self.closed and self._queue.empty():
                 return None
             if self.on_drained is not None and self._queue.empty():
@@ -331,13 +331,27 @@ class StreamSource(TaskScope):
                 continue
             if not batch.messages:
                 if batch.__class__ is Barrier:
-                    await batch.reached()
+                    if filling:
+                        # An exactly-once commit: the list being filled (take(), batches())
+                        # goes to the agent first, and the barrier is reached at the next
+                        # wait, once every record before it is processed.
+                        self._barrier = batch
+                        return None
+                    await self._reach(batch)
                     continue
                 batch.on_done()
                 continue
             self.batch = batch
             self._set_pos(-1)
             return batch
+
+    async def _reach(self, barrier: Barrier) -> None:
+        # Batches a list loop holds with no value in the list (all filtered out) are done:
+        # at a barrier no record before it may be left half-processed.
+        held = self._held
+        while held:
+            held.popleft().on_done()
+        await barrier.reached()
 
     def take_queued(self) -> list[Batch]:
         """The batches queued now, without waiting (a join looks at every one it has)."""
@@ -447,7 +461,7 @@ class StreamSource(TaskScope):
                         wait = deadline - now()
                         if wait <= 0:
                             break
-                    batch = await self._next_batch(wait, clock)
+                    batch = await self._next_batch(wait, clock, filling=bool(chunk))
                     if batch is None:
                         break
                 messages = batch.messages
