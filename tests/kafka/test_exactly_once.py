@@ -306,7 +306,7 @@ async def test_lists_of_take_and_batches_lose_and_repeat_nothing_over_kills(
     # take() and batches() fill their lists across fetched batches and commits: a
     # transaction must hold exactly the records whose list the agent has processed.
     url = url_for(clean_apache_kafka, client)
-    items = item_set(6_000)
+    items = item_set(9_000)
     await produce_inputs(reader, items, [], items_topic="eosl-items")
     committed = 0
     for round_ in range(3):

@@ -44,7 +44,7 @@ async def take(stream: flowkit.Stream[Item]) -> AsyncIterator[str]:
         for item in listed:
             took[item.key] += 1
             yield f"{item.key}:{item.seq}:{took[item.key]}"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
 
 
 @app.agent(items, sink=[batched_out], concurrency=PARTITIONS)
@@ -53,4 +53,4 @@ async def batch(stream: flowkit.Stream[Item]) -> AsyncIterator[str]:
         for item in listed:
             batched[item.key] += 1
             yield f"{item.key}:{item.seq}:{batched[item.key]}"
-        await asyncio.sleep(0.008)
+        await asyncio.sleep(0.016)
