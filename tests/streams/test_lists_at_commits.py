@@ -1,4 +1,5 @@
-"""``take()`` and ``batches()`` lists at an exactly-once commit (a ``Barrier``).
+"""Agents at an exactly-once commit (a ``Barrier``): ``take()`` and ``batches()`` lists,
+and where the barrier is queued when several agents read one partition.
 
 A list is filled across fetched batches, and a batch may be split between two lists. At
 an exactly-once commit every agent instance stops at a barrier queued behind its batches,
@@ -86,3 +87,46 @@ def test_at_a_barrier_every_record_before_it_is_processed_and_none_after(
     assert done == list(range(barrier_at))
     assert processed == wanted
     assert everything == [v for v in range(sum(sizes)) if not odd_only or v % 2 == 1]
+
+
+async def test_a_barrier_stops_every_reader_of_a_partition_after_the_same_record() -> None:
+    # Two agents read one partition; one is on the third batch, the other has started none.
+    # The commit's barrier goes ahead of what neither has started: both stop after the
+    # last record of the third batch (not after everything queued), so the transaction
+    # holds the same records' effects from both, and their offsets.
+    topic: Topic[int] = Topic("t", value_type=int)
+    fast, slow = StreamSource("fast", maxsize=8), StreamSource("slow", maxsize=8)
+    fast.taken, slow.taken = {}, {}  # as the worker sets them under exactly-once
+    offset = 0
+    for values in ([0, 1, 2], [3, 4], [5, 6, 7], [8]):
+        messages = [Message("t", 0, offset + i, 0, None, b"%d" % v) for i, v in enumerate(values)]
+        offset += len(values)
+        for source in (fast, slow):
+            await source.put(Batch(topic, TP, messages, lambda: None))
+    for source in (fast, slow):
+        source.close()
+    seen: dict[str, list[int]] = {"fast": [], "slow": []}
+    on_five = asyncio.Event()
+    go = asyncio.Event()
+
+    async def agent(source: StreamSource) -> None:
+        async for value in source.iterate(()):
+            seen[source.name].append(value)
+            if value == 5 and source is fast:
+                on_five.set()
+                await go.wait()
+
+    async with asyncio.timeout(10), asyncio.TaskGroup() as tasks:
+        tasks.create_task(agent(fast))
+        await on_five.wait()
+        assert fast.taken == {TP: 7} and slow.taken == {}
+        barrier = Barrier(2)
+        cut = {TP: max(fast.taken[TP], slow.taken.get(TP, -1))}  # what Checkpointer does
+        for source in (fast, slow):
+            source.queue_barrier(barrier, cut)
+        go.set()
+        tasks.create_task(agent(slow))
+        await barrier.arrived()
+        assert seen == {"fast": list(range(8)), "slow": list(range(8))}
+        barrier.release()
+    assert seen == {"fast": list(range(9)), "slow": list(range(9))}
