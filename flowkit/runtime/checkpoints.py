@@ -103,9 +103,10 @@ class Checkpointer:
         assert self._align is not None and self._gate is not None
         async with self._lock, self._gate:
             barrier, sources = self._align()
-            try:  # released whatever happens, even if queueing it is cut short
+            try:  # released whatever happens
+                cut = _cut(sources)
                 for source in sources:
-                    await source.put(barrier)
+                    source.queue_barrier(barrier, cut)
                 log.debug("transaction: barrier queued")
                 await barrier.arrived()
                 log.debug("transaction: agents aligned")
@@ -149,6 +150,25 @@ class Checkpointer:
                 # The group is rebalancing: the revocation that follows commits what is
                 # done while we still own it; until then the records stay uncommitted.
                 log.warning("commit refused during a rebalance; retrying later", error=str(exc))
+
+
+def _cut(sources: list[StreamSource]) -> dict[TopicPartition, int]:
+    """Per partition, the last record of the newest batch any agent instance has taken:
+    every instance reading the partition finishes its batches up to there before the
+    commit, and starts none after it.
+
+    The barrier goes ahead of the batches after the cut, so a transaction waits for the
+    batch each instance is on, not for every batch queued for it; and where several agents
+    read one partition, they all stop after the same record, so the offsets committed are
+    those of records whose effects every agent put in the transaction. (The fetcher is
+    not dispatching meanwhile: every reader of a fetched batch has it queued.)
+    """
+    cut: dict[TopicPartition, int] = {}
+    for source in sources:
+        for tp, last in (source.taken or {}).items():
+            if last > cut.get(tp, -1):
+                cut[tp] = last
+    return cut
 
 
 def aborted_in(exc: BaseException | None) -> TransactionAborted | None:

@@ -322,6 +322,8 @@ class Worker:
         await run_startup_hooks(app.startup_hooks, self._context)
         self._hooks_ran = True
         for agent, source in dispatcher.sources:
+            if self.transactions is not None:
+                source.taken = {}  # where each checkpoint's barrier cuts: see Checkpointer
             if self.state.windowed:
                 source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")

@@ -67,7 +67,8 @@ class Batch:
 
 
 class Barrier(Batch):
-    """Queued behind the batches of every agent instance by an exactly-once checkpoint.
+    """Queued for every agent instance by an exactly-once checkpoint (``queue_barrier``):
+    behind the batches the instance must finish, ahead of the others.
 
     An agent that takes it has finished every batch queued before it (and started none
     after it): it waits there until ``release``. Once ``arrived`` says every instance is
@@ -102,6 +103,28 @@ class Barrier(Batch):
         self._released.set()
 
 
+class _Batches(asyncio.Queue["Batch | None"]):
+    """The queue of a source: an ``asyncio.Queue`` that an exactly-once checkpoint may put
+    a barrier into ahead of queued batches (``put_ahead``)."""
+
+    _queue: deque[Batch | None]
+
+    def put_ahead(self, item: Batch, ahead: Callable[[Batch | None], bool]) -> None:
+        """Put ``item`` behind the queued items ``ahead`` is true of and before the rest,
+        each part in its order. Never waits: a full queue holds one more."""
+        queued = self._queue
+        if not queued:
+            self.put_nowait(item)  # wakes a reader waiting on the empty queue
+            return
+        # Not empty: no reader waits on it, so nothing needs waking.
+        kept = [x for x in queued if ahead(x)]
+        rest = [x for x in queued if not ahead(x)]
+        queued.clear()
+        queued.extend(kept)
+        queued.append(item)
+        queued.extend(rest)
+
+
 class StreamSource(TaskScope):
     """A bounded queue of batches and the read position of one agent instance.
 
@@ -122,7 +145,7 @@ class StreamSource(TaskScope):
         super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
         self.name = name
         self.clock = clock  # the worker's: take(within=) waits on it
-        self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize)
+        self._queue: _Batches = _Batches(maxsize)
         self.batch: Batch | None = None
         self._pos = -1
         # While the stream loop walks a batch, the position is its list iterator's (read
@@ -158,6 +181,10 @@ class StreamSource(TaskScope):
         # A barrier a join took from the queue with the batches before it (take_queued):
         # reached at its next wait for a batch, before anything queued after it is read.
         self._barrier: Barrier | None = None
+        # Exactly-once only (set by the worker): per partition, the offset of the last
+        # record of the newest batch taken from the queue, where a checkpoint cuts (see
+        # queue_barrier). None otherwise: nothing is kept per batch that no one reads.
+        self.taken: dict[TopicPartition, int] | None = None
 
     @property
     def pos(self) -> int:
@@ -254,6 +281,21 @@ class StreamSource(TaskScope):
         """Queue a batch; waits while the queue is full (backpressure on the fetcher)."""
         await self._queue.put(batch)
 
+    def queue_barrier(self, barrier: Barrier, cut: dict[TopicPartition, int]) -> None:
+        """Queue ``barrier`` behind the queued batches of each partition ``tp`` whose last
+        record is at or before ``cut[tp]``, and ahead of every other batch (exactly-once:
+        the agent finishes only what it must before the commit). Never waits."""
+
+        def ahead(batch: Batch | None) -> bool:
+            if batch is None:
+                return False  # the close marker: after the barrier
+            if not batch.messages:
+                return True
+            last = cut.get(batch.tp)
+            return last is not None and batch.messages[-1].offset <= last
+
+        self._queue.put_ahead(barrier, ahead)
+
     def close(self) -> None:
         """No more batches: the stream ends once the queued ones are processed."""
         if self.closed:
@@ -300,14 +342,14 @@ class StreamSource(TaskScope):
             batch.on_done()
 
     async def _next_batch(
-        self, timeout: float | None = None, clock: Clock | None = None
+        self, timeout: float | None = None, clock: Clock | None = None, filling: bool = False
     ) -> Batch | None:
         """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
-        ``clock``, else of the event loop)."""
+        ``clock``, else of the event loop, or at a barrier while ``filling`` a list)."""
         while True:
             if self._barrier is not None:
                 barrier, self._barrier = self._barrier, None
-                await barrier.reached()
+                await self._reach(barrier)
             if self.closed and self._queue.empty():
                 return None
             if self.on_drained is not None and self._queue.empty():
@@ -331,13 +373,29 @@ class StreamSource(TaskScope):
                 continue
             if not batch.messages:
                 if batch.__class__ is Barrier:
-                    await batch.reached()
+                    if filling:
+                        # An exactly-once commit: the list being filled (take(), batches())
+                        # goes to the agent first, and the barrier is reached at the next
+                        # wait, once every record before it is processed.
+                        self._barrier = batch
+                        return None
+                    await self._reach(batch)
                     continue
                 batch.on_done()
                 continue
             self.batch = batch
             self._set_pos(-1)
+            if self.taken is not None:
+                self.taken[batch.tp] = batch.messages[-1].offset
             return batch
+
+    async def _reach(self, barrier: Barrier) -> None:
+        # Batches a list loop holds with no value in the list (all filtered out) are done:
+        # at a barrier no record before it may be left half-processed.
+        held = self._held
+        while held:
+            held.popleft().on_done()
+        await barrier.reached()
 
     def take_queued(self) -> list[Batch]:
         """The batches queued now, without waiting (a join looks at every one it has)."""
@@ -353,6 +411,8 @@ class StreamSource(TaskScope):
                     continue
                 batch.on_done()
                 continue
+            if self.taken is not None:
+                self.taken[batch.tp] = batch.messages[-1].offset
             out.append(batch)
         return out
 
@@ -447,7 +507,7 @@ class StreamSource(TaskScope):
                         wait = deadline - now()
                         if wait <= 0:
                             break
-                    batch = await self._next_batch(wait, clock)
+                    batch = await self._next_batch(wait, clock, filling=bool(chunk))
                     if batch is None:
                         break
                 messages = batch.messages

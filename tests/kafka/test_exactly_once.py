@@ -7,10 +7,10 @@ session timeout while another takes its partitions over, then lets it go on (a z
 Afterwards a ``read_committed`` reader of the outputs must see every result exactly once:
 nothing lost, nothing twice, and every count as the records say.
 
-Verified through aiokafka; the librdkafka cases are skipped while an open bug (see
-``RDKAFKA_OPEN``) stands. The test broker keeps records for ever (``log.retention.ms=-1``):
-these records' event times are years old, and time-based retention deleted them under the
-workers (the cause of the "offsets stop being committed" failures of this test).
+Both clients run each test: aiokafka and librdkafka (``client=rdkafka``). The test broker
+keeps records for ever (``log.retention.ms=-1``): these records' event times are years old,
+and time-based retention deleted them under the workers (the cause of the "offsets stop
+being committed" failures of this test).
 
 Apache Kafka, not Tansu: Tansu's ``read_committed`` readers see aborted records.
 """
@@ -37,6 +37,7 @@ from tests.kafka.conftest import Client, Spawn, WorkerProcess, broker_url
 pytestmark = pytest.mark.kafka
 
 APP = "tests.kafka.apps.eos_app:app"
+LISTS_APP = "tests.kafka.apps.eos_lists_app:app"
 GROUP = "eos"
 T0 = 1_700_000_000_000
 FAR = 600_000  # ms: the flush records' event time ahead of the rest, closing every window
@@ -53,18 +54,7 @@ SETTINGS = {
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
 }
-# librdkafka: its first commit deadlocked (fixed); now a transaction outlives the tests' 5 s
-# transaction timeout and the broker fences the producer (librdkafka reads far ahead, and a
-# checkpoint waits for every queued batch). Its exactly-once path has not passed these tests.
-RDKAFKA_OPEN = pytest.mark.skip(
-    reason="exactly-once through librdkafka: the worker's transaction outlives the 5 s "
-    "transaction timeout (fenced by the broker: it reads far ahead and a checkpoint waits "
-    "for every queued batch); open, only aiokafka is verified"
-)
-CLIENTS = [
-    pytest.param("aiokafka", id="aiokafka"),
-    pytest.param("rdkafka", id="rdkafka", marks=RDKAFKA_OPEN),
-]
+CLIENTS = ["aiokafka", "rdkafka"]
 
 Item = tuple[str, int, int]  # key, seq, event time
 Ev = tuple[str, str, str, int]  # topic, key, id, timestamp
@@ -139,14 +129,16 @@ async def reader(clean_apache_kafka: ApacheKafka) -> AsyncIterator[Client]:
         await c.aclose()
 
 
-async def produce_inputs(reader: Client, items: list[Item], evs: list[Ev]) -> None:
+async def produce_inputs(
+    reader: Client, items: list[Item], evs: list[Ev], items_topic: str = "eos-items"
+) -> None:
     """The inputs, in small broker batches (a fetch returns whole ones, and a checkpoint
     waits for each agent to finish the batch it is on)."""
     await reader.transport.create_topics(
-        [TopicSpec(t, PARTITIONS) for t in ("eos-items", "eos-orders", "eos-payments")]
+        [TopicSpec(t, PARTITIONS) for t in (items_topic, "eos-orders", "eos-payments")]
     )
     records = [
-        ("eos-items", k.encode(), msgspec.json.encode({"key": k, "seq": s, "ts": ts}), ts)
+        (items_topic, k.encode(), msgspec.json.encode({"key": k, "seq": s, "ts": ts}), ts)
         for k, s, ts in items
     ]
     records += [(t, k.encode(), msgspec.json.encode({"id": i}), ts) for t, k, i, ts in evs]
@@ -206,11 +198,11 @@ async def until_complete(
         assert set(g) == set(w), f"{name}: extra {sorted(set(g) - set(w))[:10]}"
 
 
-def start(workers: Spawn, name: str, url: str) -> WorkerProcess:
+def start(workers: Spawn, name: str, url: str, app: str = APP) -> WorkerProcess:
     return workers(
         name,
         "worker",
-        APP,
+        app,
         "--broker",
         url,
         "--log-level",
@@ -220,9 +212,12 @@ def start(workers: Spawn, name: str, url: str) -> WorkerProcess:
     )
 
 
-async def committed_some(reader: Client, worker: WorkerProcess, at_least: int) -> None:
+async def committed_some(
+    reader: Client, worker: WorkerProcess, at_least: int, group: str = GROUP
+) -> None:
+    topic = f"{group}-items"
     end = time.monotonic() + 60
-    while sum((await reader.committed(GROUP, "eos-items", PARTITIONS)).values()) < at_least:
+    while sum((await reader.committed(group, topic, PARTITIONS)).values()) < at_least:
         assert worker.running(), worker.err
         assert time.monotonic() < end, f"nothing committed in 60 s:\n{worker.err[-6000:]}"
         await asyncio.sleep(0.1)
@@ -275,3 +270,57 @@ async def test_a_zombie_is_fenced_and_nothing_repeats(
     await until_complete(reader, items, evs, 60, zombie, other)
     assert await zombie.stop() == 0, zombie.err
     assert await other.stop() == 0, other.err
+
+
+async def until_listed(
+    reader: Client, items: list[Item], deadline: float, *running: WorkerProcess
+) -> None:
+    """``until_complete`` for the lists app: both agents' lines, each exactly once."""
+    want = tally_truth(items)
+    end = time.monotonic() + deadline
+    while True:
+        got = [
+            Counter(m.value.decode() for m in await reader.read(topic, PARTITIONS) if m.value)
+            for topic in ("eosl-took", "eosl-batched")
+        ]
+        if all(set(g) >= set(want) for g in got):
+            break
+        if time.monotonic() > end:
+            missing = [sorted(set(want) - set(g))[:5] for g in got]
+            offsets = await reader.committed("eosl", "eosl-items", PARTITIONS)
+            logs = f"committed {offsets}\n" + "\n".join(w.err[-3000:] for w in running)
+            pytest.fail(f"outputs missing after {deadline} s: {missing}\n{logs}")
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(1.0)  # anything more than expected would be in by now
+    for topic in ("eosl-took", "eosl-batched"):
+        lines = [m.value.decode() for m in await reader.read(topic, PARTITIONS) if m.value]
+        twice = [r for r, n in Counter(lines).items() if n > 1]
+        assert not twice, f"{topic}: results more than once: {twice[:10]}"
+        assert set(lines) == set(want), f"{topic}: extra {sorted(set(lines) - set(want))[:10]}"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_lists_of_take_and_batches_lose_and_repeat_nothing_over_kills(
+    clean_apache_kafka: ApacheKafka, reader: Client, workers: Spawn, client: str
+) -> None:
+    # take() and batches() fill their lists across fetched batches and commits: a
+    # transaction must hold exactly the records whose list the agent has processed.
+    url = url_for(clean_apache_kafka, client)
+    items = item_set(9_000)
+    await produce_inputs(reader, items, [], items_topic="eosl-items")
+    committed = 0
+    for round_ in range(3):
+        worker = start(workers, f"eosl-{round_}", url, app=LISTS_APP)
+        await committed_some(reader, worker, committed + 1, group="eosl")
+        await asyncio.sleep(random.uniform(0.2, 0.8))
+        worker.kill()
+        assert worker.popen.returncode == -9
+        before, committed = (
+            committed,
+            sum((await reader.committed("eosl", "eosl-items", PARTITIONS)).values()),
+        )
+        assert before < committed < len(items), (before, committed, worker.err)
+    last = start(workers, "eosl-last", url, app=LISTS_APP)
+    await last.wait_for_log("worker started", deadline=30)
+    await until_listed(reader, items, 60, last)
+    assert await last.stop() == 0, last.err

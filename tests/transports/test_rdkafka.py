@@ -23,7 +23,7 @@ from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
 from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
-from flowkit.transports.rdkafka.consumer import _runs, _watermarks
+from flowkit.transports.rdkafka.consumer import _Held, _runs, _runs_of, _watermarks
 from flowkit.transports.rdkafka.settings import client_config
 
 
@@ -214,3 +214,80 @@ def test_watermarks_raise_other_errors_at_once() -> None:
     with pytest.raises(KafkaException):
         _watermarks(kafka, None, 5.0)
     assert kafka.calls == 1
+
+
+def test_a_budget_hands_over_each_partition_in_order_a_fetch_at_a_time() -> None:
+    # rd() records: key b"k" and value b"v<offset>", 3 to 4 bytes each.
+    held = _Held(budget=10)
+    t0 = TopicPartition("t", 0)
+
+    def offsets(got: dict[TopicPartition, Any]) -> dict[int, list[int]]:
+        return {tp.partition: [m.offset for m in run] for tp, run in got.items()}
+
+    assert offsets(held.take(_runs_of([rd(0, 1), rd(0, 2), rd(1, 7), rd(0, 3), rd(0, 4)]))) == {
+        0: [1, 2, 3],
+        1: [7],
+    }
+    assert held.count == 1
+    assert offsets(held.take(_runs_of([rd(0, 5), rd(1, 8)]))) == {0: [4, 5], 1: [8]}
+    assert held.count == 0 and offsets(held.take({})) == {}
+    huge = RdMessage(topic="t", partition=0, offset=6, key=None, value=b"x" * 100)
+    assert offsets(held.take({t0: [huge, rd(0, 7)]})) == {0: [6]}  # one record at least
+    held.drop([t0])  # assigned again: read from the committed offset, not from here
+    assert held.count == 0 and held.runs == {}
+
+
+class _Owned:
+    """A rebalance listener that only keeps what the group gave this consumer."""
+
+    def __init__(self) -> None:
+        self.owned: set[TopicPartition] = set()
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.owned -= revoked
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.owned |= assigned
+
+
+@pytest.mark.kafka
+async def test_exactly_once_batches_hold_at_most_a_fetch_of_a_partition(
+    kafka_bootstrap: str,
+) -> None:
+    # librdkafka reads far ahead (queued.max.messages.kbytes); an exactly-once checkpoint
+    # waits for every batch handed to the agents, so one getmany must not hand over all
+    # of that: at most max_partition_fetch_bytes of a partition, as a fetch on aiokafka.
+    budget = 1000
+    t = RdkafkaTransport(
+        [kafka_bootstrap],
+        max_partition_fetch_bytes=budget,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+    )
+    try:
+        topic = unique("rd-eos")
+        await t.create_topics([TopicSpec(topic, 2)])
+        producer = t.producer()
+        values = {p: [b"%d:%03d:" % (p, n) + b"x" * 90 for n in range(200)] for p in (0, 1)}
+        acks = [
+            await producer.send(topic, v, key=b"k", partition=p) for p in (0, 1) for v in values[p]
+        ]
+        await asyncio.gather(*acks)
+        t.transactional_producer(transactional_id=unique("tx"))  # exactly-once from here
+        consumer = t.consumer(group_id=unique("g"))
+        listener = _Owned()
+        consumer.subscribe([topic], listener)
+        got: dict[int, list[bytes]] = {0: [], 1: []}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 400:
+            assert time.monotonic() < deadline, {p: len(v) for p, v in got.items()}
+            for tp, batch in (await consumer.getmany(0.5, 10_000)).items():
+                size = sum(len(m.value or b"") + len(m.key or b"") for m in batch)
+                assert len(batch) == 1 or size <= budget, (tp, len(batch), size)
+                got[tp.partition] += [m.value or b"" for m in batch]
+                assert consumer.position(tp) == batch[-1].offset + 1
+            await asyncio.sleep(0.05)  # librdkafka meanwhile reads ahead
+        assert got == values  # each record once, in order
+        assert listener.owned == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+    finally:
+        await t.aclose()

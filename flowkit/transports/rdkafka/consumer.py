@@ -9,6 +9,10 @@ wait for it, so the listener still runs "inside ``getmany``" as the protocol say
 Positions are flowkit's own: every partition starts at an offset resolved when it is
 assigned (the committed one, else the reset policy's end, looked up once), so ``position``
 is known as soon as ``highwater`` is, and moves with the records ``getmany`` returns.
+
+Under exactly-once a ``getmany`` hands over at most ``max_partition_fetch_bytes`` of each
+partition (see ``_Held``): librdkafka reads far ahead of the agents, and a checkpoint's
+transaction stays open until the agents have processed every batch handed to them.
 """
 
 from __future__ import annotations
@@ -39,9 +43,13 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 _SLICE = 0.1  # seconds a waiting consume blocks before it looks for aclose()
-# What the consume thread hands over: start offsets it resolved, records, high watermarks.
+# What the consume thread hands over: start offsets it resolved, records, high watermarks,
+# and librdkafka's positions of the partitions whose records were all handed over.
 _Batch = tuple[
-    dict[TopicPartition, int], dict[TopicPartition, RawMessages], dict[TopicPartition, int]
+    dict[TopicPartition, int],
+    dict[TopicPartition, RawMessages],
+    dict[TopicPartition, int],
+    dict[TopicPartition, int],
 ]
 
 
@@ -59,6 +67,7 @@ class RdkafkaConsumer:
         config: dict[str, Any],
         group_id: str | None,
         auto_offset_reset: OffsetReset,
+        budget: int | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
@@ -77,6 +86,7 @@ class RdkafkaConsumer:
         # consume thread after each rebalance (see group_metadata).
         self._group_meta: Any = None
         self._meta_stale = True
+        self._lost = False  # partitions lost since lost_partitions() last said so
         # High watermarks as of the last batch, read by the consume thread: the loop
         # never calls into librdkafka for them (a call there can wait on a lock that a
         # rebalance callback in the consume thread holds).
@@ -85,6 +95,9 @@ class RdkafkaConsumer:
         self._wanted: dict[TopicPartition, int | None] | None = None
         self._wanted_lock = threading.Lock()
         self._ktps: dict[TopicPartition, Any] = {}
+        # Records consumed but not handed over yet, when a getmany is held to ``budget``
+        # bytes a partition (exactly-once): only the consume thread touches it.
+        self._held = _Held(budget) if budget is not None else None
         self._inflight: asyncio.Future[_Batch] | None = None
         self._fatal: TransportError | None = None
         self._closed = False
@@ -170,7 +183,7 @@ class RdkafkaConsumer:
                 self._topics,
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
-                on_lost=self._on_revoke,
+                on_lost=self._on_lost,
             )
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -214,11 +227,30 @@ class RdkafkaConsumer:
             return
         self._meta_stale = True
         tps = [TopicPartition(k.topic, k.partition) for k in partitions]
+        if self._held is not None:  # read again from the committed offsets
+            self._held.drop(tps)
         starts = self._starts(kafka, tps, committed=True)
         kafka.assign([ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in starts.items()])
         self._in_loop(self._assigned(starts))
 
+    def _on_lost(self, kafka: Any, partitions: list[Any]) -> None:
+        # The group went on without this member (it missed its session: paused, or stuck):
+        # its partitions may be another member's already. Told as a revocation, and noted
+        # for the transaction that was open meanwhile (``lost_partitions``).
+        if partitions:
+            self._lost = True
+        self._on_revoke(kafka, partitions)
+
+    def lost_partitions(self) -> bool:
+        """True once if this member lost partitions to the group (rather than giving them
+        up in a rebalance) since the last call: an exactly-once transaction open across
+        that must not commit, since another member may have processed its records."""
+        lost, self._lost = self._lost, False
+        return lost
+
     def _on_revoke(self, kafka: Any, partitions: list[Any]) -> None:
+        if self._held is not None:
+            self._held.drop(TopicPartition(k.topic, k.partition) for k in partitions)
         if not self._closed and partitions:
             self._in_loop(self._revoked({TopicPartition(k.topic, k.partition) for k in partitions}))
 
@@ -280,18 +312,24 @@ class RdkafkaConsumer:
         # In the consume thread. consume(n, t) waits for all n records or t seconds, so
         # wait for the first record only and take what else is queued without waiting.
         starts: dict[TopicPartition, int] = {}
+        held = self._held
         with self._wanted_lock:
             wanted, self._wanted = self._wanted, None
         if wanted is not None:
             fresh = [tp for tp, p in wanted.items() if p is None]
             starts = self._starts(kafka, fresh, committed=False)
             offsets = {**{tp: p for tp, p in wanted.items() if p is not None}, **starts}
+            if held is not None:  # read again from the kept positions
+                held.drop(list(held.runs))
             kafka.assign(
                 [ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in offsets.items()]
             )
-        records = kafka.consume(max_records, 0)
+        waiting = held.count if held is not None else 0
+        # Records held back for a budget are handed over at once: no wait for more, and
+        # nothing more taken while as many as one getmany returns are held.
+        records = kafka.consume(max_records - waiting, 0) if waiting < max_records else []
         end = time.monotonic() + timeout
-        while not records and not self._closed and self._wanted is None:
+        while not records and not waiting and not self._closed and self._wanted is None:
             left = end - time.monotonic()
             if left <= 0:
                 break
@@ -303,13 +341,31 @@ class RdkafkaConsumer:
             # while this thread waits in a callback for the loop, it never returned.
             self._meta_stale = False
             self._group_meta = kafka.consumer_group_metadata()
-        batches = _runs(records)
+        batches = _runs(records) if held is None else held.take(_runs_of(records))
+        return starts, batches, self._highwaters(kafka), self._read_past(kafka)
+
+    def _read_past(self, kafka: Any) -> dict[TopicPartition, int]:
+        # librdkafka's position moves past the records consume never returns: transaction
+        # markers, and aborted records under read_committed. Without it, a partition that
+        # ends in a marker (every changelog written by exactly-once) is never read to its
+        # high watermark. Not of a partition with records held back: they come first.
+        held = self._held
+        ktps = [self._ktp(tp) for tp in self._owned if held is None or tp not in held.runs]
+        if not ktps:
+            return {}
+        return {
+            TopicPartition(k.topic, k.partition): int(k.offset)
+            for k in kafka.position(ktps)
+            if k.offset >= 0
+        }
+
+    def _highwaters(self, kafka: Any) -> dict[TopicPartition, int]:
         highs = {}
         for tp in self._owned:
             high = kafka.get_watermark_offsets(self._ktp(tp), cached=True)[1]
             if high >= 0:
                 highs[tp] = int(high)
-        return starts, batches, highs
+        return highs
 
     async def getmany(
         self, timeout: float, max_records: int
@@ -329,7 +385,7 @@ class RdkafkaConsumer:
             )
         try:
             # A cancelled getmany leaves the batch to the next call: nothing is dropped.
-            starts, records, highs = await asyncio.shield(future)
+            starts, records, highs, read_past = await asyncio.shield(future)
         except RDKAFKA_ERRORS as exc:
             raise translate(exc) from exc
         finally:
@@ -340,9 +396,12 @@ class RdkafkaConsumer:
         if starts:
             self._positions.update({tp: o for tp, o in starts.items() if tp in self._owned})
         self._highs = highs
-        if self._closed or not records:
-            return {}
-        return self._owned_only(records)
+        out = {} if self._closed or not records else self._owned_only(records)
+        positions = self._positions
+        for tp, offset in read_past.items():  # after the records, which set positions too
+            if offset > positions.get(tp, offset):
+                positions[tp] = offset
+        return out
 
     def _owned_only(
         self, batches: dict[TopicPartition, RawMessages]
@@ -467,14 +526,18 @@ def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
     known (librdkafka raises NOT_LEADER_FOR_PARTITION for a topic created a moment ago)."""
     deadline = time.monotonic() + timeout
     delay = 0.05
+    tries = 0
     while True:
+        tries += 1
         try:
             low, high = kafka.get_watermark_offsets(ktp, timeout=timeout, cached=False)
             return int(low), int(high)
         except Exception as exc:  # KafkaException, or what librdkafka raises of its own
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, ck.KafkaError) else None
-            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
+            # Asked twice at least: a process paused (SIGSTOP, a frozen VM) during the
+            # first request comes back to it timed out, and past the deadline.
+            if code not in _TRANSIENT or (tries > 1 and time.monotonic() + delay > deadline):
                 raise
         time.sleep(delay)  # in the consume thread
         delay = min(delay * 2, 1.0)
@@ -486,6 +549,15 @@ def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
     # asked for). One call per record through ``map`` for each of error, partition and
     # topic, and the runs of one partition sliced whole: about 0.09 us a record where
     # building every Message cost 0.3 us warm and 0.5-0.8 us in a real run.
+    return {tp: _raw_messages(run) for tp, run in _runs_of(records).items()}
+
+
+def _raw_messages(run: list[Any]) -> RawMessages:
+    return RawMessages(run, _value_of, _message, _key_of, _timestamp_of)
+
+
+def _runs_of(records: list[Any]) -> dict[TopicPartition, list[Any]]:
+    # ``_runs`` before the runs are wrapped: librdkafka's messages per partition, in order.
     if not records:
         return {}
     if any(map(_error_of, records)):  # a KafkaError is true, None false
@@ -508,10 +580,62 @@ def _runs(records: list[Any]) -> dict[TopicPartition, RawMessages]:
             for k in range(i, j):
                 runs.setdefault(TopicPartition(topics[k], partition), []).append(records[k])
         i = j
-    return {
-        tp: RawMessages(run, _value_of, _message, _key_of, _timestamp_of)
-        for tp, run in runs.items()
-    }
+    return runs
+
+
+class _Held:
+    """The records a budgeted consumer has consumed and not handed over yet, per partition.
+
+    ``take`` hands over, of each partition, the records held first and then the newly
+    consumed ones, in offset order, up to ``budget`` bytes of keys and values (at least
+    one record); the rest waits for the next ``getmany``. So what the agents hold at a
+    checkpoint is bounded by what a fetch returns on aiokafka, not by how far librdkafka
+    read ahead. Counting bytes is work per record: only exactly-once consumers do it.
+    """
+
+    __slots__ = ("budget", "count", "runs")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.runs: dict[TopicPartition, list[Any]] = {}
+        self.count = 0  # records in ``runs``
+
+    def drop(self, tps: Iterable[TopicPartition]) -> None:
+        """Forget what is held of ``tps`` (assigned again, revoked, or sought)."""
+        for tp in tps:
+            self.count -= len(self.runs.pop(tp, ()))
+
+    def take(self, consumed: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, RawMessages]:
+        """What to hand over now: ``consumed`` after what is held, cut to the budget."""
+        runs = self.runs
+        for tp, run in consumed.items():
+            got = runs.get(tp)
+            if got is None:
+                runs[tp] = run
+            else:
+                got += run
+            self.count += len(run)
+        out: dict[TopicPartition, RawMessages] = {}
+        for tp, run in list(runs.items()):
+            cut = _within(run, self.budget)
+            out[tp] = _raw_messages(run[:cut] if cut < len(run) else run)
+            if cut < len(run):
+                runs[tp] = run[cut:]
+            else:
+                del runs[tp]
+            self.count -= cut
+        return out
+
+
+def _within(run: list[Any], budget: int) -> int:
+    """How many records of ``run``, from its start, fit in ``budget`` bytes (at least one)."""
+    size = 0
+    for i, r in enumerate(run):
+        value, key = r.value(), r.key()
+        size += (len(value) if value else 0) + (len(key) if key else 0)
+        if size > budget:
+            return max(i, 1)
+    return len(run)
 
 
 def _without_errors(records: list[Any]) -> list[Any]:

@@ -284,6 +284,18 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
         if self._kafka is None:
             await self.start()
         kafka = self._kafka
+        if consumer.lost_partitions():
+            # The group went on without this worker (it missed its session): another
+            # member may have processed these records, and its tables may hold changes
+            # of them. The broker would refuse the offsets of the old generation, but not
+            # a transaction of outputs alone (windows closed by time): none of it counts,
+            # and the worker starts again from its last commit, as when fenced.
+            await self.abort_transaction()
+            raise TransactionAborted(
+                "transaction aborted (this worker's partitions were lost to another member "
+                "of the group)",
+                fenced=True,
+            )
         try:
             if offsets and not self._open:
                 self._begin_now()

@@ -195,9 +195,15 @@ class RdkafkaTransport:
             # to the same member: co-partitioned topics and tables stay together.
             "partition.assignment.strategy": "range",
         }
+        budget = None
         if self._read_committed:
             config["isolation.level"] = "read_committed"
-        consumer = RdkafkaConsumer(self, config, group_id, auto_offset_reset)
+            if group_id is not None:
+                # A checkpoint's transaction waits for every batch handed to the agents:
+                # a getmany hands over at most a fetch's bytes of a partition, not all
+                # that librdkafka read ahead (see consumer.py).
+                budget = int(config["max.partition.fetch.bytes"])
+        consumer = RdkafkaConsumer(self, config, group_id, auto_offset_reset, budget)
         self._opened.add(consumer)
         return consumer
 
