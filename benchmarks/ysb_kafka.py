@@ -2,6 +2,7 @@
 
     python -m benchmarks.ysb_kafka [--events 400000] [--repeat 2] [--bootstrap HOST:PORT]
     python -m benchmarks.ysb_kafka --broker apache-kafka    # on Apache Kafka (Java, Maven)
+    python -m benchmarks.ysb_kafka --broker apache-kafka --exactly-once --skip-processes
 
 Starts a Tansu broker, or Apache Kafka with ``--broker apache-kafka`` (unless
 ``--bootstrap`` names a running Kafka; benchmarks/kafka_broker.py), pre-loads ``--events``
@@ -14,6 +15,9 @@ YSB events (about 250 bytes of JSON each, keyed by user, event times in the past
 * flowkit: ``examples/ysb.py`` (filter, global-table join, two-phase windowed count) run by
   an in-process ``flowkit.Worker`` over ``KafkaTransport`` until every event is processed
   and nothing is in flight (as benchmarks/ysb.py does on the memory broker);
+* with ``--exactly-once``: flowkit again with ``processing_guarantee="exactly_once"`` in
+  each round, its outputs read ``read_committed`` (the cost of exactly-once, paired with
+  at-least-once in the same round; needs a broker that runs transactions: Apache Kafka);
 * flowkit scale-out: the same app in one worker process, then in two worker processes of
   one group, until the last one has processed its partitions to the end.
 
@@ -64,6 +68,7 @@ Counts = Counter[tuple[str, int]]
 
 
 SKIP_PROCESSES = False
+EXACTLY_ONCE = False  # --exactly-once: flowkit also runs with transactions, in each round
 CLIENT = "aiokafka"  # --client: which Kafka client flowkit and the hand-written loops use
 
 
@@ -236,9 +241,14 @@ def _rd_loop(bootstrap: str, n: int, max_records: int, query: bool) -> tuple[flo
 
 
 async def window_counts(bootstrap: str, expected: int, deadline: float = 60.0) -> Counts:
-    """Read the output topic until ``expected`` results arrived (or the deadline)."""
+    """Read the output topic until ``expected`` results arrived (or the deadline); only
+    what committed transactions wrote (what at-least-once writes is all committed)."""
     consumer = aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", **FETCH
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **FETCH,
     )
     await consumer.start()
     decode = msgspec.json.Decoder(WindowResult).decode
@@ -267,13 +277,14 @@ async def window_counts(bootstrap: str, expected: int, deadline: float = 60.0) -
 
 
 async def flowkit_in_process(
-    bootstrap: str, n: int, max_records: int, expected: int
+    bootstrap: str, n: int, max_records: int, expected: int, exactly_once: bool = False
 ) -> tuple[float, Counts]:
     await reset_internal_topics(bootstrap)
     worker = flowkit.Worker(
         make_app(name=f"ysb-bench-{uuid.uuid4().hex[:8]}"),
         broker=broker_url(bootstrap),
         max_fetch_records=max_records,
+        processing_guarantee="exactly_once" if exactly_once else None,
     )
     async with worker:
         await _until(worker, lambda: worker.records_in > 0, 60)
@@ -386,7 +397,8 @@ async def run(bootstrap: str, events: int, repeat: int, max_records: int) -> Non
         f"{events:,} YSB events of {size:.0f} bytes in {ysb.PARTITIONS} partitions "
         f"(produced at {rate:,.0f}/s); fetch {FETCH}, max_records={max_records}"
     )
-    raw = hand = flow = float("inf")
+    raw = hand = flow = eos = float("inf")
+    rounds: list[tuple[float, float]] = []  # (at-least-once, exactly-once) seconds per round
     expected: Counts | None = None
     for _ in range(repeat):
         if CLIENT == "rdkafka":
@@ -400,12 +412,28 @@ async def run(bootstrap: str, events: int, repeat: int, max_records: int) -> Non
         if got != expected:
             raise SystemExit("flowkit's window counts differ from the hand-written loop's")
         flow = min(flow, t_flow)
+        if EXACTLY_ONCE:
+            t_eos, got = await flowkit_in_process(
+                bootstrap, events, max_records, len(expected), exactly_once=True
+            )
+            if got != expected:
+                raise SystemExit("flowkit exactly-once: window counts differ from the loop's")
+            eos = min(eos, t_eos)
+            rounds.append((t_flow, t_eos))
     assert expected is not None
     print(f"client: {CLIENT}")
     print(f"raw consume (fetch only)   : {events / raw:>10,.0f} events/s")
     print(f"hand-written {CLIENT} loop : {events / hand:>10,.0f} events/s")
     print(f"flowkit Worker, in-process : {events / flow:>10,.0f} events/s")
     print(f"ratio flowkit / hand-written: {hand / flow:.2f}   (counts identical)")
+    if EXACTLY_ONCE:
+        ratios = sorted(alos / exact for alos, exact in rounds)
+        print(f"flowkit exactly-once       : {events / eos:>10,.0f} events/s")
+        print(
+            f"ratio exactly-once / at-least-once: {flow / eos:.2f} best/best, "
+            f"{ratios[len(ratios) // 2]:.2f} median of rounds "
+            f"({ratios[0]:.2f}-{ratios[-1]:.2f})   (counts identical)"
+        )
 
     if SKIP_PROCESSES:
         return
@@ -444,11 +472,18 @@ def main() -> None:
     add_broker_options(parser)
     parser.add_argument("--client", choices=["aiokafka", "rdkafka"], default="aiokafka")
     parser.add_argument("--skip-processes", action="store_true", help="no scale-out runs")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="also run flowkit with processing_guarantee='exactly_once' in each round "
+        "(needs a broker that runs transactions: --broker apache-kafka)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--group", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global CLIENT, SKIP_PROCESSES
+    global CLIENT, SKIP_PROCESSES, EXACTLY_ONCE
     CLIENT, SKIP_PROCESSES = args.client, args.skip_processes
+    EXACTLY_ONCE = args.exactly_once
     configure_logging("warning")
     if args.child:
         asyncio.run(child(args.bootstrap, args.group, args.max_records))
