@@ -249,9 +249,10 @@ class Graph:
 
         A misspelt topic name shows this way (an agent writes ``big_orders``, another reads
         ``big-orders``), so each line names the nearest declared name. A topic that an
-        agent, timer, task or hook refers to in its code (``topic.send``) counts as
-        written and read: what the code does with it is not known here. So does a global
-        table's topic: reference data, written by whoever owns it.
+        agent, timer, task or hook refers to in its code (``topic.send``, or its name in a
+        string, as in ``Output(..., to="audit")``) counts as written and read: what the
+        code does with it is not known here. So does a global table's topic: reference
+        data, written by whoever owns it.
         """
         topics = [t for t in _unique(self.topic_decls) if not t.internal]
         readers: dict[str, list[str]] = {}
@@ -269,6 +270,8 @@ class Graph:
         functions = [a.fn for a in self.agents] + self.functions
         used = {id(t) for fn in functions for t in referenced_by(fn, topics)}
         used_names = {t.name for t in topics if id(t) in used}
+        # A topic named in the code as a string (``Output(..., to="audit")``) is used too.
+        used_names.update(_strings_in(functions) & {t.name for t in topics})
         # A global table's topic is reference data, kept by whoever owns it (or its loader).
         used_names.update(t.topic.name for t in self.tables if t.kind == "global_table")
         found: list[str] = []
@@ -411,6 +414,22 @@ def referenced_by(fn: Callable[..., Any], candidates: list[Any]) -> list[Any]:
             and all(obj is not f for f in found)
         ):
             found.append(obj)
+    return found
+
+
+def _strings_in(functions: list[Callable[..., Any]]) -> set[str]:
+    """The string constants in these functions' code (nested functions included)."""
+    found: set[str] = set()
+    stack = [getattr(fn, "__code__", None) for fn in functions]
+    while stack:
+        code = stack.pop()
+        if code is None:
+            continue
+        for const in code.co_consts:
+            if isinstance(const, str):
+                found.add(const)
+            elif hasattr(const, "co_consts"):
+                stack.append(const)
     return found
 
 

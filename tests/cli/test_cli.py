@@ -198,7 +198,7 @@ TYPO = (
 
 def test_graph_check_warns_of_a_misspelt_topic_and_passes() -> None:
     code, out, err = invoke("graph", "typo_app:app", "--check")
-    assert (code, out) == (0, "ok: 4 topics, 2 agents (2 warnings)\n")
+    assert (code, out) == (0, "ok: 5 topics, 3 agents (2 warnings)\n")
     assert tuple(err.splitlines()) == TYPO
 
 

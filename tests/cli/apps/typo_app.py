@@ -23,3 +23,12 @@ async def find_big(stream: flowkit.Stream[int]) -> AsyncIterator[int]:
 async def alert(stream: flowkit.Stream[int]) -> None:
     async for amount in stream:
         print("big order", amount)
+
+
+audit = app.topic("audit-log", value_type=int)  # written by name, below: not warned of
+
+
+@app.agent(orders, name="route")
+async def route(stream: flowkit.Stream[int]) -> AsyncIterator[flowkit.Output]:
+    async for amount in stream:
+        yield flowkit.Output(amount, to="audit-log")
