@@ -36,6 +36,7 @@ from tests.kafka.conftest import (
     start_worker,
     until,
 )
+from tests.tracebacks import crashes
 
 pytestmark = pytest.mark.kafka
 
@@ -81,7 +82,7 @@ def assigned_events(worker_assignments: list[set[str]], topic: str) -> set[int]:
 
 def assert_clean(*logs: str) -> None:
     for log in logs:
-        assert "Traceback" not in log, log
+        assert not crashes(log), log
 
 
 # -- 1. two worker processes share the YSB work ---------------------------------------------
