@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 
 import aiohttp
 import pytest
 import structlog
+import structlog.testing
 
 from flowkit.errors import ConfigurationError
 from flowkit.runtime.web_access import WebAccess, WebToken
@@ -113,30 +115,32 @@ def test_a_bad_token_is_one_line_that_does_not_quote_it(bad: str) -> None:
 async def test_the_token_appears_in_no_repr_log_or_error() -> None:
     app = build("secretdemo")
     out = io.StringIO()
-    structlog.configure(
-        processors=[structlog.processors.JSONRenderer()],
-        logger_factory=structlog.PrintLoggerFactory(file=out),
-    )
+    # The log lines are captured in place (structlog.testing.capture_logs changes the
+    # configured processors list, which loggers cached earlier share): configuring
+    # structlog anew here would leave those loggers writing elsewhere for the session.
     handler = logging.StreamHandler(out)
     logging.getLogger().addHandler(handler)
     try:
-        async with TestDriver(app, web_port=0, web_token=TOKEN) as driver:
-            web = driver.worker.web
-            assert web is not None
-            texts = [repr(web), str(web.access), repr(web.access.token), str(web.access.token)]
-            # a malformed request carrying the token: aiohttp's report of it is logged
-            reader, writer = await asyncio.open_connection("127.0.0.1", web.port)
-            bad = f"GET / HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n\x01\r\n\r\n"
-            writer.write(bad.encode())
-            await writer.drain()
-            await reader.read()
-            writer.close()
-            for route in ROUTES:
-                texts.append((await status_of(web.url + route))[1])
-                texts.append((await status_of(web.url + route, {"Authorization": "Bearer no"}))[1])
+        with structlog.testing.capture_logs() as entries:
+            async with TestDriver(app, web_port=0, web_token=TOKEN) as driver:
+                web = driver.worker.web
+                assert web is not None
+                texts = [repr(web), str(web.access), repr(web.access.token), str(web.access.token)]
+                # a malformed request carrying the token: aiohttp's report of it is logged
+                reader, writer = await asyncio.open_connection("127.0.0.1", web.port)
+                bad = f"GET / HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n\x01\r\n\r\n"
+                writer.write(bad.encode())
+                await writer.drain()
+                await reader.read()
+                writer.close()
+                for route in ROUTES:
+                    texts.append((await status_of(web.url + route))[1])
+                    texts.append(
+                        (await status_of(web.url + route, {"Authorization": "Bearer no"}))[1]
+                    )
     finally:
         logging.getLogger().removeHandler(handler)
-        structlog.reset_defaults()
-    texts.append(out.getvalue())
-    assert "Error handling request" in out.getvalue()
+    logged = json.dumps(entries, default=str) + out.getvalue()
+    texts.append(logged)
+    assert "Error handling request" in logged
     assert not [text for text in texts if TOKEN in text]
