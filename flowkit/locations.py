@@ -26,6 +26,9 @@ _NOT_USERS = tuple(
 )
 
 
+_GENERATED = ("<frozen", "<flowkit")
+
+
 def user_location(error: BaseException) -> str | None:
     """``file:line in function`` of the innermost frame of ``error`` (or of the errors it
     was raised from) that is neither flowkit's, the standard library's nor an installed
@@ -55,7 +58,9 @@ def _innermost(tb: TracebackType | None) -> str | None:
     found: TracebackType | None = None
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith(_NOT_USERS) and not filename.startswith("<frozen"):
+        # "<frozen ...>": the interpreter's own; "<flowkit ...>": code flowkit generates
+        # (the stream loop, a route's filters and transforms).
+        if not filename.startswith(_NOT_USERS) and not filename.startswith(_GENERATED):
             found = tb
         tb = tb.tb_next
     if found is None:
