@@ -19,6 +19,7 @@ be dead-lettered must not stop every restart of the worker on the same offset.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,15 @@ from .logbudget import LogBudget
 if TYPE_CHECKING:  # the publisher is handed in: a sibling, not imported
     from .publisher import Lane, Publisher
 
-__all__ = ["Letter", "LetterSender", "log_failure", "stage_of"]
+__all__ = ["RECENT_LETTERS", "Letter", "LetterSender", "RecentLetter", "log_failure", "stage_of"]
+
+# The dead letters a worker keeps in memory for its live page, at most.
+RECENT_LETTERS = 20
+
+# One of them: ``(described, stage, agent, source topic, partition, offset, failed_at_ms,
+# dead-letter topic)``, ``described`` as ``describe_failure`` made it (bounded): no record
+# value is kept.
+RecentLetter = tuple[tuple[bytes, bytes, bytes], str, str | None, str, int, int, int, str]
 
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
@@ -136,6 +145,10 @@ class LetterSender:
         self._counter = counter
         self.log_budget = log_budget
         self.fail_fast = fail_fast
+        # The latest letters noted and how many per agent, for the live page: filled on
+        # the failure path only, bounded.
+        self.recent: deque[RecentLetter] = deque(maxlen=RECENT_LETTERS)
+        self.by_agent: dict[str | None, int] = {}
 
     async def send(
         self,
@@ -168,22 +181,27 @@ class LetterSender:
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
             raise error
+        # Described now (a walk of its frames; formatted once per kind of failure): the
+        # error is not kept, so its frames and their cycles die with it.
+        described = describe_failure(error)
+        topic = topic or self.default_topic
+        failed_at_ms = int(self.clock.time() * 1000)
         self._noted.append(
-            Letter(
-                (
-                    message,
-                    # Described now (a walk of its frames; formatted once per kind of
-                    # failure): the error is not kept, so its frames and their cycles die
-                    # with it.
-                    describe_failure(error),
-                    stage,
-                    agent,
-                    attempts,
-                    topic or self.default_topic,
-                    int(self.clock.time() * 1000),
-                )
+            Letter((message, described, stage, agent, attempts, topic, failed_at_ms))
+        )
+        self.recent.append(
+            (
+                described,
+                stage,
+                agent,
+                message.topic,
+                message.partition,
+                message.offset,
+                failed_at_ms,
+                topic,
             )
         )
+        self.by_agent[agent] = self.by_agent.get(agent, 0) + 1
         return self._placed(1)  # counted as buffered: no commit before it is acknowledged
 
     def build(self) -> None:
