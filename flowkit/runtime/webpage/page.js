@@ -4,7 +4,7 @@
 const NS = "http://www.w3.org/2000/svg";
 // Boxes sit on a grid: columns by depth, rows of one height. Edges run only in the gaps
 // between columns and between rows (nothing else is there), so none passes behind a box.
-const W = 240, H = 64, GAP_X = 96, GAP_Y = 36, MARGIN = 48, PAD = 8;
+const W = 220, H = 64, GAP_X = 80, GAP_Y = 36, MARGIN = 40, PAD = 8;
 const HISTORY_SECONDS = 300;  // what the sparklines show
 const RATE_SECONDS = 5;       // the records/s shown: over the last polls of this span
 let graph = null;             // /graph, once
@@ -174,8 +174,7 @@ function draw(graph) {
     maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
   });
   svg.setAttribute("viewBox", `0 0 ${maxX + MARGIN} ${maxY + MARGIN}`);
-  svg.setAttribute("width", String(maxX + MARGIN));
-  svg.setAttribute("height", String(maxY + MARGIN));
+  svg.style.maxWidth = `${maxX + MARGIN}px`;  // scaled down to the window, never up
   svg.setAttribute("data-rendered", String(graph.nodes.length));
   const select = document.getElementById("lookup-table");
   graph.nodes.filter(n => n.kind.endsWith("table")).forEach(n => {
@@ -267,10 +266,12 @@ function sparkline(points, label) {
   svg.setAttribute("data-points", String(points.length));
   el("title", {}, svg).textContent = `${label}, last ${HISTORY_SECONDS / 60} min`;
   if (!points.length) return svg;
+  // Across the polls kept (at least a minute's width, so the first ones do not stretch).
   const last = points[points.length - 1][0];
+  const span = Math.max(last - points[0][0], 60);
   const top = Math.max(...points.map(p => p[1]), 1e-9);
   const xy = points.map(([t, v]) => {
-    const x = SPARK_W - 1 - (last - t) / HISTORY_SECONDS * (SPARK_W - 2);
+    const x = SPARK_W - 1 - (last - t) / span * (SPARK_W - 2);
     const y = SPARK_H - 2 - v / top * (SPARK_H - 4);
     return `${x.toFixed(1)},${y.toFixed(1)}`;
   });
@@ -313,6 +314,12 @@ function showAgents(status) {
   body.replaceChildren(...rows);
 }
 
+// Control characters (an ANSI escape, a carriage return) written out, as Python would.
+function visible(text) {
+  return text.replace(/[\x00-\x08\x0b-\x1f\x7f]/g,
+    c => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+}
+
 function showLetters(letters) {
   const list = document.getElementById("letters");
   const items = letters.map(l => {
@@ -327,7 +334,7 @@ function showLetters(letters) {
     head.append(` in ${l.agent || "-"} (${l.stage}) at ${when}`);
     const message = document.createElement("div");
     message.className = "message";
-    message.textContent = l.message;
+    message.textContent = visible(l.message);
     const where = document.createElement("div");
     where.className = "where";
     where.textContent = `${l.topic}[${l.partition}]@${l.offset} \u2192 ${l.dead_letter_topic}` +
