@@ -145,8 +145,8 @@ class LetterSender:
         self._counter = counter
         self.log_budget = log_budget
         self.fail_fast = fail_fast
-        # The latest letters noted and how many per agent, for the live page: filled on
-        # the failure path only, bounded.
+        # The latest letters built and how many per agent, for the live page: filled once
+        # per batch of letters (``build``), bounded.
         self.recent: deque[RecentLetter] = deque(maxlen=RECENT_LETTERS)
         self.by_agent: dict[str | None, int] = {}
 
@@ -181,27 +181,22 @@ class LetterSender:
         # it (the first declared reader of its topic), not again here.
         if stage == "decode" and self.fail_fast:
             raise error
-        # Described now (a walk of its frames; formatted once per kind of failure): the
-        # error is not kept, so its frames and their cycles die with it.
-        described = describe_failure(error)
-        topic = topic or self.default_topic
-        failed_at_ms = int(self.clock.time() * 1000)
         self._noted.append(
-            Letter((message, described, stage, agent, attempts, topic, failed_at_ms))
-        )
-        self.recent.append(
-            (
-                described,
-                stage,
-                agent,
-                message.topic,
-                message.partition,
-                message.offset,
-                failed_at_ms,
-                topic,
+            Letter(
+                (
+                    message,
+                    # Described now (a walk of its frames; formatted once per kind of
+                    # failure): the error is not kept, so its frames and their cycles die
+                    # with it.
+                    describe_failure(error),
+                    stage,
+                    agent,
+                    attempts,
+                    topic or self.default_topic,
+                    int(self.clock.time() * 1000),
+                )
             )
         )
-        self.by_agent[agent] = self.by_agent.get(agent, 0) + 1
         return self._placed(1)  # counted as buffered: no commit before it is acknowledged
 
     def build(self) -> None:
@@ -266,8 +261,14 @@ class LetterSender:
             records.append((key, value, headers, message.timestamp))
             origins.append(letter)
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
-        for (_, stage, *_), group in groups.items():
+        by_agent = self.by_agent
+        for (_, stage, _, _, agent, *_), group in groups.items():
             stages[stage] = stages.get(stage, 0) + group.letters
+            by_agent[agent] = by_agent.get(agent, 0) + group.letters
+        recent = self.recent
+        for letter in noted[-RECENT_LETTERS:]:  # the latest, for the live page: no value kept
+            m, told, at_stage, by, _, dlq, failed_ms = letter
+            recent.append((told, at_stage, by, m.topic, m.partition, m.offset, failed_ms, dlq))
         for stage, count in stages.items():
             self._counter(self.metrics.dead_letters, stage).inc(count)
 
