@@ -27,12 +27,12 @@ def shoot(url: str, out: Path) -> None:
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,640"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
         options.add_argument(flag)
     chrome = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:
         chrome.get(url)
-        time.sleep(4)  # a few refreshes: rates need two polls
+        time.sleep(10)  # some refreshes: rates need two polls, sparklines more
         chrome.find_element("id", "lookup-key").send_keys("c7")
         chrome.find_element("css selector", "#lookup button").click()
         time.sleep(1)

@@ -19,6 +19,7 @@ be dead-lettered must not stop every restart of the worker on the same offset.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,15 @@ from .logbudget import LogBudget
 if TYPE_CHECKING:  # the publisher is handed in: a sibling, not imported
     from .publisher import Lane, Publisher
 
-__all__ = ["Letter", "LetterSender", "log_failure", "stage_of"]
+__all__ = ["RECENT_LETTERS", "Letter", "LetterSender", "RecentLetter", "log_failure", "stage_of"]
+
+# The dead letters a worker keeps in memory for its live page, at most.
+RECENT_LETTERS = 20
+
+# One of them: ``(described, stage, agent, source topic, partition, offset, failed_at_ms,
+# dead-letter topic)``, ``described`` as ``describe_failure`` made it (bounded): no record
+# value is kept.
+RecentLetter = tuple[tuple[bytes, bytes, bytes], str, str | None, str, int, int, int, str]
 
 log = structlog.get_logger("flowkit.runtime.dispatch")  # the failure lines' usual source
 
@@ -136,6 +145,10 @@ class LetterSender:
         self._counter = counter
         self.log_budget = log_budget
         self.fail_fast = fail_fast
+        # The latest letters built and how many per agent, for the live page: filled once
+        # per batch of letters (``build``), bounded.
+        self.recent: deque[RecentLetter] = deque(maxlen=RECENT_LETTERS)
+        self.by_agent: dict[str | None, int] = {}
 
     async def send(
         self,
@@ -248,8 +261,14 @@ class LetterSender:
             records.append((key, value, headers, message.timestamp))
             origins.append(letter)
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
-        for (_, stage, *_), group in groups.items():
+        by_agent = self.by_agent
+        for (_, stage, _, _, agent, *_), group in groups.items():
             stages[stage] = stages.get(stage, 0) + group.letters
+            by_agent[agent] = by_agent.get(agent, 0) + group.letters
+        recent = self.recent
+        for letter in noted[-RECENT_LETTERS:]:  # the latest, for the live page: no value kept
+            m, told, at_stage, by, _, dlq, failed_ms = letter
+            recent.append((told, at_stage, by, m.topic, m.partition, m.offset, failed_ms, dlq))
         for stage, count in stages.items():
             self._counter(self.metrics.dead_letters, stage).inc(count)
 
