@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from .agents import Agent, Timer
@@ -387,14 +388,9 @@ def referenced_by(fn: Callable[..., Any], candidates: list[Any]) -> list[Any]:
     if not candidates:
         return []
     names: set[str] = set()
-    stack = [getattr(fn, "__code__", None)]
-    while stack:
-        code = stack.pop()
-        if code is None:
-            continue
+    for code in _codes(fn):
         names.update(code.co_names)
         names.update(code.co_freevars)
-        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
     found: list[Any] = []
     scope = dict(getattr(fn, "__globals__", {}))
     for cell_name, cell in zip(
@@ -419,18 +415,22 @@ def referenced_by(fn: Callable[..., Any], candidates: list[Any]) -> list[Any]:
 
 def _strings_in(functions: list[Callable[..., Any]]) -> set[str]:
     """The string constants in these functions' code (nested functions included)."""
-    found: set[str] = set()
-    stack = [getattr(fn, "__code__", None) for fn in functions]
+    return {
+        const
+        for fn in functions
+        for code in _codes(fn)
+        for const in code.co_consts
+        if isinstance(const, str)
+    }
+
+
+def _codes(fn: Callable[..., Any]) -> Iterator[CodeType]:
+    """``fn``'s code object and those of the functions defined in it, at any depth."""
+    stack = [fn.__code__] if isinstance(getattr(fn, "__code__", None), CodeType) else []
     while stack:
         code = stack.pop()
-        if code is None:
-            continue
-        for const in code.co_consts:
-            if isinstance(const, str):
-                found.add(const)
-            elif hasattr(const, "co_consts"):
-                stack.append(const)
-    return found
+        yield code
+        stack.extend(c for c in code.co_consts if isinstance(c, CodeType))
 
 
 def _unique(topics: list[Topic[Any]]) -> list[Topic[Any]]:

@@ -472,12 +472,24 @@ class Dispatcher:
         kind = (name, exc.__class__)
         self.failures[kind] = self.failures.get(kind, 0) + 1
         if self.log_budget.allow(name):
-            at = log_failure(name, stage, "dead_letter", message, attempts, exc)
-            if at is not None:
-                self.failed_at.setdefault(kind, at)
+            self._log_failure(kind, stage, "dead_letter", message, attempts, exc)
         return self.letters.note(
             message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
         )
+
+    def _log_failure(
+        self,
+        kind: tuple[str, type],
+        stage: str,
+        action: Any,
+        message: Message,
+        attempts: int,
+        exc: BaseException,
+    ) -> None:
+        # The failure's line, and where in the user's code this kind failed, for the summary.
+        at = log_failure(kind[0], stage, action, message, attempts, exc)
+        if at is not None:
+            self.failed_at.setdefault(kind, at)
 
     async def _failed_or_raise(
         self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
@@ -550,9 +562,7 @@ class Dispatcher:
             reason = "late" if isinstance(exc, LateRecord) else "future"
             self.metrics.window_rejected.labels(agent.name, reason).inc()
         if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
-            at = log_failure(agent.name, stage, action, message, attempts, exc)
-            if at is not None:
-                self.failed_at.setdefault(kind, at)
+            self._log_failure(kind, stage, action, message, attempts, exc)
         if self.fail_fast or action == "stop":
             self._move_errors()  # the worker stops: counted now
             raise exc

@@ -100,18 +100,17 @@ class Fetcher:
         if counter is None:  # resolved once per topic: labels() takes a lock and a lookup
             counter = self._records_in_by_topic[tp.topic] = self.metrics.records_in.labels(tp.topic)
         counter.inc(len(messages))
-        end = messages[-1].offset + 1
+        first, end = messages[0], messages[-1].offset + 1
         self.newest_ts[tp] = messages[-1].timestamp
         if self.latency is not None:
-            self.latency.fetched(tp, end, messages[0].timestamp)
+            self.latency.fetched(tp, end, first.timestamp)
         route = self.routes.get(tp.topic)
         if route is None:  # partials for a windowed table owned here: apply them inline
-            entry = self.tracker.add(tp, end, 1, messages[0].offset, messages[0].timestamp)
+            entry = self.tracker.add(tp, end, 1, first.offset, first.timestamp)
             await self.state.receive_partials(tp, messages)
             entry.release()
             return
         readers = route.readers
-        first = messages[0]
         entry = self.tracker.add(tp, end, len(readers), first.offset, first.timestamp)
         fetched = time.monotonic()
         for agent, sources in readers:

@@ -588,14 +588,13 @@ class Worker:
         rate = self.records_in / seconds if seconds > 0 else 0.0
         records = count(self.records_in, "record")
         line = f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
-        failures = self.dispatcher.failures if self.dispatcher is not None else {}
-        if not failures:
+        dispatcher = self.dispatcher
+        if dispatcher is None or not dispatcher.failures:
             return line
-        (agent, error), most = max(failures.items(), key=lambda item: item[1])
-        assert self.dispatcher is not None
-        at = self.dispatcher.failed_at.get((agent, error))
+        (agent, error), most = max(dispatcher.failures.items(), key=lambda item: item[1])
+        at = dispatcher.failed_at.get((agent, error))
         where = f" at {at}" if at is not None else ""
         return (
-            f"{line}; {count(sum(failures.values()), 'record')} failed, most often "
+            f"{line}; {count(sum(dispatcher.failures.values()), 'record')} failed, most often "
             f"{error.__name__} in agent {agent!r}{where} ({most:,})"
         )
