@@ -10,7 +10,7 @@ from __future__ import annotations
 from .agents import Agent, Output
 from .app import App
 from .clock import Clock, SystemClock
-from .codecs import Codec, JsonCodec, MsgpackCodec, RawCodec, StrCodec
+from .codecs import Codec, CodecFormat, JsonCodec, MsgpackCodec, RawCodec, StrCodec
 from .deadletter import DeadLetter
 from .errors import (
     AgentError,
@@ -30,6 +30,7 @@ from .errors import (
     ProcessingError,
     ReadStalled,
     RecordRejected,
+    RegistryError,
     SinkError,
     TaskFailed,
     TooManyFailures,
@@ -42,6 +43,7 @@ from .policies import ErrorPolicy, FailureGuard, Retry
 from .records import Event, Message, Record, TopicPartition
 from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
+from .schemas import Avro, JsonSchema, SchemaRegistry
 from .sinks import CallableSink, Sink
 from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable, WindowSet
 from .streams import Stream
@@ -55,10 +57,12 @@ __all__ = [
     "AgentError",
     "App",
     "AppNotFound",
+    "Avro",
     "BrokerUnavailable",
     "CallableSink",
     "Clock",
     "Codec",
+    "CodecFormat",
     "CommitFailed",
     "ConfigurationError",
     "DeadLetter",
@@ -77,6 +81,7 @@ __all__ = [
     "HoppingWindow",
     "Joined",
     "JsonCodec",
+    "JsonSchema",
     "LateRecord",
     "Message",
     "MissingFieldError",
@@ -89,8 +94,10 @@ __all__ = [
     "ReadStalled",
     "Record",
     "RecordRejected",
+    "RegistryError",
     "Repartition",
     "Retry",
+    "SchemaRegistry",
     "Sink",
     "SinkError",
     "StrCodec",

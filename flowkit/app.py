@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeVar, overload
 from . import arguments
 from .agents import Agent, Output, SinkTarget, Timer
 from .appmetrics import AppMetrics
-from .codecs import Codec
+from .codecs import Codec, CodecFormat
 from .cron import Cron
 from .durations import Seconds, seconds
 from .errors import DefinitionError
@@ -148,8 +148,8 @@ class App:
         *,
         key_type: Any = str,
         partitions: int | None = None,
-        codec: str | Codec[Any] | None = None,
-        key_codec: str | Codec[Any] | None = None,
+        codec: str | Codec[Any] | CodecFormat | None = None,
+        key_codec: str | Codec[Any] | CodecFormat | None = None,
         compacted: bool = False,
         external: bool = False,
     ) -> Topic[T]:

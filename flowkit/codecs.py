@@ -2,7 +2,8 @@
 
 ``Codec`` is the plug-in protocol. ``codec_for`` picks one from a type and a name
 ("json", "msgpack", "raw", "str"), so ``app.topic("t", value_type=Order)`` needs no codec
-argument. Each codec builds its msgspec encoder and decoder once, at declaration.
+argument. Each codec builds its msgspec encoder and decoder once, at declaration. A
+``CodecFormat`` (``flowkit.Avro(registry)``) is bound by the topic to its name and type.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .errors import ConfigurationError, DecodeError, DefinitionError
 
 __all__ = [
     "Codec",
+    "CodecFormat",
     "JsonCodec",
     "MsgpackCodec",
     "RawCodec",
@@ -65,6 +67,19 @@ class Codec(Protocol[T]):
     def encode(self, value: T, /) -> bytes: ...
 
     def decode(self, data: bytes, /) -> T: ...
+
+
+@runtime_checkable
+class CodecFormat(Protocol):
+    """A codec not yet bound to a topic: the topic makes its codec from its own name and
+    type (a Schema Registry format names its subject after the topic).
+
+    A codec it makes may have a ``verify() -> list[str]`` method: what a worker checks at
+    start, and ``flowkit graph --check`` too, against what lies outside the app (the
+    registry's schemas), one line per problem.
+    """
+
+    def for_topic(self, topic: str, type_: Any, /, *, key: bool = False) -> Codec[Any]: ...
 
 
 class JsonCodec(Generic[T]):
@@ -162,7 +177,12 @@ class StrCodec:
 
 
 def codec_for(
-    type_: Any, codec: str | Codec[Any] | None = None, *, what: str = "type"
+    type_: Any,
+    codec: str | Codec[Any] | CodecFormat | None = None,
+    *,
+    what: str = "type",
+    topic: str | None = None,
+    key: bool = False,
 ) -> Codec[Any]:
     """The codec for values of ``type_``: ``codec`` if it is one, else by name or type.
 
@@ -176,7 +196,13 @@ def codec_for(
     Traceback (most recent call last):
     ...
     flowkit.errors.DefinitionError: value_type must be a type json can decode (...), not int 5
+
+    A ``CodecFormat`` is bound to ``topic`` (the value codec, or the key codec with ``key``).
     """
+    if isinstance(codec, CodecFormat) and not isinstance(codec, Codec):
+        if topic is None:
+            raise DefinitionError(f"{what}: {codec!r} is a topic's codec (app.topic)")
+        return codec.for_topic(topic, type_, key=key)
     try:
         return _codec_for(type_, codec)
     except TypeError:  # msgspec: "Type '5' is not supported"
@@ -187,7 +213,7 @@ def codec_for(
         ) from None
 
 
-def _codec_for(type_: Any, codec: str | Codec[Any] | None) -> Codec[Any]:
+def _codec_for(type_: Any, codec: str | Codec[Any] | CodecFormat | None) -> Codec[Any]:
     if codec is not None and not isinstance(codec, str):
         if not isinstance(codec, Codec):
             raise ConfigurationError(f"codec {codec!r} has no encode/decode methods")

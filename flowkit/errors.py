@@ -7,6 +7,7 @@ FlowkitError
 ├── AppNotFound            the CLI could not load "module:attr"
 ├── ConfigurationError     a bad setting: broker URL, CLI option, client setting
 ├── NotRunningError        a runtime-only call (topic.send, table write) with no worker
+├── RegistryError          a schema registry could not be reached or refused a request
 ├── TransportError         broker I/O, mapped from the client library in one place
 │   ├── BrokerUnavailable
 │   ├── CommitFailed
@@ -53,6 +54,7 @@ __all__ = [
     "PartialWrite",
     "ProcessingError",
     "ReadStalled",
+    "RegistryError",
     "RecordRejected",
     "SinkError",
     "TaskFailed",
@@ -90,6 +92,10 @@ class ConfigurationError(FlowkitError):
 
 class NotRunningError(FlowkitError):
     """A call that needs a running worker was made outside one."""
+
+
+class RegistryError(FlowkitError):
+    """A schema registry could not be reached, or refused a request (not a record's fault)."""
 
 
 class TransportError(FlowkitError):

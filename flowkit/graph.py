@@ -244,6 +244,25 @@ class Graph:
                     )
         return problems
 
+    def check_codecs(self) -> list[str]:
+        """Problems the topics' codecs find outside the app, one line each: a Schema
+        Registry subject whose registered schema the topic's type is not compatible with.
+
+        Unlike ``check`` this does I/O (it blocks): a worker runs it at start, in a thread,
+        and ``flowkit graph --check`` runs it too. A codec without ``verify`` has nothing
+        to check.
+        """
+        problems: list[str] = []
+        seen: set[int] = set()
+        for topic in self.topic_decls:
+            for codec in (topic.value_codec, topic.key_codec):
+                verify = getattr(codec, "verify", None)
+                if verify is None or id(codec) in seen:
+                    continue
+                seen.add(id(codec))
+                problems.extend(f"topic {topic.name!r}: {line}" for line in verify())
+        return problems
+
     def warnings(self) -> list[str]:
         """Likely mistakes, one line each: a topic written that nothing reads, or read that
         nothing writes, unless declared ``external`` (another service reads or writes it).

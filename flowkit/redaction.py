@@ -3,9 +3,10 @@ are secret and how a broker URL or a settings mapping looks with their values ma
 
 Every error, ``repr`` and log line that shows a broker URL or client settings passes them
 through ``redact_url`` or ``redact_settings`` first. A setting is secret when its name says
-so: it ends in ``password``, ``secret`` or ``token`` (or is the token provider), whichever
-client's spelling it has (``sasl_plain_password``, ``ssl.key.password``,
-``sasl.oauthbearer.client.secret``).
+so: it ends in ``password``, ``secret``, ``token`` or ``user_info`` (a schema registry's
+``user:password``), or is the token provider, whichever client's spelling it has
+(``sasl_plain_password``, ``ssl.key.password``, ``sasl.oauthbearer.client.secret``,
+``basic.auth.user.info``).
 
 >>> redact_url("kafka://k1:9094?sasl_plain_username=shop&sasl_plain_password=hunter2")
 'kafka://k1:9094?sasl_plain_username=shop&sasl_plain_password=***'
@@ -25,7 +26,7 @@ __all__ = ["MASK", "is_secret", "redact_settings", "redact_url"]
 MASK = "***"
 """What a secret value is shown as."""
 
-_SECRET_NAME = re.compile(r"(password|secret|token|token_provider)$")
+_SECRET_NAME = re.compile(r"(password|secret|token|token_provider|user_info)$")
 
 
 def is_secret(name: str) -> bool:
@@ -33,8 +34,8 @@ def is_secret(name: str) -> bool:
     secret.
 
     >>> [is_secret(n) for n in ("sasl_plain_password", "sasl.oauthbearer.client.secret",
-    ...     "sasl_oauth_token_endpoint_url", "sasl_plain_username")]
-    [True, True, False, False]
+    ...     "sasl_oauth_token_endpoint_url", "sasl_plain_username", "basic.auth.user.info")]
+    [True, True, False, False, True]
     """
     return bool(_SECRET_NAME.search(name.lower().replace(".", "_").replace("-", "_")))
 

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from . import arguments
-from .codecs import Codec, codec_for, decode_error_message
+from .codecs import Codec, CodecFormat, codec_for, decode_error_message
 from .errors import DecodeError, DefinitionError, NotRunningError
 from .records import Event, Headers, Message
 from .scope import require_scope
@@ -41,8 +41,8 @@ class Topic(Generic[T]):
         value_type: Any = Any,
         key_type: Any = str,
         partitions: int = 1,
-        codec: str | Codec[Any] | None = None,
-        key_codec: str | Codec[Any] | None = None,
+        codec: str | Codec[Any] | CodecFormat | None = None,
+        key_codec: str | Codec[Any] | CodecFormat | None = None,
         internal: bool = False,
         compacted: bool = False,
         external: bool = False,
@@ -55,10 +55,10 @@ class Topic(Generic[T]):
         self.internal = internal
         self.compacted = compacted
         self.value_codec: Codec[Any] = codec_for(
-            value_type, codec, what=f"topic {name!r}: value_type"
+            value_type, codec, what=f"topic {name!r}: value_type", topic=name
         )
         self.key_codec: Codec[Any] = codec_for(
-            key_type, key_codec, what=f"topic {name!r}: key_type"
+            key_type, key_codec, what=f"topic {name!r}: key_type", topic=name, key=True
         )
         self._app_name: str | None = None
         # Fast path: a JSON/msgpack codec exposes msgspec's own decode, so a batch decodes

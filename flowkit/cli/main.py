@@ -326,7 +326,7 @@ def graph(
         ),
     ] = False,
 ) -> None:
-    """Print APP's dataflow graph (no broker is contacted)."""
+    """Print APP's dataflow graph (no broker is contacted; --check asks a schema registry)."""
     with _errors():
         the_app = load_app(app)
         if check:
@@ -336,6 +336,8 @@ def graph(
         typer.echo(render(the_graph, fmt))
         return
     problems = the_graph.check()
+    with _errors():
+        problems += the_graph.check_codecs()  # a registry's subjects: the one I/O here
     warnings = the_graph.warnings()
     for problem in problems:
         typer.echo(problem, err=True)

@@ -275,7 +275,12 @@ class Worker:
         """Validate the app, create topics, connect, and start the loops."""
         if self._phase != "new":
             return
-        problems = self.app.graph().check()
+        graph = self.app.graph()
+        problems = graph.check()
+        if problems:
+            raise GraphError(problems)
+        # A registry's lookups block: in a thread, so a web page started later is not held.
+        problems = await asyncio.to_thread(graph.check_codecs)
         if problems:
             raise GraphError(problems)
         self.app.freeze()
