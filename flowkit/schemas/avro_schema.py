@@ -88,6 +88,7 @@ class _Deriver:
         name = info.cls.__name__
         if name in self.named:
             return name  # named once, referred to by name after that (Avro's rule)
+        outermost = not self.named
         self.named.add(name)
         fields = []
         for field in info.fields:
@@ -101,7 +102,7 @@ class _Deriver:
                 entry["default"] = default
             fields.append(entry)
         out: dict[str, Any] = {"type": "record", "name": name}
-        if self.namespace and len(self.named) == 1:
+        if self.namespace and outermost:  # nested records inherit it
             out["namespace"] = self.namespace
         out["fields"] = fields
         return out

@@ -30,11 +30,11 @@ class JsonSchemaCodec(SchemaCodec[T]):
     def __init__(self, type: Any, registry: SchemaRegistry, subject: str) -> None:
         super().__init__(type, registry, subject)
         self.schema = msgspec.json.schema(type)
-        self._encoder = msgspec.json.Encoder()
+        self._json_encoder = msgspec.json.Encoder()
         self._json = msgspec.json.Decoder(type)
 
     def payload(self, value: T) -> bytes:
-        return self._encoder.encode(value)
+        return self._json_encoder.encode(value)
 
     def reader(self, writer: Any) -> Reader:
         decode = self._json.decode

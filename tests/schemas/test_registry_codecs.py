@@ -1,0 +1,218 @@
+"""Avro and JSON Schema through the registry client's own in-process registry (``mock://``).
+
+Interoperability both ways with confluent-kafka's own serialisers, the undecodable records
+dead-lettered at stage ``decode``, and the compatibility check at worker start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import Schema
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+import flowkit
+from flowkit.testing import TestDriver
+
+
+class Order(flowkit.Record):
+    id: int
+    customer: str
+    amount_cents: int = 0
+    note: str | None = None
+
+
+class Total(flowkit.Record):
+    customer: str
+    amount_cents: int
+
+
+# The order a Java service writes: its own namespace, an int where flowkit has a long, one
+# field flowkit does not declare, and no note.
+JAVA_ORDER = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "namespace": "com.shop.events",
+        "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "customer", "type": "string"},
+            {"name": "amount_cents", "type": "long"},
+            {"name": "channel", "type": "string"},
+        ],
+    }
+)
+
+
+def make_app(fmt: type[flowkit.Avro] | type[flowkit.JsonSchema], registry: Any) -> Any:
+    app = flowkit.App("shop")
+    orders = app.topic("orders", value_type=Order, codec=fmt(registry))
+    totals = app.topic("totals", value_type=Total, codec=fmt(registry))
+
+    @app.agent(orders, sink=[totals], per_record=True)
+    def total(order: Order) -> Total:
+        return Total(order.customer, order.amount_cents)
+
+    return app, orders, totals
+
+
+def ctx(topic: str) -> SerializationContext:
+    return SerializationContext(topic, MessageField.VALUE)
+
+
+async def test_avro_written_by_confluents_serializer_is_read_and_read_back_by_it() -> None:
+    registry = flowkit.SchemaRegistry("mock://interop-avro")
+    app, orders, totals = make_app(flowkit.Avro, registry)
+    java = AvroSerializer(registry.client, JAVA_ORDER)
+    written = java({"id": 7, "customer": "ann", "amount_cents": 250, "channel": "web"}, ctx("orders"))
+    reader = AvroDeserializer(registry.client)
+    async with TestDriver(app) as driver:
+        await driver.send_raw(orders, written)
+        await driver.send(orders, Order(8, "bob", 100))  # flowkit's own writer
+        await driver.run_until_idle()
+        [first, second] = await driver.messages(totals)
+        assert not await driver.dead_letters()
+    assert reader(first.value, ctx("totals")) == {"customer": "ann", "amount_cents": 250}
+    assert reader(second.value, ctx("totals")) == {"customer": "bob", "amount_cents": 100}
+    registered = registry.client.get_latest_version("totals-value").schema
+    assert registered.schema_type == "AVRO" and "Total" in registered.schema_str
+
+
+async def test_json_schema_both_ways_with_confluents_serializers() -> None:
+    registry = flowkit.SchemaRegistry("mock://interop-json")
+    app, orders, totals = make_app(flowkit.JsonSchema, registry)
+    theirs = json.dumps(
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "customer": {"type": "string"}},
+            "required": ["id", "customer"],
+        }
+    )
+    written = JSONSerializer(theirs, registry.client)({"id": 7, "customer": "ann"}, ctx("orders"))
+    async with TestDriver(app) as driver:
+        await driver.send_raw(orders, written)
+        await driver.run_until_idle()
+        [out] = await driver.messages(totals)
+    assert JSONDeserializer(None, schema_registry_client=registry.client)(
+        out.value, ctx("totals")
+    ) == {"customer": "ann", "amount_cents": 0}
+
+
+@pytest.mark.parametrize("fmt", [flowkit.Avro, flowkit.JsonSchema], ids=["avro", "json"])
+async def test_undecodable_records_are_dead_lettered_at_decode(fmt: Any) -> None:
+    registry = flowkit.SchemaRegistry(f"mock://dlq-{fmt.__name__}")
+    app, orders, totals = make_app(fmt, registry)
+    # A writer's schema the type cannot read: the customer is a number.
+    kind, text = (
+        ("AVRO", json.dumps({"type": "record", "name": "Order", "fields": [
+            {"name": "id", "type": "long"}, {"name": "customer", "type": "long"}]}))
+        if fmt is flowkit.Avro
+        else ("JSON", json.dumps({"type": "object", "properties": {
+            "id": {"type": "integer"}, "customer": {"type": "integer"}},
+            "required": ["id", "customer"]}))
+    )
+    wrong = registry.client.register_schema("elsewhere-value", Schema(text, kind))
+    bad = {
+        b"\x00\x00\x00\x03\xe7payload": "unknown schema id 999",
+        b"\x00" + wrong.to_bytes(4, "big") + b"\x02\x04": (
+            f"schema id {wrong} cannot be read as Order: field 'customer': expected string, "
+            f"found {'long' if fmt is flowkit.Avro else 'integer'}"
+        ),
+        b'{"id": 1, "customer": "ann"}': "not in the Schema Registry wire format",
+        b"\x00": "not in the Schema Registry wire format",
+    }
+    async with TestDriver(app) as driver:
+        for data in bad:
+            await driver.send_raw(orders, data)
+        await driver.send(orders, Order(1, "ann", 5))
+        await driver.run_until_idle()
+        dead = await driver.dead_letters()
+        assert [m.value for m in await driver.messages(totals)] == [
+            totals.encode(Total("ann", 5))
+        ]
+    assert [m.value for m in dead] == list(bad)
+    for letter, said in zip(dead, bad.values(), strict=True):
+        headers = dict(letter.headers)
+        assert headers["flowkit.error.stage"] == b"decode"
+        assert said in headers["flowkit.error.message"].decode()
+
+
+async def test_a_worker_does_not_start_on_an_incompatible_subject() -> None:
+    registry = flowkit.SchemaRegistry("mock://start-check")
+    registry.client.register_schema("orders-value", Schema(JAVA_ORDER.replace(
+        '"name": "customer", "type": "string"', '"name": "customer", "type": "long"'), "AVRO"))
+    app, _, _ = make_app(flowkit.Avro, registry)
+    with pytest.raises(flowkit.GraphError) as raised:
+        async with TestDriver(app):
+            pass
+    assert raised.value.problems == [
+        "topic 'orders': Order cannot read version 1 of subject 'orders-value' (BACKWARD): "
+        "field 'customer': expected string, found long"
+    ]
+
+
+async def test_evolution_under_backward_a_default_passes_a_new_required_field_fails() -> None:
+    class OrderV2(flowkit.Record):  # the next version: a field added with a default
+        id: int
+        customer: str
+        amount_cents: int = 0
+        note: str | None = None
+        currency: str = "EUR"
+
+    class OrderV3(flowkit.Record):  # a field added without one
+        id: int
+        customer: str
+        currency: str
+
+    registry = flowkit.SchemaRegistry("mock://evolution")
+    app = flowkit.App("shop")
+    v1 = app.topic("orders", value_type=Order, codec=flowkit.Avro(registry))
+    written = v1.encode(Order(1, "ann", 5))  # registers version 1
+    for version, expected in ((OrderV2, []), (OrderV3, ["currency"])):
+        version.__name__ = "Order"  # one record name across versions, as Avro needs
+        later = flowkit.App("shop").topic("orders", value_type=version, codec=flowkit.Avro(registry))
+        problems = later.value_codec.verify()  # type: ignore[attr-defined]
+        assert [p.split("'")[1] for p in problems] == [
+            f"orders-value" for _ in expected
+        ] and all(f"field {name!r}" in p for p, name in zip(problems, expected, strict=True))
+    newer = flowkit.App("shop").topic("orders", value_type=OrderV2, codec=flowkit.Avro(registry))
+    assert newer.decode(written) == OrderV2(1, "ann", 5)  # the old record, read by the new type
+
+
+def test_secrets_stay_out_of_reprs_and_errors() -> None:
+    registry = flowkit.SchemaRegistry(
+        "http://shop:hunter2@127.0.0.1:9",
+        settings={"max.retries": 0, "timeout": 2},
+    )
+    assert "hunter2" not in repr(registry)
+    topic = flowkit.App("shop").topic("orders", value_type=Order, codec=flowkit.Avro(registry))
+    with pytest.raises(flowkit.RegistryError) as raised:
+        topic.value_codec.verify()  # type: ignore[attr-defined]
+    assert "hunter2" not in str(raised.value)
+    assert str(raised.value).startswith("schema registry http://***@127.0.0.1:9: subject 'orders-value'")
+    assert "\n" not in str(raised.value)
+
+
+def test_a_registry_without_a_url_says_which_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLOWKIT_SCHEMA_REGISTRY", raising=False)
+    topic = flowkit.App("shop").topic("orders", value_type=Order, codec=flowkit.Avro())
+    with pytest.raises(flowkit.ConfigurationError, match="FLOWKIT_SCHEMA_REGISTRY"):
+        topic.encode(Order(1, "ann"))
+    monkeypatch.setenv("FLOWKIT_SCHEMA_REGISTRY", "mock://from-env")
+    assert topic.decode(topic.encode(Order(1, "ann"))) == Order(1, "ann")
+
+
+def test_import_flowkit_imports_no_registry_client() -> None:
+    code = (
+        "import sys, flowkit, flowkit.testing\n"
+        "print(sorted(m for m in ('confluent_kafka', 'fastavro', 'jsonschema', 'httpx2')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
