@@ -76,7 +76,8 @@ class CodecFormat(Protocol):
 
     A codec it makes may have a ``verify() -> list[str]`` method: what a worker checks at
     start, and ``flowkit graph --check`` too, against what lies outside the app (the
-    registry's schemas), one line per problem.
+    registry's schemas), one line per problem; and an ``internal_codec``, which the app's
+    own internal topics for the same values (a ``group_by`` hop) use instead.
     """
 
     def for_topic(self, topic: str, type_: Any, /, *, key: bool = False) -> Codec[Any]: ...

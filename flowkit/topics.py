@@ -208,7 +208,9 @@ class Repartition(Topic[T]):
             value_type=source.value_type,
             key_type=Any,
             partitions=partitions,
-            codec=source.value_codec,
+            # A registry format's subject belongs to the source topic: the hop, the app's
+            # own, takes the codec the format names for it (plain JSON of the type).
+            codec=getattr(source.value_codec, "internal_codec", source.value_codec),
             key_codec="json",
             internal=True,
         )

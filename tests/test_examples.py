@@ -22,7 +22,14 @@ async def run_for(app: flowkit.App, seconds: float) -> TestDriver:
 
 
 @pytest.mark.parametrize(
-    "module", ["examples.clickstream", "examples.ysb", "examples.router", "examples.payments"]
+    "module",
+    [
+        "examples.clickstream",
+        "examples.ysb",
+        "examples.router",
+        "examples.payments",
+        "examples.schema_registry",
+    ],
 )
 def test_examples_declare_valid_graphs(module: str) -> None:
     app = importlib.import_module(module).app
@@ -95,3 +102,14 @@ async def test_payments_example_settles_every_order() -> None:
     assert paid == methods
     assert unpaid == orders - set(methods)
     assert 0 < len(unpaid) < len(orders) / 4
+
+
+async def test_schema_registry_example_reads_their_avro_and_writes_its_own() -> None:
+    from examples import schema_registry
+
+    totals = await schema_registry.demo()
+    assert totals == [
+        {"customer": "ann", "total_cents": 250},
+        {"customer": "bob", "total_cents": 100},
+        {"customer": "ann", "total_cents": 300},
+    ]

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ..codecs import Codec, JsonCodec
 from ..errors import DecodeError
 from .registry import RegisteredSchema, SchemaRegistry
 from .wire import frame, schema_id
@@ -67,6 +68,12 @@ class SchemaCodec(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.subject!r} {self.registry!r}>"
+
+    @property
+    def internal_codec(self) -> Codec[T]:
+        """The codec of the app's own internal topics for these values (a ``group_by``
+        hop): JSON of the type, nothing registered under another subject."""
+        return JsonCodec(self.type)
 
     @property
     def text(self) -> str:

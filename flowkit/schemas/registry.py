@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from ..errors import ConfigurationError, RegistryError
 from ..redaction import redact_settings, redact_url
@@ -48,8 +49,10 @@ class SchemaRegistry:
     separated by commas, or ``mock://name`` for the client's in-process registry); without
     it, ``$FLOWKIT_SCHEMA_REGISTRY`` is read when the registry is first used. ``settings``
     are the registry client's own (``basic.auth.user.info``, ``bearer.auth.token``,
-    ``ssl.ca.location``, ``timeout``, ``max.retries``, ...); secrets in them and in the URL
-    never show in a ``repr``, a log line or an error.
+    ``ssl.ca.location``, ``timeout``, ``max.retries``, ...), given here or as the URL's
+    query (``https://registry:8081?timeout=5``), as a ``kafka://`` URL takes client
+    settings; secrets in them and in the URL never show in a ``repr``, a log line or an
+    error.
 
     >>> SchemaRegistry("https://shop:hunter2@registry:8081")
     <SchemaRegistry 'https://***@registry:8081'>
@@ -104,8 +107,9 @@ class SchemaRegistry:
                 "the schema registry needs the extra flowkit[registry] "
                 "(pip install 'flowkit[registry]')"
             ) from None
+        url, query = _split(url)
         try:
-            return SchemaRegistryClient.new_client({**self._settings, "url": url})
+            return SchemaRegistryClient.new_client({**query, **self._settings, "url": url})
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(
                 f"schema registry {redact_url(url)}: {_redacted(str(exc), self._settings)}"
@@ -188,6 +192,26 @@ class SchemaRegistry:
             url = redact_url(self.url or os.environ.get(URL_VAR, ""))
             text = _redacted(str(exc) or type(exc).__name__, self._settings)
             raise RegistryError(f"schema registry {url}: {what}: {text}") from None
+
+
+def _split(url: str) -> tuple[str, dict[str, Any]]:
+    """The URL without its query, and the query's settings (numbers as numbers).
+
+    >>> _split("http://r:8081?max.retries=0&timeout=2.5&basic.auth.user.info=a%3Ab")
+    ('http://r:8081', {'max.retries': 0, 'timeout': 2.5, 'basic.auth.user.info': 'a:b'})
+    """
+    base, _, query = url.partition("?")
+    settings: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        for kind in (int, float):
+            try:
+                settings[name] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            settings[name] = value
+    return base, settings
 
 
 def _redacted(text: str, settings: Mapping[str, Any]) -> str:

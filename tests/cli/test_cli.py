@@ -187,6 +187,27 @@ def test_graph_check_problems() -> None:
     assert all(line.startswith("warning: topic ") for line in warnings)
 
 
+def test_graph_check_reports_a_schema_registry_incompatibility_in_one_line() -> None:
+    code, out, err = invoke("graph", "registry_app:app", "--check")
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "topic 'payments': Payment cannot read version 1 of subject 'payments-value' "
+        "(BACKWARD): field 'amount_cents': expected long, found string"
+    ]
+
+
+def test_graph_check_names_an_unreachable_registry_in_one_line() -> None:
+    # Nothing listens there; the client's settings in the URL's query, as in production.
+    env = {"FLOWKIT_SCHEMA_REGISTRY": "http://ops:hunter2@127.0.0.1:9?max.retries=0"}
+    code, out, err = invoke("graph", "examples.schema_registry:app", "--check", env=env)
+    assert (code, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith(
+        "Error: schema registry http://***@127.0.0.1:9?max.retries=0: subject 'orders-value': "
+    )
+    assert "hunter2" not in err
+
+
 TYPO = (
     "warning: topic 'big_orders' is written by agent 'find_big' but nothing in the app reads "
     "it (did you mean 'big-orders'?); if another service reads it, declare it with "

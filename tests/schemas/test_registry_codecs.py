@@ -216,3 +216,18 @@ def test_import_flowkit_imports_no_registry_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_group_by_hop_registers_nothing_under_the_source_subject() -> None:
+    from examples import schema_registry as example
+
+    registry = flowkit.SchemaRegistry("mock://example")
+    app = example.make_app(registry)
+    writer = AvroSerializer(registry.client, json.dumps(example.THEIR_ORDER))
+    order = {"id": 1, "customer": "ann", "amount_cents": 5, "placed_by": "web"}
+    async with TestDriver(app) as driver:
+        await driver.send_raw("orders", writer(order, ctx("orders")))
+        await driver.run_until_idle()
+        assert await driver.values("customer-totals") == [example.CustomerTotal("ann", 5)]
+    assert registry.client.get_versions("orders-value") == [1]  # theirs alone
+    assert sorted(registry.client.get_subjects()) == ["customer-totals-value", "orders-value"]
