@@ -104,3 +104,13 @@ def test_the_benchmark_loop_variants_agree() -> None:
     assert 0 < views < 300
     assert steps.loops("filter-lambda", raw, messages) == views
     assert steps.loops("async-generator", raw, messages) == 300
+
+
+def test_the_formats_benchmark_reads_back_what_each_format_wrote() -> None:
+    from benchmarks import formats
+
+    results = formats.measure(records=120, repeat=1)  # asserts each round trip itself
+    assert set(results["decode"]) == {
+        "json", "json-schema", "avro", "avro (confluent)", "json-schema (confluent)"
+    }
+    assert set(results["encode"]) == {"json", "json-schema", "avro"}

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from ..codecs import Codec, JsonCodec
 from ..errors import DecodeError
 from .registry import RegisteredSchema, SchemaRegistry
-from .wire import frame, schema_id
+from .wire import HEADER_SIZE, frame, schema_id
 
 __all__ = ["SchemaCodec", "SchemaFormat", "compatibility_problems"]
 
@@ -63,8 +63,8 @@ class SchemaCodec(Generic[T]):
         self.registry = registry
         self.subject = subject
         self.schema: Any = None  # set by the subclass: the type's schema, as JSON data
-        self._writer_id: int | None = None
-        self._readers: dict[int, Reader] = {}
+        self._header: bytes | None = None  # the writer's: made once its id is known
+        self._readers: dict[bytes, Reader] = {}  # by header: magic byte and schema id
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.subject!r} {self.registry!r}>"
@@ -97,17 +97,19 @@ class SchemaCodec(Generic[T]):
     # -- the codec ------------------------------------------------------------------------
 
     def encode(self, value: T, /) -> bytes:
-        writer_id = self._writer_id
-        if writer_id is None:
-            writer_id = self._writer_id = self.registry.register(
-                self.subject, self.schema_type, self.text
-            )
-        return frame(writer_id, self.payload(value))
+        header = self._header
+        if header is None:
+            writer_id = self.registry.register(self.subject, self.schema_type, self.text)
+            header = self._header = frame(writer_id, b"")
+        return header + self.payload(value)
 
     def decode(self, data: bytes, /) -> T:
-        read = self._readers.get(schema_id(data))
+        # One slice and one dict lookup per record: the readers are keyed by the whole
+        # header, magic byte included, so a record that is not framed never finds one.
+        read = self._readers.get(data[:HEADER_SIZE])
         if read is None:
-            read = self._readers[schema_id(data)] = self._reader_for(schema_id(data))
+            writer_id = schema_id(data)  # raises for a record that is not framed
+            read = self._readers[data[:HEADER_SIZE]] = self._reader_for(writer_id)
         value: T = read(data)
         return value
 
