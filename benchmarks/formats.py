@@ -143,9 +143,8 @@ def main() -> None:
         n: len(c.encode(make_orders(1)[0]))
         for n, c in codecs(flowkit.SchemaRegistry("mock://size")).items()
     }
-    print(
-        f"{args.records} orders, best of {args.repeat} rounds; bytes per record: {json.dumps(sizes)}"
-    )
+    rounds = f"{args.records} orders, best of {args.repeat} rounds"
+    print(f"{rounds}; bytes per record: {json.dumps(sizes)}")
     for what, figures in results.items():
         base = figures["json"]
         print(f"\n{what:<25} {'records/s':>12}  vs json")

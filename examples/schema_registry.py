@@ -54,9 +54,7 @@ THEIR_ORDER = {
 def make_app(registry: flowkit.SchemaRegistry) -> flowkit.App:
     """The app, its topics in Avro through ``registry``."""
     app = flowkit.App("spend")
-    orders = app.topic(
-        "orders", value_type=Order, codec=flowkit.Avro(registry), external=True
-    )
+    orders = app.topic("orders", value_type=Order, codec=flowkit.Avro(registry), external=True)
     totals = app.topic(
         "customer-totals", value_type=CustomerTotal, codec=flowkit.Avro(registry), external=True
     )

@@ -111,6 +111,10 @@ def test_the_formats_benchmark_reads_back_what_each_format_wrote() -> None:
 
     results = formats.measure(records=120, repeat=1)  # asserts each round trip itself
     assert set(results["decode"]) == {
-        "json", "json-schema", "avro", "avro (confluent)", "json-schema (confluent)"
+        "json",
+        "json-schema",
+        "avro",
+        "avro (confluent)",
+        "json-schema (confluent)",
     }
     assert set(results["encode"]) == {"json", "json-schema", "avro"}

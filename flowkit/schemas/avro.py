@@ -9,7 +9,7 @@ differ (a field added with a default, a field the type does not declare, ``int``
 from __future__ import annotations
 
 import io
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 

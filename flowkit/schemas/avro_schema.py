@@ -138,7 +138,7 @@ _SIMPLE: dict[type, Any] = {
 def _default(field: inspect.Field) -> Any:
     value = field.default
     if value is msgspec.NODEFAULT:
-        value = field.default_factory()  # type: ignore[operator]
+        value = field.default_factory()
     return msgspec.to_builtins(value)
 
 

@@ -118,9 +118,7 @@ class SchemaCodec(Generic[T]):
         if found is None:
             return _failing(f"unknown schema id {writer_id}: the registry has no such schema")
         if found.schema_type != self.schema_type:
-            return _failing(
-                f"schema id {writer_id} is {found.schema_type}, not {self.schema_type}"
-            )
+            return _failing(f"schema id {writer_id} is {found.schema_type}, not {self.schema_type}")
         writer = json.loads(found.text)
         problems = self.problems(self.schema, writer)
         if problems:

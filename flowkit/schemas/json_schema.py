@@ -125,9 +125,7 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _JSON_TYPES[type(None)] = "null"
 
 
-def _json(
-    reader: Any, writer: Any, path: str, rroot: Any, wroot: Any, depth: int
-) -> Iterator[str]:
+def _json(reader: Any, writer: Any, path: str, rroot: Any, wroot: Any, depth: int) -> Iterator[str]:
     if depth > 32:
         return
     reader, writer = _deref(reader, rroot), _deref(writer, wroot)

@@ -38,7 +38,7 @@ class Order(flowkit.Record):
     items: list[Item]
     note: str | None = None
     colour: Colour = Colour.RED
-    tags: dict[str, float] = {}
+    tags: dict[str, float] = msgspec.field(default_factory=dict)
     main: Item | None = None
     at: datetime.datetime | None = None
     raw: bytes = b""
@@ -57,9 +57,17 @@ def test_a_record_type_becomes_a_named_avro_record() -> None:
     assert fields["id"] == {"name": "id", "type": "long"}
     assert fields["items"]["type"]["items"]["name"] == "Item"
     assert fields["note"] == {"name": "note", "type": ["null", "string"], "default": None}
-    assert fields["colour"]["type"] == {"type": "enum", "name": "Colour", "symbols": ["RED", "GREEN"]}
+    assert fields["colour"]["type"] == {
+        "type": "enum",
+        "name": "Colour",
+        "symbols": ["RED", "GREEN"],
+    }
     assert fields["colour"]["default"] == "RED"
-    assert fields["tags"] == {"name": "tags", "type": {"type": "map", "values": "double"}, "default": {}}
+    assert fields["tags"] == {
+        "name": "tags",
+        "type": {"type": "map", "values": "double"},
+        "default": {},
+    }
     assert fields["main"]["type"] == ["null", "Item"]  # named once, then by name
 
 
@@ -74,7 +82,11 @@ def test_a_union_default_is_of_its_first_branch() -> None:
 
 @pytest.mark.parametrize(
     ("annotation", "said"),
-    [(Any, "Flawed.field"), (dict[int, str], "Flawed.field"), (enum.Enum("E", {"a": 1}), "symbols")],
+    [
+        (Any, "Flawed.field"),
+        (dict[int, str], "Flawed.field"),
+        (enum.Enum("E", {"a": 1}), "symbols"),
+    ],
     ids=["any", "int-keys", "int-enum"],
 )
 def test_what_avro_cannot_say_names_the_field(annotation: Any, said: str) -> None:
@@ -97,9 +109,14 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         field: dict[str, Any] = {"name": name, "type": kind}
         if draw(st.booleans()):
             field["default"] = {
-                "int": 0, "long": 0, "float": 0.5, "double": 0.5, "string": "s",
-                "bytes": "", "boolean": False,
-            }.get(kind if isinstance(kind, str) else "", None)
+                "int": 0,
+                "long": 0,
+                "float": 0.5,
+                "double": 0.5,
+                "string": "s",
+                "bytes": "",
+                "boolean": False,
+            }.get(kind if isinstance(kind, str) else "")
         fields.append(field)
     return {"type": "record", "name": "R", "fields": fields}
 

@@ -34,9 +34,7 @@ class Payment(flowkit.Record):
 
 
 app = flowkit.App("registry-check")
-payments = app.topic(
-    "payments", value_type=Payment, codec=flowkit.Avro(registry), external=True
-)
+payments = app.topic("payments", value_type=Payment, codec=flowkit.Avro(registry), external=True)
 
 
 @app.agent(payments)
