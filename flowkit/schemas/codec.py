@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ..codecs import Codec, JsonCodec
+from ..codecs import Codec, JsonCodec, decode_error_message
 from ..errors import DecodeError
 from .registry import RegisteredSchema, SchemaRegistry
 from .wire import HEADER_SIZE, frame, schema_id
@@ -110,7 +110,14 @@ class SchemaCodec(Generic[T]):
         if read is None:
             writer_id = schema_id(data)  # raises for a record that is not framed
             read = self._readers[data[:HEADER_SIZE]] = self._reader_for(writer_id)
-        value: T = read(data)
+        try:
+            value: T = read(data)
+        except DecodeError:
+            raise
+        except Exception as exc:  # the payload does not match its schema: truncated, ...
+            said = decode_error_message(exc) if str(exc) else f"{type(exc).__name__} (truncated?)"
+            writer_id = int.from_bytes(data[1:HEADER_SIZE], "big")
+            raise DecodeError(f"schema id {writer_id}: {said}") from None
         return value
 
     def _reader_for(self, writer_id: int) -> Reader:

@@ -12,6 +12,8 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -278,3 +280,22 @@ async def test_a_group_by_hop_registers_nothing_under_the_source_subject() -> No
         assert await driver.values("customer-totals") == [example.CustomerTotal("ann", 5)]
     assert registry.client.get_versions("orders-value") == [1]  # theirs alone
     assert sorted(registry.client.get_subjects()) == ["customer-totals-value", "orders-value"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(payload=st.binary(max_size=64), framed=st.booleans())
+def test_any_bytes_decode_or_raise_one_decode_error(payload: bytes, framed: bool) -> None:
+    data = HOSTILE_HEADER + payload if framed else payload
+    for codec in HOSTILE_CODECS:
+        try:
+            codec.decode(data)
+        except flowkit.DecodeError as exc:
+            assert "\n" not in str(exc)
+
+
+HOSTILE_REGISTRY = flowkit.SchemaRegistry("mock://hostile")
+HOSTILE_CODECS = [
+    flowkit.App("h").topic("orders", value_type=Order, codec=fmt(HOSTILE_REGISTRY)).value_codec
+    for fmt in (flowkit.Avro, flowkit.JsonSchema)
+]
+HOSTILE_HEADER = HOSTILE_CODECS[0].encode(Order(1, "ann"))[:5]  # Avro's, registered
