@@ -12,12 +12,12 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowkit
 from flowkit.testing import TestDriver
