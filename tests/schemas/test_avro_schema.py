@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import enum
 import json
+import os
 from typing import Any
 
 import avro.compatibility
@@ -121,7 +122,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     return {"type": "record", "name": "R", "fields": fields}
 
 
-@settings(max_examples=150, deadline=None)
+# Sized for CI; FLOWKIT_SCHEMA_EXAMPLES=2000 for a long run.
+@settings(max_examples=int(os.environ.get("FLOWKIT_SCHEMA_EXAMPLES", "60")), deadline=None)
 @given(reader=records(), writer=records())
 def test_read_problems_agree_with_avros_own_check(
     reader: dict[str, Any], writer: dict[str, Any]
