@@ -244,6 +244,19 @@ class Graph:
                     )
         return problems
 
+    def codec_checks(self) -> list[tuple[str, Callable[[], list[str]]]]:
+        """The ``verify`` of each topic codec that has one (a Schema Registry format's),
+        once per codec, with the topic's name: what ``check_codecs`` runs."""
+        checks: list[tuple[str, Callable[[], list[str]]]] = []
+        seen: set[int] = set()
+        for topic in self.topic_decls:
+            for codec in (topic.value_codec, topic.key_codec):
+                verify = getattr(codec, "verify", None)
+                if verify is not None and id(codec) not in seen:
+                    seen.add(id(codec))
+                    checks.append((topic.name, verify))
+        return checks
+
     def check_codecs(self) -> list[str]:
         """Problems the topics' codecs find outside the app, one line each: a Schema
         Registry subject whose registered schema the topic's type is not compatible with.
@@ -252,16 +265,9 @@ class Graph:
         and ``flowkit graph --check`` runs it too. A codec without ``verify`` has nothing
         to check.
         """
-        problems: list[str] = []
-        seen: set[int] = set()
-        for topic in self.topic_decls:
-            for codec in (topic.value_codec, topic.key_codec):
-                verify = getattr(codec, "verify", None)
-                if verify is None or id(codec) in seen:
-                    continue
-                seen.add(id(codec))
-                problems.extend(f"topic {topic.name!r}: {line}" for line in verify())
-        return problems
+        return [
+            f"topic {name!r}: {line}" for name, verify in self.codec_checks() for line in verify()
+        ]
 
     def warnings(self) -> list[str]:
         """Likely mistakes, one line each: a topic written that nothing reads, or read that

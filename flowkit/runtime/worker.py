@@ -279,10 +279,10 @@ class Worker:
         problems = graph.check()
         if problems:
             raise GraphError(problems)
-        # A registry's lookups block: in a thread, so a web page started later is not held.
-        problems = await asyncio.to_thread(graph.check_codecs)
-        if problems:
-            raise GraphError(problems)
+        if graph.codec_checks():  # a registry's lookups block: in a thread
+            problems = await asyncio.to_thread(graph.check_codecs)
+            if problems:
+                raise GraphError(problems)
         self.app.freeze()
         self._phase = "starting"
         try:

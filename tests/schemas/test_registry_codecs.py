@@ -303,3 +303,17 @@ HOSTILE_CODECS = [
     for fmt in (flowkit.Avro, flowkit.JsonSchema)
 ]
 HOSTILE_HEADER = HOSTILE_CODECS[0].encode(Order(1, "ann"))[:5]  # Avro's, registered
+
+
+def test_a_key_codec_uses_the_key_subject() -> None:
+    registry = flowkit.SchemaRegistry("mock://keys")
+    topic = flowkit.App("shop").topic(
+        "orders", value_type=Order, key_codec=flowkit.Avro(registry), codec=flowkit.Avro(registry)
+    )
+    key = topic.encode_key("ann")
+    assert topic.decode_key(key) == "ann"
+    assert registry.client.get_latest_version("orders-key").schema.schema_str == '"string"'
+    assert (
+        AvroDeserializer(registry.client)(key, SerializationContext("orders", MessageField.KEY))
+        == "ann"
+    )
