@@ -326,7 +326,7 @@ def graph(
         ),
     ] = False,
 ) -> None:
-    """Print APP's dataflow graph (no broker is contacted; --check asks a schema registry)."""
+    """Print APP's dataflow graph (no broker is contacted)."""
     with _errors():
         the_app = load_app(app)
         if check:
