@@ -37,18 +37,23 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _commands(url: str) -> list[list[str]]:
+def _commands(url: str, client: str) -> list[list[str]]:
     broker = ["--broker", url]
-    return [
+    commands = [
         *(["worker", APP, *broker, "--log-format", fmt] for fmt in ("console", "json")),
-        *(
-            ["worker", APP, *broker, "--processes", "2", "--log-format", fmt]
-            for fmt in ("console", "json")
-        ),
+        ["worker", APP, *broker, "--processes", "2", "--log-format", "json"],
         ["topics", APP, *broker],
         ["send", APP, "count-items", '{"key": "a", "seq": 1}', *broker],
         ["dlq", "show", APP, *broker],
         ["offsets", "show", APP, *broker],
+    ]
+    if client != "aiokafka":
+        # Each command is a Python start of its own: the second client runs one command
+        # per way of using it (consumer, producer, admin, worker, process group).
+        return commands
+    return [
+        *commands,
+        ["worker", APP, *broker, "--processes", "2", "--log-format", "console"],
         ["offsets", "reset", APP, "--to", "earliest", *broker],
         ["tables", "show", APP, "seen", *broker],
     ]
@@ -123,7 +128,11 @@ def _failing_urls(client: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("client", ["aiokafka", "rdkafka"])
 def test_no_secret_in_the_output_of_a_failing_start(client: str) -> None:
-    runs = [(case, args) for case, url in _failing_urls(client).items() for args in _commands(url)]
+    runs = [
+        (case, args)
+        for case, url in _failing_urls(client).items()
+        for args in _commands(url, client)
+    ]
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(lambda run: _run(run[1]), runs))
     leaks, silent = [], []
