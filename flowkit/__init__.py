@@ -8,6 +8,17 @@
 from __future__ import annotations
 
 from .agents import Agent, Output
+from .aggregations import (
+    Aggregation,
+    Collect,
+    Count,
+    DistinctCount,
+    Last,
+    Max,
+    Mean,
+    Min,
+    Sum,
+)
 from .app import App
 from .clock import Clock, SystemClock
 from .codecs import Codec, JsonCodec, MsgpackCodec, RawCodec, StrCodec
@@ -53,17 +64,21 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentError",
+    "Aggregation",
     "App",
     "AppNotFound",
     "BrokerUnavailable",
     "CallableSink",
     "Clock",
     "Codec",
+    "Collect",
     "CommitFailed",
     "ConfigurationError",
+    "Count",
     "DeadLetter",
     "DecodeError",
     "DefinitionError",
+    "DistinctCount",
     "ErrorPolicy",
     "Event",
     "FailureGuard",
@@ -77,8 +92,12 @@ __all__ = [
     "HoppingWindow",
     "Joined",
     "JsonCodec",
+    "Last",
     "LateRecord",
+    "Max",
+    "Mean",
     "Message",
+    "Min",
     "MissingFieldError",
     "MsgpackCodec",
     "NotRunningError",
@@ -96,6 +115,7 @@ __all__ = [
     "StrCodec",
     "Stream",
     "StreamJoin",
+    "Sum",
     "SystemClock",
     "Table",
     "TaskFailed",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...records import Message
 from ...windows import Window
 from . import wire
-from .owner import Owners, fold
+from .owner import Owners, fold_sources
 from .results import Late
 from .stage1 import Stage1
 
@@ -31,6 +31,7 @@ class WindowedStore(Stage1):
             encode_key=table.encode_key,
             now_ms=now_ms,
             name=table.name,
+            updates=table.emit_on == "update",
         )
         self.table = table
         self.owners = Owners(
@@ -39,6 +40,7 @@ class WindowedStore(Stage1):
             combine=table.combine,
             name=table.name,
             guard=self,  # one guard on stream time for both stages
+            updates=table.emit_on == "update",
         )
         self.late_records = 0
         self.callback_errors = 0
@@ -114,7 +116,7 @@ class WindowedStore(Stage1):
                     out[spec.window(start)] = finals[key]
             for start, by_key in owner.open.items():
                 if key in by_key:
-                    out[spec.window(start)] = fold(combine, by_key[key].values())
+                    out[spec.window(start)] = fold_sources(combine, by_key[key])
         for p, part in self.parts.items():
             for start, window in part.partials.items():
                 if key in window:
@@ -127,6 +129,10 @@ class WindowedStore(Stage1):
                     ):
                         continue  # already shipped from this source
                     out[w] = window[key] if w not in out else combine(out[w], window[key])
+        aggregation = self.table.aggregation
+        if aggregation is not None and aggregation.result is not None:
+            finish = aggregation.result
+            return {w: finish(acc) for w, acc in sorted(out.items())}
         return dict(sorted(out.items()))
 
     def __iter__(self) -> Iterator[Any]:
