@@ -230,10 +230,11 @@ _encode = msgspec.json.Encoder().encode
 
 
 def DistinctCount(field: str | None = None, *, precision: int = 8) -> Aggregation:
-    """About how many distinct ``field`` values (or values) were added: a HyperLogLog
-    sketch of ``2 ** precision`` registers (4 to 16), whose standard error is ``1.04 /
-    sqrt(2 ** precision)``: 6.5 % at the default 8, exact in practice below a few dozen.
-    Values are told apart by their JSON encoding."""
+    """About how many distinct ``field`` values (or values) were added: exact up to
+    ``2 ** precision // 4`` of them (64 at the default 8: their 64-bit hashes are kept),
+    then a HyperLogLog sketch of ``2 ** precision`` registers (``precision`` from 4 to 16)
+    whose standard error is ``1.04 / sqrt(2 ** precision)``: 6.5 % at 8. Values are told
+    apart by their JSON encoding."""
     field = _field(field, "distinct")
     if not isinstance(precision, int) or isinstance(precision, bool) or not 4 <= precision <= 16:
         raise DefinitionError(
@@ -244,16 +245,47 @@ def DistinctCount(field: str | None = None, *, precision: int = 8) -> Aggregatio
     m = 1 << precision
     mask = m - 1
     width = 64 - precision
+    exact = m // 4  # below it the accumulator is the list of hashes (shorter than m)
 
-    def add(acc: list[int], value: Any) -> list[int]:
-        h = int.from_bytes(hashlib.blake2b(_encode(get(value)), digest_size=8).digest(), "big")
+    def hashed(value: Any) -> int:
+        digest = hashlib.blake2b(_encode(get(value)), digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+
+    def registers(hashes: list[int]) -> list[int]:
+        regs = [0] * m
+        for h in hashes:
+            _set(regs, h)
+        return regs
+
+    def _set(regs: list[int], h: int) -> None:
         i = h & mask
         rank = width - (h >> precision).bit_length() + 1
-        if rank > acc[i]:
-            acc[i] = rank  # the accumulator is this window's own: no copy
+        if rank > regs[i]:
+            regs[i] = rank
+
+    def add(acc: list[int], value: Any) -> list[int]:
+        h = hashed(value)
+        # The accumulator is this window's own: changed in place, no copy.
+        if len(acc) == m:
+            _set(acc, h)
+        elif h not in acc:
+            acc.append(h)
+            if len(acc) > exact:
+                return registers(acc)
         return acc
 
+    def merge(a: list[int], b: list[int]) -> list[int]:
+        if len(a) < m and len(b) < m:
+            seen = set(a)
+            union = a + [h for h in b if h not in seen]
+            return union if len(union) <= exact else registers(union)
+        regs_a = a if len(a) == m else registers(a)
+        regs_b = b if len(b) == m else registers(b)
+        return list(map(builtins.max, regs_a, regs_b))
+
     def result(acc: list[int]) -> int:
+        if len(acc) < m:
+            return len(acc)
         alpha = 0.7213 / (1 + 1.079 / m) if m >= 128 else {16: 0.673, 32: 0.697, 64: 0.709}[m]
         estimate = alpha * m * m / math.fsum(2.0**-r for r in acc)
         zeros = acc.count(0)
@@ -262,9 +294,9 @@ def DistinctCount(field: str | None = None, *, precision: int = 8) -> Aggregatio
         return round(estimate)
 
     return Aggregation(
-        initial=lambda: [0] * m,
+        initial=list,
         add=add,
-        merge=lambda a, b: list(map(builtins.max, a, b)),
+        merge=merge,
         result=result,
         name=_named("distinct", field),
     )
