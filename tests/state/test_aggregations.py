@@ -187,3 +187,27 @@ def test_distinct_count_is_within_its_standard_error() -> None:
     for v in range(12):
         small = agg.add(small, f"user-{v}")
     assert agg.finish(small) == 12
+
+
+async def test_a_record_without_the_field_is_a_dead_letter() -> None:
+    app = flowkit.App("aggfield", partitions=1)
+    sales = app.topic("sales", value_type=Sale)
+    totals = app.table("totals").tumbling(10.0, aggregate=flowkit.Sum("price"))
+    counts = app.table("counts").tumbling(10.0, aggregate=flowkit.Count())
+
+    @app.agent(sales)
+    async def add(stream: flowkit.Stream[Sale]) -> None:
+        async for sale in stream:
+            counts.add(sale.shop, sale)
+            totals.add(sale.shop, sale)  # Sale has no field "price"
+
+    async with TestDriver(app) as driver:
+        for _ in range(2):
+            await driver.send(sales, Sale("s", 1, 5), key="s")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+        assert sum(counts.windows("s").values()) == 2  # the agent went on
+    assert len(letters) == 2
+    headers = dict(letters[0].headers)
+    assert headers["flowkit.error.type"] == b"AttributeError"
+    assert b"price" in headers["flowkit.error.message"]
