@@ -21,7 +21,7 @@ import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
 
-from .window_reference import Reference
+from .window_reference import Reference, aggregate
 
 KINDS = ("count", "sum", "min", "max", "mean", "last", "collect", "distinct")
 MODES = ("close", "update")
@@ -49,11 +49,13 @@ def declared(kind: str) -> flowkit.Aggregation:
 Emitted = dict[tuple[str, str], list[tuple[str, tuple[int, int], Any, bool]]]
 
 
-def make_app(size: float, step: float, grace: float) -> tuple[flowkit.App, Any, Emitted]:
+def make_app(
+    size: float, step: float, grace: float
+) -> tuple[flowkit.App, Any, Emitted, dict[tuple[str, str], Any]]:
     app = flowkit.App("aggref", partitions=1)
     events = app.topic("events", value_type=Event)
     emitted: Emitted = {(kind, mode): [] for kind in KINDS for mode in MODES}
-    tables = []
+    tables: dict[tuple[str, str], Any] = {}
     for kind in KINDS:
         for mode in MODES:
             out = emitted[kind, mode]
@@ -78,15 +80,15 @@ def make_app(size: float, step: float, grace: float) -> tuple[flowkit.App, Any, 
                 emit_on=mode,
                 **callbacks,
             )
-            tables.append(table)
+            tables[kind, mode] = table
 
     @app.agent(events)
     async def aggregate(stream: flowkit.Stream[Event]) -> None:
         async for e in stream:
-            for table in tables:
+            for table in tables.values():
                 table.add(e.key, e)
 
-    return app, events, emitted
+    return app, events, emitted, tables
 
 
 windows = st.sampled_from([(10, 10), (10, 5), (6, 2)])  # (size, step) in seconds
@@ -160,7 +162,7 @@ async def _run(
     chunks: list[int],
     restart: int,
 ) -> None:
-    app, topic, emitted = make_app(size, step, grace)
+    app, topic, emitted, tables = make_app(size, step, grace)
     ref = Reference(size * 1000, step * 1000, grace * 1000, int(clock.time() * 1000) + 3_600_000)
     broker = MemoryBroker()
     driver = TestDriver(app, broker=broker, clock=clock)
@@ -175,6 +177,12 @@ async def _run(
                 await driver.send(topic, e, key=e.key)
                 ref.add(e.key, e.t, e.v)
             await driver.run_until_idle()
+        # Reads of the windows still open: every record so far (one worker holds all).
+        for (kind, _), table in tables.items():
+            for (key, w), values in ref.values.items():
+                if (key, w) not in ref.closed:
+                    read = table.windows(key)[flowkit.Window(*w)]
+                    assert read == aggregate(kind, values), (kind, key, w)
     finally:
         await driver.aclose()
     for kind in KINDS:

@@ -110,25 +110,27 @@ class WindowedStore(Stage1):
         combine = self.table.combine
         out: dict[Window, Any] = {}
         owner = self.owners.owners.get(self.table.partition_of(key))
+        # The partials of the source partitions held here: a window still open on its
+        # source is newest there (a running update that reached the owner may be older).
+        local: dict[int, dict[int, Any]] = {}
+        for p, part in self.parts.items():
+            for start, window in part.partials.items():
+                if key in window:
+                    local.setdefault(start, {})[p] = window[key]
         if owner is not None:
             for start, finals in owner.closed.items():
                 if key in finals:
                     out[spec.window(start)] = finals[key]
             for start, by_key in owner.open.items():
                 if key in by_key:
-                    out[spec.window(start)] = fold_sources(combine, by_key[key])
-        for p, part in self.parts.items():
-            for start, window in part.partials.items():
-                if key in window:
-                    w = spec.window(start)
-                    if (
-                        w in out
-                        and owner is not None
-                        and start in owner.open
-                        and p in owner.open[start].get(key, {})
-                    ):
-                        continue  # already shipped from this source
-                    out[w] = window[key] if w not in out else combine(out[w], window[key])
+                    parts = by_key[key]
+                    if start in local:
+                        parts = {**parts, **local.pop(start)}
+                    out[spec.window(start)] = fold_sources(combine, parts)
+        for start, parts in local.items():
+            w = spec.window(start)
+            value = fold_sources(combine, parts)
+            out[w] = value if w not in out else combine(out[w], value)
         aggregation = self.table.aggregation
         if aggregation is not None and aggregation.result is not None:
             finish = aggregation.result
