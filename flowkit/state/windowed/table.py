@@ -25,6 +25,12 @@ a callable. A partition that has caught up and sees no records for ``idle_timeou
 seconds moves its watermark to the wall clock minus grace, so quiet partitions do not
 hold windows open for ever.
 
+A table may be declared with an aggregation (``aggregate=``, ``flowkit.aggregations``)
+instead of the agent writing its values, and with ``emit_on="update"`` to emit each change
+of an open window's value, not only the final one: sources then ship the partials that
+changed at every flush, and owners emit the combined value when it changes. Both run in a
+copy of ``add`` made for the table (``_adds.py``), so a plain table pays nothing for them.
+
 This module is the declaration and the per-record ``add``; the state is in a
 ``WindowedStore`` per worker (``stage1.py``, ``owner.py``, ``store.py``), and what goes
 over the wire is in ``wire.py``.
@@ -70,6 +76,16 @@ class WindowedTable(TableBase[K, V]):
     >>> counts = app.table("counts", default=int).tumbling(10.0)
     >>> counts.spec.size_ms, counts.spec.grace_ms
     (10000, 10000)
+
+    With ``aggregate=`` the table declares what its value is, and the agent passes each
+    record to ``add``; with ``emit_on="update"`` every change goes out, not only the final
+    value (``on_update``, ``to=``):
+
+    >>> totals = app.table("totals").tumbling(
+    ...     10.0, aggregate=flowkit.Sum("cents"), emit_on="update", on_update=print
+    ... )
+    >>> totals.describe()["aggregate"], totals.describe()["emit_on"]
+    ('sum(cents)', 'update')
     """
 
     kind = "windowed_table"
