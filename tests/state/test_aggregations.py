@@ -147,6 +147,10 @@ async def test_partitions_combine_and_a_restart_goes_on_exactly() -> None:
             await driver.send(sales, Sale("x", start + 10_000, 0), key="x", partition=p)
         await driver.run_until_idle()
         results = await driver.values(out)
+        window = flowkit.Window(start, start + 10_000)
+        assert tables["spread"].windows("all")[window] == 9 - 1
+        collected = tables["collect"].windows("all")[window]
+        assert len(collected) == 4 and set(collected) <= set(cents)
     assert [(r.key, r.start, r.value, r.final) for r in results] == [
         ("all", start, sum(cents) / len(cents), True)
     ]
