@@ -222,6 +222,7 @@ def Collect(field: str | None = None, *, limit: int = 100) -> Aggregation:
         initial=list,
         add=add,
         merge=lambda a, b: (a + b)[:limit],
+        result=list,  # a copy: a read does not hand out the window's own list
         name=_named("collect", field) if limit == 100 else f"collect({field or ''}, {limit})",
     )
 
