@@ -5,8 +5,8 @@
 Ad events (about 250 bytes of JSON each) arrive on ``ysb-events``, keyed by user. The
 query: keep ``event_type == "view"``, project ``(ad_id, event_time)``, join ``ad_id`` to its
 campaign through a global table (100 campaigns x 10 ads), and count views per campaign
-per 10-second tumbling event-time window. Closed windows print and go to the
-``ysb-window-counts`` topic.
+per 10-second tumbling event-time window: a table declared with ``flowkit.Count()``.
+Closed windows print and go to the ``ysb-window-counts`` topic.
 
 The agent decodes only the fields the query needs (``AdView``): msgspec skips the rest of
 each JSON object, which is the projection. Counting by campaign while events are
@@ -121,6 +121,7 @@ def make_app(
     )
     counts = app.table("campaign-counts", default=int).tumbling(
         WINDOW_SECONDS,
+        aggregate=flowkit.Count(),  # views per campaign and window
         grace=grace,
         time=lambda view: view.event_time,
         to=window_counts,
@@ -134,7 +135,7 @@ def make_app(
         def count_views(view: AdView) -> None:
             # Called from inside the stream's loop for each event: no `async for` step.
             if view.event_type == "view":
-                counts.add(campaigns[view.ad_id], 1, view.event_time)
+                counts.add(campaigns[view.ad_id], view, view.event_time)
 
     else:
 
@@ -143,7 +144,7 @@ def make_app(
             views = stream.filter(lambda v: v.event_type == "view")
             async for view, campaign in views.join(campaigns, on="ad_id"):
                 # ts (event time) passed by position: a keyword call costs more per record.
-                counts.add(campaign, 1, view.event_time)
+                counts.add(campaign, view, view.event_time)
 
     if generate:
 

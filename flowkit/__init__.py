@@ -8,6 +8,17 @@
 from __future__ import annotations
 
 from .agents import Agent, Output
+from .aggregations import (
+    Aggregation,
+    Collect,
+    Count,
+    DistinctCount,
+    Last,
+    Max,
+    Mean,
+    Min,
+    Sum,
+)
 from .app import App
 from .clock import Clock, SystemClock
 from .codecs import Codec, CodecFormat, JsonCodec, MsgpackCodec, RawCodec, StrCodec
@@ -55,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentError",
+    "Aggregation",
     "App",
     "AppNotFound",
     "Avro",
@@ -63,11 +75,14 @@ __all__ = [
     "Clock",
     "Codec",
     "CodecFormat",
+    "Collect",
     "CommitFailed",
     "ConfigurationError",
+    "Count",
     "DeadLetter",
     "DecodeError",
     "DefinitionError",
+    "DistinctCount",
     "ErrorPolicy",
     "Event",
     "FailureGuard",
@@ -82,8 +97,12 @@ __all__ = [
     "Joined",
     "JsonCodec",
     "JsonSchema",
+    "Last",
     "LateRecord",
+    "Max",
+    "Mean",
     "Message",
+    "Min",
     "MissingFieldError",
     "MsgpackCodec",
     "NotRunningError",
@@ -103,6 +122,7 @@ __all__ = [
     "StrCodec",
     "Stream",
     "StreamJoin",
+    "Sum",
     "SystemClock",
     "Table",
     "TaskFailed",

@@ -43,13 +43,16 @@ class Window(msgspec.Struct, frozen=True, order=True):
         return f"{start} to {end} UTC"
 
 
-class WindowResult(msgspec.Struct, frozen=True):
-    """The final value of one key in one closed window, as emitted to a topic."""
+class WindowResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The value of one key in one window, as emitted to a topic: the final one when the
+    window closes (``final`` true), or a running one of a table with ``emit_on="update"``
+    (``final`` false; JSON leaves ``final`` out when true)."""
 
     key: object
     start: int
     end: int
     value: object
+    final: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,13 @@ class WindowSpec:
     grace_ms: int
     expires_ms: int
     max_future_ms: int
+
+    @property
+    def requires_merge(self) -> bool:
+        """True when the kind combines accumulators of one key by itself (session windows
+        merging sessions), so a declared aggregation must have a ``merge``. Tumbling and
+        hopping windows merge only the partials of several source partitions."""
+        return False
 
     @property
     def kind(self) -> str:

@@ -280,6 +280,10 @@ class StateKeeper:
         store = self.stores[table]
         emissions = store.receive(tp.partition, messages)
         await self._dead_letter(table.name, store.owners.take_rejected())
+        if store.owners.updates:
+            updates = store.owners.take_updates()
+            if updates:
+                await table.emit(store, updates, self._send, self.dlq, final=False)
         if emissions:
             await table.emit(store, emissions, self._send, self.dlq)
 

@@ -29,7 +29,7 @@ from ...windows import Window, WindowSpec
 from . import wire
 from .stage1 import NONE
 
-__all__ = ["Emission", "Owner", "Owners"]
+__all__ = ["Emission", "Owner", "Owners", "fold", "fold_sources"]
 
 log = structlog.get_logger(__name__)
 
@@ -59,8 +59,13 @@ class Owners:
         combine: Callable[[Any, Any], Any],
         name: str = "table",
         guard: FutureGuard | None = None,
+        updates: bool = False,
     ) -> None:
         self.spec = spec
+        # Running updates (emit_on="update"): each change of a key's combined value in an
+        # open window, collected by receive() for the worker (take_updates).
+        self.updates = updates
+        self._updates: list[Emission] = []
         # The table's guard on stream time: a marker beyond it is not trusted (a source's
         # watermark comes from the internal topic, which anyone with produce rights can
         # write). None: markers are taken as they come.
@@ -75,6 +80,11 @@ class Owners:
         # Records of the repartition topic that flowkit did not write, with why: the
         # worker dead-letters them (``take_rejected``), and nothing else sees them.
         self.rejected: list[tuple[Message, Exception]] = []
+
+    def take_updates(self) -> list[Emission]:
+        """The running updates ``receive`` found since the last call, oldest first."""
+        updates, self._updates = self._updates, []
+        return updates
 
     def take_rejected(self) -> list[tuple[Message, Exception]]:
         """The records ``receive`` refused since the last call."""
@@ -103,6 +113,7 @@ class Owners:
         replays = future = 0
         guard = self.guard
         sources = len(owner.source_wm)
+        touched: dict[tuple[int, Any], None] = {}  # (start, key) whose value changed
         for m in messages:
             if m.value is None:
                 continue
@@ -116,7 +127,10 @@ class Owners:
                 if start + size <= min(owner.source_wm) or start in owner.closed:
                     replays += 1  # a replay after a restart: the window closed already
                     continue
-                owner.open.setdefault(start, {}).setdefault(key, {})[src] = value
+                by_source = owner.open.setdefault(start, {}).setdefault(key, {})
+                if self.updates and by_source.get(src, _MISSING) != value:
+                    touched[start, key] = None
+                by_source[src] = value
                 self._changes.append((q, wire.owned_key(start, key, src), wire.encode(value)))
             elif kind == "w" and a > owner.source_wm[src]:
                 if guard is not None and a > guard.future_limit and not guard.admits(a):
@@ -138,9 +152,16 @@ class Owners:
                 partition=q,
                 count=future,
             )
-        if not changed_wm:
-            return []
-        return self._close(q, owner)
+        closed = self._close(q, owner) if changed_wm else []
+        if touched:
+            # After the closes: a window that closed in this batch has its final value
+            # out, and no running update of it.
+            for start, key in touched:
+                by_key = owner.open.get(start)
+                if by_key is not None and key in by_key:
+                    value = fold_sources(self.combine, by_key[key])
+                    self._updates.append((key, self.spec.window(start), value))
+        return closed
 
     def _close(self, q: int, owner: Owner) -> list[Emission]:
         horizon = min(owner.source_wm)
@@ -154,7 +175,7 @@ class Owners:
             finals: dict[Any, Any] = {}
             window = self.spec.window(start)
             for key, parts in by_key.items():
-                total = fold(self.combine, parts.values())
+                total = fold_sources(self.combine, parts)
                 finals[key] = total
                 out.append((key, window, total))
                 for src in parts:
@@ -202,6 +223,15 @@ class Owners:
                 del d[start]
 
 
+def fold_sources(combine: Callable[[Any, Any], Any], by_source: dict[int, Any]) -> Any:
+    """The partials of one key in one window, combined in the order of their source
+    partitions (not of their arrival), so that an order-sensitive merge is repeatable."""
+    if len(by_source) == 1:
+        for value in by_source.values():
+            return value
+    return fold(combine, [by_source[src] for src in sorted(by_source)])
+
+
 def fold(combine: Callable[[Any, Any], Any], values: Iterable[Any]) -> Any:
     """``values`` combined left to right."""
     it = iter(values)
@@ -209,3 +239,6 @@ def fold(combine: Callable[[Any, Any], Any], values: Iterable[Any]) -> Any:
     for v in it:
         total = combine(total, v)
     return total
+
+
+_MISSING: Any = object()

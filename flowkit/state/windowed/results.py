@@ -28,11 +28,12 @@ if TYPE_CHECKING:
     from .store import WindowedStore
     from .table import WindowedTable
 
-__all__ = ["ON_ERROR", "Late", "deliver_closed", "deliver_late"]
+__all__ = ["EMIT_ON", "ON_ERROR", "Late", "deliver_closed", "deliver_late"]
 
 log = structlog.get_logger(__name__)
 
 ON_ERROR = ("dead_letter", "log", "stop")
+EMIT_ON = ("close", "update")
 
 Send = Callable[..., Awaitable[Any]]
 Late = tuple[Any, Window, Any, "Message | None"]
@@ -41,11 +42,17 @@ Late = tuple[Any, Window, Any, "Message | None"]
 _ENCODE = msgspec.json.Encoder()
 
 
-def result_of(table: WindowedTable[Any, Any], key: Any, window: Window, value: Any) -> Any:
-    """The record the ``to`` topic gets for one key of a closed window."""
+def result_of(
+    table: WindowedTable[Any, Any], key: Any, window: Window, value: Any, final: bool = True
+) -> Any:
+    """The record the ``to`` topic gets for one key of a window: its final value, or a
+    running one (``final`` false, with ``emit_on="update"``)."""
     if table.emit_fn is None:
-        return WindowResult(key=key, start=window.start, end=window.end, value=value)
-    out = table.emit_fn(key, window, value)
+        return WindowResult(key=key, start=window.start, end=window.end, value=value, final=final)
+    if table.emit_on == "update":
+        out = table.emit_fn(key, window, value, final)
+    else:
+        out = table.emit_fn(key, window, value)
     to = table.to
     expected = None if to is None else to.value_type
     if isinstance(expected, type) and expected is not object and not isinstance(out, expected):
@@ -62,11 +69,22 @@ async def deliver_closed(
     emissions: list[tuple[Any, Window, Any]],
     send: Send,
     dlq: str,
+    *,
+    final: bool = True,
 ) -> None:
-    """Each key of each closed window to ``on_close`` and the ``to`` topic."""
+    """Each key of each closed window (``final``) to ``on_close``, ``on_update`` and the
+    ``to`` topic; or each running update (not ``final``) to ``on_update`` and ``to``."""
     to = table.to
+    on_update = table.on_update
     for key, window, value in emissions:
-        if table.on_close is not None:
+        if on_update is not None:
+            try:
+                result = on_update(key, window, value, final)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # the result still goes to `to=` below
+                await _failed(table, store, key, window, value, exc, send, dlq)
+        if final and table.on_close is not None:
             try:
                 result = table.on_close(key, window, value)
                 if inspect.isawaitable(result):
@@ -75,7 +93,7 @@ async def deliver_closed(
                 await _failed(table, store, key, window, value, exc, send, dlq)
         if to is not None:
             try:
-                out = result_of(table, key, window, value)
+                out = result_of(table, key, window, value, final)
             except Exception as exc:
                 await _failed(table, store, key, window, value, exc, send, dlq)
                 continue

@@ -36,6 +36,7 @@ class Part:
 
     __slots__ = (
         "active",
+        "changed",
         "dirty",
         "hot",
         "hot_end",
@@ -50,8 +51,11 @@ class Part:
         "wm",
     )
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
+        # With running updates: the (window start, key) pairs changed since the last
+        # flush, shipped to their owners then; None when the table emits on close only.
+        self.changed: set[tuple[int, Any]] | None = set() if updates else None
         self.partials: dict[int, dict[Any, Any]] = {}  # window start -> key -> partial
         self.wm = NONE
         self.max_ts = NONE
@@ -88,9 +92,11 @@ class Stage1(FutureGuard):
         encode_key: Callable[[Any], bytes] = wire.encode,
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
+        updates: bool = False,
     ) -> None:
         super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
         self.spec = spec
+        self.updates = updates  # ship open windows' changed partials at every flush
         self.partitions = partitions
         self.name = name
         self._partition_of = partition_of
@@ -178,7 +184,7 @@ class Stage1(FutureGuard):
         """Start holding these source partitions."""
         for p in partitions:
             if p not in self.parts:
-                self.parts[p] = Part(p)
+                self.parts[p] = Part(p, self.updates)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop these partitions' state (after the final flush)."""
@@ -204,6 +210,8 @@ class Stage1(FutureGuard):
 
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """Partials and watermark markers to send: (partition, key, value)."""
+        if self.updates:
+            self._ship_updates()
         for p, part in self.parts.items():
             if self._announce(part):
                 part.sent_wm = part.wm
@@ -212,6 +220,23 @@ class Stage1(FutureGuard):
         out, self._outbox = self._outbox, []
         return out
 
+    def _ship_updates(self) -> None:
+        # Running updates: the current partial of each (window, key) changed since the
+        # last flush, once per flush however many records changed it. The owner keeps
+        # one partial per source, so a partial shipped again replaces the one before.
+        for p, part in self.parts.items():
+            changed = part.changed
+            if not changed:
+                continue
+            for start, key in sorted(changed, key=_window_first):
+                window = part.partials.get(start)
+                if window is not None and key in window:  # else: closed, shipped already
+                    q = self._partition_of(key)
+                    self._outbox.append(
+                        (q, self._encode_key(key), wire.partial(start, p, key, window[key]))
+                    )
+            changed.clear()
+
     def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
         """Put back, in front, what ``drain_outbox`` gave and was not sent."""
         self._outbox[:0] = items
@@ -219,6 +244,8 @@ class Stage1(FutureGuard):
     def has_outbox(self) -> bool:
         """True when partials or markers wait to be sent."""
         if self._outbox:
+            return True
+        if self.updates and any(part.changed for part in self.parts.values()):
             return True
         return any(self._announce(part) for part in self.parts.values())
 
@@ -271,3 +298,7 @@ class Stage1(FutureGuard):
             del part.partials[start]
         part.next_end = min((s + self.size for s in part.partials), default=INF)
         part.forget_hot()
+
+
+def _window_first(change: tuple[int, Any]) -> int:
+    return change[0]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...records import Message
 from ...windows import Window
 from . import wire
-from .owner import Owners, fold
+from .owner import Owners, fold_sources
 from .results import Late
 from .stage1 import Stage1
 
@@ -31,6 +31,7 @@ class WindowedStore(Stage1):
             encode_key=table.encode_key,
             now_ms=now_ms,
             name=table.name,
+            updates=table.emit_on == "update",
         )
         self.table = table
         self.owners = Owners(
@@ -39,6 +40,7 @@ class WindowedStore(Stage1):
             combine=table.combine,
             name=table.name,
             guard=self,  # one guard on stream time for both stages
+            updates=table.emit_on == "update",
         )
         self.late_records = 0
         self.callback_errors = 0
@@ -108,25 +110,31 @@ class WindowedStore(Stage1):
         combine = self.table.combine
         out: dict[Window, Any] = {}
         owner = self.owners.owners.get(self.table.partition_of(key))
+        # The partials of the source partitions held here: a window still open on its
+        # source is newest there (a running update that reached the owner may be older).
+        local: dict[int, dict[int, Any]] = {}
+        for p, part in self.parts.items():
+            for start, window in part.partials.items():
+                if key in window:
+                    local.setdefault(start, {})[p] = window[key]
         if owner is not None:
             for start, finals in owner.closed.items():
                 if key in finals:
                     out[spec.window(start)] = finals[key]
             for start, by_key in owner.open.items():
                 if key in by_key:
-                    out[spec.window(start)] = fold(combine, by_key[key].values())
-        for p, part in self.parts.items():
-            for start, window in part.partials.items():
-                if key in window:
-                    w = spec.window(start)
-                    if (
-                        w in out
-                        and owner is not None
-                        and start in owner.open
-                        and p in owner.open[start].get(key, {})
-                    ):
-                        continue  # already shipped from this source
-                    out[w] = window[key] if w not in out else combine(out[w], window[key])
+                    parts = by_key[key]
+                    if start in local:
+                        parts = {**parts, **local.pop(start)}
+                    out[spec.window(start)] = fold_sources(combine, parts)
+        for start, parts in local.items():
+            w = spec.window(start)
+            value = fold_sources(combine, parts)
+            out[w] = value if w not in out else combine(out[w], value)
+        aggregation = self.table.aggregation
+        if aggregation is not None and aggregation.result is not None:
+            finish = aggregation.result
+            return {w: finish(acc) for w, acc in sorted(out.items())}
         return dict(sorted(out.items()))
 
     def __iter__(self) -> Iterator[Any]:

@@ -25,6 +25,12 @@ a callable. A partition that has caught up and sees no records for ``idle_timeou
 seconds moves its watermark to the wall clock minus grace, so quiet partitions do not
 hold windows open for ever.
 
+A table may be declared with an aggregation (``aggregate=``, ``flowkit.aggregations``)
+instead of the agent writing its values, and with ``emit_on="update"`` to emit each change
+of an open window's value, not only the final one: sources then ship the partials that
+changed at every flush, and owners emit the combined value when it changes. Both run in a
+copy of ``add`` made for the table (``_adds.py``), so a plain table pays nothing for them.
+
 This module is the declaration and the per-record ``add``; the state is in a
 ``WindowedStore`` per worker (``stage1.py``, ``owner.py``, ``store.py``), and what goes
 over the wire is in ``wire.py``.
@@ -40,14 +46,16 @@ from typing import Any, TypeVar
 import structlog
 
 from ... import arguments
+from ...aggregations import Aggregation
 from ...durations import Seconds, optional_seconds
 from ...errors import DefinitionError, LateRecord, NotRunningError
 from ...scope import TaskScope, current_scope, require_scope
 from ...topics import Topic
 from ...windows import Window, WindowSpec
 from ..base import TableBase
+from ._adds import specialised
 from .owner import Emission
-from .results import ON_ERROR, deliver_closed, deliver_late
+from .results import EMIT_ON, ON_ERROR, deliver_closed, deliver_late
 from .store import WindowedStore
 from .windowset import WindowSet
 
@@ -68,6 +76,16 @@ class WindowedTable(TableBase[K, V]):
     >>> counts = app.table("counts", default=int).tumbling(10.0)
     >>> counts.spec.size_ms, counts.spec.grace_ms
     (10000, 10000)
+
+    With ``aggregate=`` the table declares what its value is, and the agent passes each
+    record to ``add``; with ``emit_on="update"`` every change goes out, not only the final
+    value (``on_update``, ``to=``):
+
+    >>> totals = app.table("totals").tumbling(
+    ...     10.0, aggregate=flowkit.Sum("cents"), emit_on="update", on_update=print
+    ... )
+    >>> totals.describe()["aggregate"], totals.describe()["emit_on"]
+    ('sum(cents)', 'update')
     """
 
     kind = "windowed_table"
@@ -83,16 +101,27 @@ class WindowedTable(TableBase[K, V]):
         time: Callable[[Any], int] | None = None,
         late: str | Callable[[K, Window, Any], Any] | Topic[Any] = "dlq",
         idle_timeout: Seconds | None = 30.0,
-        emit: Callable[[K, Window, V], Any] | None = None,
+        emit: Callable[..., Any] | None = None,
         on_error: str = "dead_letter",
+        aggregate: Aggregation | None = None,
+        emit_on: str = "close",
+        on_update: Callable[[K, Window, Any, bool], Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
         what = f"table {name!r}"
         arguments.function(combine, f"{what}: combine")
-        for option, fn in (("on_close", on_close), ("time", time), ("emit", emit)):
+        for option, fn in (
+            ("on_close", on_close),
+            ("time", time),
+            ("emit", emit),
+            ("on_update", on_update),
+        ):
             if fn is not None:
                 arguments.function(fn, f"{what}: {option}")
+        _check_emit_on(what, emit_on, on_update, emit)
+        if aggregate is not None:
+            combine = _check_aggregate(what, aggregate, combine, spec, self.partitions)
         if to is not None and not isinstance(to, Topic):
             raise DefinitionError(
                 f"{what}: to must be a topic declared with app.topic(), not {arguments.shown(to)}"
@@ -109,6 +138,9 @@ class WindowedTable(TableBase[K, V]):
             raise DefinitionError(f"table {name!r}: emit= makes the records of to=; give to=")
         self.spec = spec
         self.combine = combine
+        self.aggregation = aggregate
+        self.emit_on = emit_on
+        self.on_update = on_update
         self.on_close = on_close
         self.to = to
         self.emit_fn = emit
@@ -126,8 +158,18 @@ class WindowedTable(TableBase[K, V]):
             )
         self._size = spec.size_ms
         self._grace = spec.grace_ms
-        # The common case, inlined in add(): tumbling windows summed with ``+``.
-        self._tumbling_sum = spec.step_ms == spec.size_ms and combine is operator.add
+        # The common case, inlined in add(): tumbling windows summed with ``+`` (a declared
+        # count or sum too), when no update is to be noted per add.
+        self._tumbling_sum = (
+            spec.step_ms == spec.size_ms
+            and combine is operator.add
+            and (aggregate is None or aggregate.lifted)
+            and emit_on == "close"
+        )
+        if aggregate is not None or emit_on == "update":
+            # This table's add lifts or folds with the aggregation and notes updates, in
+            # a copy of add made for it; a plain table runs add itself (see _adds.py).
+            self.__class__ = specialised(type(self), aggregate, emit_on == "update")
 
     @property
     def repartition_topic(self) -> str:
@@ -135,7 +177,11 @@ class WindowedTable(TableBase[K, V]):
         return f"{self.app_name}-{self.name}-repartition"
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), **self.spec.describe(), "repartition": self.repartition_topic}
+        described = {**super().describe(), **self.spec.describe(), "emit_on": self.emit_on}
+        if self.aggregation is not None:
+            described["aggregate"] = self.aggregation.name
+        described["repartition"] = self.repartition_topic
+        return described
 
     def new_store(self, now_ms: Callable[[], int]) -> WindowedStore:
         return WindowedStore(self, now_ms)
@@ -164,6 +210,7 @@ class WindowedTable(TableBase[K, V]):
             memo, ts = self._locate(scope, key, ts)
         elif ts is None:
             ts = self._time_of(scope)
+        # (here a declared aggregation's lift of amount, in its specialised add: _adds.py)
         # memo: (self, the store, the partition's state), found once per batch.
         part = memo[2]
         # The common case in two comparisons (event times in ms are big integers, which
@@ -213,6 +260,7 @@ class WindowedTable(TableBase[K, V]):
             old = partial.get(key, _MISSING)
             partial[key] = amount if old is _MISSING else self.combine(old, amount)
             part.dirty.add(start)
+            # (here running updates mark the key changed, in a specialised add: _adds.py)
 
     def _locate(self, scope: Any, key: Any, ts: int | None) -> tuple[Any, int]:
         # add()'s (self, store, partition state) and time when the batch's memo does not
@@ -330,6 +378,11 @@ class WindowedTable(TableBase[K, V]):
                 f"table {self.name!r}: table[a] = table[b] copies no value; read one "
                 "with table[b].current() or .value(ts)"
             )
+        if self.aggregation is not None:
+            raise DefinitionError(
+                f"table {self.name!r} aggregates with {self.aggregation}: "
+                f"table[key] = value would replace its accumulator; use {self.name}.add(key, value)"
+            )
         if self.spec.step_ms != self._size:
             # A record is in several hopping windows holding different values: one value
             # written back (``counts[k] += 1``) would be right for one window only.
@@ -351,6 +404,8 @@ class WindowedTable(TableBase[K, V]):
             window = st.open(part, start)
         window[key] = value
         part.dirty.add(start)
+        if part.changed is not None:
+            part.changed.add((start, key))
 
     # -- closed windows -------------------------------------------------------------------
 
@@ -360,10 +415,18 @@ class WindowedTable(TableBase[K, V]):
         emissions: list[Emission],
         send: Callable[..., Any],
         dlq: str = "",
+        *,
+        final: bool = True,
     ) -> None:
-        """Deliver closed windows to ``on_close`` and the ``to`` topic; a failure follows
-        ``on_error`` (``dlq``: the app's dead-letter topic). See ``results.py``."""
-        await deliver_closed(self, store, emissions, send, dlq or f"{self.app_name}-dlq")
+        """Deliver closed windows (``final``) or running updates to ``on_close``,
+        ``on_update`` and the ``to`` topic; a failure follows ``on_error`` (``dlq``: the
+        app's dead-letter topic). See ``results.py``."""
+        if self.aggregation is not None and self.aggregation.result is not None:
+            finish = self.aggregation.result
+            emissions = [(key, window, finish(acc)) for key, window, acc in emissions]
+        await deliver_closed(
+            self, store, emissions, send, dlq or f"{self.app_name}-dlq", final=final
+        )
 
     async def deliver_late(self, store: WindowedStore, send: Callable[..., Any]) -> None:
         """Late records waiting for the ``late`` topic or async callable."""
@@ -401,3 +464,65 @@ class WindowedTable(TableBase[K, V]):
 
 
 _MISSING: Any = object()
+
+
+def _check_emit_on(
+    what: str, emit_on: object, on_update: object, emit: Callable[..., Any] | None
+) -> None:
+    if emit_on not in EMIT_ON:
+        raise DefinitionError(
+            f"{what}: emit_on must be 'close' or 'update', not {arguments.shown(emit_on)}"
+        )
+    if emit_on == "close":
+        if on_update is not None:
+            raise DefinitionError(f"{what}: on_update is called with emit_on='update' only")
+        return
+    for option, fn in (("on_update", on_update), ("emit", emit)):
+        if callable(fn) and not _takes(fn, 4):
+            raise DefinitionError(
+                f"{what}: with emit_on='update', {option} is called with "
+                "(key, window, value, final)"
+            )
+
+
+def _takes(fn: Callable[..., Any], n: int) -> bool:
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:  # no signature (some builtins): called as it is
+        return True
+    return True
+
+
+def _check_aggregate(
+    what: str,
+    aggregate: object,
+    combine: Callable[[Any, Any], Any],
+    spec: WindowSpec,
+    partitions: int,
+) -> Callable[[Any, Any], Any]:
+    """The table's combine (the owner's merge of partials) for a declared aggregation."""
+    if not isinstance(aggregate, Aggregation):
+        raise DefinitionError(
+            f"{what}: aggregate must be an aggregation such as flowkit.Count() or "
+            f"flowkit.Aggregation(initial, add, merge), not {arguments.shown(aggregate)}"
+        )
+    if combine is not operator.add:
+        raise DefinitionError(f"{what}: give aggregate= or combine=, not both")
+    if aggregate.merge is not None:
+        return aggregate.merge
+    if spec.requires_merge:
+        why = f"{spec.kind} windows merge accumulators"
+    elif partitions > 1:
+        why = f"its {partitions} partitions' partials are merged"
+    else:
+        return _no_merge
+    raise DefinitionError(
+        f"{what}: aggregate {aggregate} has no merge, and {why}; "
+        "give flowkit.Aggregation(initial, add, merge)"
+    )
+
+
+def _no_merge(a: Any, b: Any) -> Any:  # pragma: no cover - one partition merges nothing
+    raise DefinitionError("this aggregation has no merge")

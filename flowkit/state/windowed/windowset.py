@@ -61,6 +61,13 @@ class WindowSet(Generic[K, V]):
         return self
 
     def _check_sum(self, op: str) -> None:
+        aggregation = self.table.aggregation
+        if aggregation is not None and aggregation.name not in ("count", "sum()"):
+            name = self.table.name
+            raise DefinitionError(
+                f"table {name!r} aggregates with {aggregation}: {name}[key] {op} n would "
+                f"add n itself; use {name}.add(key, value)"
+            )
         if self.table.combine is not operator.add:
             name = self.table.name
             raise DefinitionError(
