@@ -56,19 +56,30 @@ def result_of(table: WindowedTable[Any, Any], key: Any, window: Window, value: A
     return out
 
 
+REPLAYED = (("flowkit.replayed", b"true"),)
+"""The header of a ``to=`` result that a restart emits again."""
+
+
 async def deliver_closed(
     table: WindowedTable[Any, Any],
     store: WindowedStore,
     emissions: list[tuple[Any, Window, Any]],
     send: Send,
     dlq: str,
+    replayed: bool = False,
 ) -> None:
-    """Each key of each closed window to ``on_close`` and the ``to`` topic."""
+    """Each key of each closed window to ``on_close`` and the ``to`` topic; ``replayed``:
+    an earlier run emitted them (marked for both)."""
     to = table.to
+    headers = REPLAYED if replayed else ()
     for key, window, value in emissions:
         if table.on_close is not None:
             try:
-                result = table.on_close(key, window, value)
+                on_close: Callable[..., Any] = table.on_close
+                if table.on_close_replayed:
+                    result = on_close(key, window, value, replayed=replayed)
+                else:
+                    result = on_close(key, window, value)
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:  # the result still goes to `to=` below
@@ -83,6 +94,7 @@ async def deliver_closed(
                 to.name,
                 to.encode(out),
                 key=to.encode_key(key) if not isinstance(key, bytes) else key,
+                headers=headers,
             )
 
 

@@ -110,6 +110,9 @@ class WindowedTable(TableBase[K, V]):
         self.spec = spec
         self.combine = combine
         self.on_close = on_close
+        # An on_close with a ``replayed`` parameter is told which results a restart emits
+        # again; one without is called as before.
+        self.on_close_replayed = on_close is not None and _takes_replayed(on_close)
         self.to = to
         self.emit_fn = emit
         self.on_error = on_error
@@ -360,10 +363,13 @@ class WindowedTable(TableBase[K, V]):
         emissions: list[Emission],
         send: Callable[..., Any],
         dlq: str = "",
+        replayed: bool = False,
     ) -> None:
         """Deliver closed windows to ``on_close`` and the ``to`` topic; a failure follows
-        ``on_error`` (``dlq``: the app's dead-letter topic). See ``results.py``."""
-        await deliver_closed(self, store, emissions, send, dlq or f"{self.app_name}-dlq")
+        ``on_error`` (``dlq``: the app's dead-letter topic); ``replayed``: a restart emits
+        them again. See ``results.py``."""
+        dlq = dlq or f"{self.app_name}-dlq"
+        await deliver_closed(self, store, emissions, send, dlq, replayed)
 
     async def deliver_late(self, store: WindowedStore, send: Callable[..., Any]) -> None:
         """Late records waiting for the ``late`` topic or async callable."""
@@ -401,3 +407,17 @@ class WindowedTable(TableBase[K, V]):
 
 
 _MISSING: Any = object()
+
+
+def _takes_replayed(fn: Callable[..., Any]) -> bool:
+    """True if ``fn`` has a parameter named ``replayed``.
+
+    >>> _takes_replayed(lambda key, window, value, replayed=False: None)
+    True
+    >>> _takes_replayed(print)
+    False
+    """
+    try:
+        return "replayed" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
