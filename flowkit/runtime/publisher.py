@@ -11,7 +11,9 @@ agent yields to the event loop (at the end of its input batch, or when it waits)
 the buffers are full, and before every checkpoint. The partition of a key is computed
 once per key (a cache per partition count), and acks are tracked per broker batch, not
 per record. Other sends (``send_bytes``) go one by one, after the buffered records of
-their topic, so each partition keeps the order of the sends.
+their topic, so each partition keeps the order of the sends. ``when_acknowledged`` says
+when everything published so far is acknowledged (the end-to-end latency's samples), at the
+end of the flush round that sends it: the publisher counts rounds, not records.
 
 A send the broker refuses for good (``RecordRejected``, found when its ack fails) is handed
 with its ``origin`` (``settled``) to ``on_rejected``, which applies the error policy of the
