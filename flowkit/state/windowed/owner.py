@@ -195,7 +195,7 @@ class Owners:
         self._changes = []
 
     def apply_record(self, owner: Owner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s" or "c")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s", "e" or "c")."""
         if kind == "s":
             owner.source_wm[parts[1]] = value if value is not None else NONE
             return
