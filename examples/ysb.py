@@ -96,9 +96,10 @@ def generate_events(
         )
 
 
-def show(campaign: str, window: Window, count: int) -> None:
-    """Print one closed window."""
-    print(f"window {window}  campaign {campaign[:8]}  views {count}", flush=True)
+def show(campaign: str, window: Window, count: int, replayed: bool = False) -> None:
+    """Print one closed window (one a restart emits again is marked)."""
+    again = "  (replayed)" if replayed else ""
+    print(f"window {window}  campaign {campaign[:8]}  views {count}{again}", flush=True)
 
 
 def make_app(

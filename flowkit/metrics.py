@@ -12,6 +12,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["Metrics"]
 
+# A record's way through a worker: from a millisecond (the memory broker) to minutes (a
+# worker far behind its input).
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+)  # fmt: skip
+
 
 class Metrics:
     """The worker's metrics; ``registry`` can be served over HTTP or read in tests."""
@@ -92,11 +98,19 @@ class Metrics:
         )
         self.e2e_latency = Histogram(
             "flowkit_e2e_latency_seconds",
-            "Record timestamp to its outputs acknowledged by the broker (one observation per "
-            "batch: the oldest record of the batch)",
+            "Record timestamp to the agent's outputs acknowledged by the broker (sampled "
+            "batches: the oldest record of each)",
             ["agent"],
             registry=r,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            buckets=LATENCY_BUCKETS,
+        )
+        self.committed_latency = Histogram(
+            "flowkit_committed_latency_seconds",
+            "Record timestamp to its offset committed, after its outputs and table changes "
+            "are acknowledged (one observation per batch: the oldest record of the batch)",
+            ["agent"],
+            registry=r,
+            buckets=LATENCY_BUCKETS,
         )
         self.batch_seconds = Histogram(
             "flowkit_batch_seconds",

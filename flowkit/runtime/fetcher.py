@@ -24,7 +24,7 @@ from ..metrics import Metrics
 from ..records import Message, TopicPartition
 from ..streams import Batch
 from ..transports import Consumer
-from .latency import LatencyTracker
+from .latency import LatencyProbe, LatencyProbes, LatencyTracker
 from .state import StateKeeper
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class Fetcher:
         state: StateKeeper,
         metrics: Metrics,
         latency: LatencyTracker | None = None,
+        probes: LatencyProbes | None = None,
         gate: asyncio.Lock | None = None,
     ) -> None:
         self.consumer = consumer
@@ -52,6 +53,7 @@ class Fetcher:
         # sees no partials applied and no batch half-queued.
         self.gate = gate
         self.latency = latency
+        self.probes = probes
         self.routes = routes
         self.tracker = tracker
         self.state = state
@@ -59,7 +61,8 @@ class Fetcher:
         self.records_in = 0
         self.dispatching = False
         self._records_in_by_topic: dict[str, Any] = {}
-        self._batch_seconds: dict[str, Any] = {}  # agent -> histogram child, resolved once
+        # agent -> (batch_seconds child, latency probe), resolved once
+        self._per_agent: dict[str, tuple[Any, LatencyProbe | None]] = {}
         # The timestamp of the newest record fetched per partition: lag in seconds.
         self.newest_ts: dict[TopicPartition, int] = {}
         self._unsent: set[TopicPartition] = set()
@@ -115,22 +118,32 @@ class Fetcher:
         fetched = time.monotonic()
         for agent, sources in readers:
             source = sources[tp.partition % len(sources)]
-            done = functools.partial(self._done, entry, fetched, self._histogram(agent.name))
+            histogram, probe = self._agent_metrics(agent.name)
+            done = functools.partial(self._done, entry, fetched, histogram, probe, first.timestamp)
             batch = Batch(route.topic, tp, messages, done)
             if len(readers) == 1:
                 entry.progress = functools.partial(source.progress_of, batch)
             await source.put(batch)
 
-    def _histogram(self, agent: str) -> Any:
-        child = self._batch_seconds.get(agent)
-        if child is None:
-            child = self._batch_seconds[agent] = self.metrics.batch_seconds.labels(agent)
-        return child
+    def _agent_metrics(self, agent: str) -> tuple[Any, LatencyProbe | None]:
+        resolved = self._per_agent.get(agent)
+        if resolved is None:
+            probe = None if self.probes is None else self.probes.of(agent)
+            resolved = self._per_agent[agent] = (self.metrics.batch_seconds.labels(agent), probe)
+        return resolved
 
     @staticmethod
-    def _done(entry: PendingBatch, fetched: float, histogram: Any) -> None:
+    def _done(
+        entry: PendingBatch,
+        fetched: float,
+        histogram: Any,
+        probe: LatencyProbe | None,
+        oldest_ms: int,
+    ) -> None:
         histogram.observe(time.monotonic() - fetched)
         entry.release()
+        if probe is not None and not probe.busy:  # its outputs are published by now
+            probe.done(oldest_ms)
 
     # -- progress -------------------------------------------------------------------------
 

@@ -1,31 +1,52 @@
 """End-to-end latency: from a record's timestamp to its outputs acknowledged by the broker.
 
-At-least-once means a batch's outputs are acknowledged, at the latest, by the checkpoint
-that commits past it (``Checkpointer`` waits for every ack before committing). So each
-fetched batch leaves (end offset, oldest timestamp) here, and each commit observes the
-batches it covers: one histogram observation per batch and reading agent, from the
-batch's oldest record (the worst latency in it) to the acknowledgement.
+Two figures, both one observation per batch and reading agent, for the batch's oldest
+record (the worst latency in it):
+
+- ``flowkit_e2e_latency_seconds`` (``LatencyProbe``): until every record the agent sent
+  for the batch is acknowledged. It is sampled: each agent has at most one batch under
+  watch, and the next batch it finishes after that one is acknowledged is the next
+  sample, so the path of a record pays nothing and a busy agent is still sampled several
+  times a second. The publisher says when the records published so far are acknowledged
+  (``Publisher.when_acknowledged``), without sending anything early.
+- ``flowkit_committed_latency_seconds`` (``LatencyTracker``): until the checkpoint that
+  commits the batch's offsets, which also waits for the tables' changelogs. So it
+  includes up to one commit interval; it says when a restart would no longer process
+  the record again.
+
+Under exactly-once, outputs become readable when their transaction commits: both
+figures are then taken at the commit.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..metrics import Metrics
 from ..records import TopicPartition
 
-__all__ = ["LatencyTracker"]
+if TYPE_CHECKING:
+    from .publisher import Publisher
+
+__all__ = ["LatencyProbe", "LatencyProbes", "LatencyTracker"]
 
 
 class LatencyTracker:
     """Batches fetched but not committed yet, per partition, and their timestamps."""
 
-    def __init__(self, metrics: Metrics, readers: dict[str, list[str]]) -> None:
-        # The histogram children of each topic's reading agents, resolved once.
+    def __init__(
+        self, metrics: Metrics, readers: dict[str, list[str]], *, outputs_at_commit: bool
+    ) -> None:
+        # The histogram children of each topic's reading agents, resolved once; with
+        # ``outputs_at_commit`` (exactly-once) the end-to-end one too.
+        histograms = [metrics.committed_latency]
+        if outputs_at_commit:
+            histograms.append(metrics.e2e_latency)
         self._children: dict[str, list[Any]] = {
-            topic: [metrics.e2e_latency.labels(agent) for agent in agents]
+            topic: [h.labels(agent) for agent in agents for h in histograms]
             for topic, agents in readers.items()
         }
         self._pending: dict[TopicPartition, deque[tuple[int, int]]] = {}
@@ -54,3 +75,44 @@ class LatencyTracker:
         """Drop the batches of revoked partitions."""
         for tp in tps:
             self._pending.pop(tp, None)
+
+
+class LatencyProbe:
+    """One agent's sampled end-to-end latency: at most one batch under watch."""
+
+    __slots__ = ("busy", "child", "publisher")
+
+    def __init__(self, publisher: Publisher, child: Any) -> None:
+        self.publisher = publisher
+        self.child = child  # the agent's histogram child
+        self.busy = False
+
+    def done(self, oldest_ms: int) -> None:
+        """The agent is done with a batch whose oldest record has ``oldest_ms``: watch
+        it, unless a batch is under watch already (or the record has no timestamp)."""
+        if self.busy or oldest_ms <= 0:
+            return
+        self.busy = True
+        self.publisher.when_acknowledged(functools.partial(self._acknowledged, oldest_ms))
+
+    def _acknowledged(self, oldest_ms: int, ok: bool) -> None:
+        self.busy = False
+        if ok:  # a failed send is the checkpoint's to report, not a latency
+            self.child.observe(max(time.time() * 1000 - oldest_ms, 0.0) / 1000)
+
+
+class LatencyProbes:
+    """The probes of one worker's agents, made on first use."""
+
+    def __init__(self, publisher: Publisher, metrics: Metrics) -> None:
+        self._publisher = publisher
+        self._metrics = metrics
+        self._probes: dict[str, LatencyProbe] = {}
+
+    def of(self, agent: str) -> LatencyProbe:
+        """``agent``'s probe."""
+        probe = self._probes.get(agent)
+        if probe is None:
+            child = self._metrics.e2e_latency.labels(agent)
+            probe = self._probes[agent] = LatencyProbe(self._publisher, child)
+        return probe

@@ -11,7 +11,9 @@ agent yields to the event loop (at the end of its input batch, or when it waits)
 the buffers are full, and before every checkpoint. The partition of a key is computed
 once per key (a cache per partition count), and acks are tracked per broker batch, not
 per record. Other sends (``send_bytes``) go one by one, after the buffered records of
-their topic, so each partition keeps the order of the sends.
+their topic, so each partition keeps the order of the sends. ``when_acknowledged`` says
+when everything published so far is acknowledged (the end-to-end latency's samples), at the
+end of the flush round that sends it: the publisher counts rounds, not records.
 
 A send the broker refuses for good (``RecordRejected``, found when its ack fails) is handed
 with its ``origin`` (``settled``) to ``on_rejected``, which applies the error policy of the
@@ -155,6 +157,12 @@ class Publisher:
         self._flushing: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._error: BaseException | None = None  # a background flush failed: raised next
+        # Flush rounds begun; what waits for the end of one (``when_acknowledged``); the
+        # sends a checkpoint is awaiting (taken from ``_in_flight``).
+        self._round = 0
+        self._round_waiters: list[tuple[int, Callable[[bool], None]]] = []
+        self._awaiting: list[Awaitable[Any]] = []
+        self._watching: set[asyncio.Task[None]] = set()  # tasks of ``when_acknowledged``
         # Called at the start of every flush, to place records that were counted (by
         # ``placed``) but built late: dead letters, whose headers are made in a batch.
         self.before_flush: Callable[[], None] | None = None
@@ -250,14 +258,22 @@ class Publisher:
             # One round: the records published while it sends go in the next one, so a
             # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
             self.buffered = 0
-            if self.before_flush is not None:
-                self.before_flush()
-            rounds = [(lane, lane.take()) for lane in self._lanes.values()]
-            for lane, (loose, placed) in rounds:
-                if loose[0]:  # published before the count was known: they came first
-                    await self._send_loose(lane, *loose)
-                for p, records, origins in placed:
-                    await self._send_partition(lane.topic, p, records, origins)
+            self._round += 1
+            try:
+                if self.before_flush is not None:
+                    self.before_flush()
+                rounds = [(lane, lane.take()) for lane in self._lanes.values()]
+                for lane, (loose, placed) in rounds:
+                    if loose[0]:  # published before the count was known: they came first
+                        await self._send_loose(lane, *loose)
+                    for p, records, origins in placed:
+                        await self._send_partition(lane.topic, p, records, origins)
+            except BaseException:
+                if self._round_waiters:
+                    self._round_ended(ok=False)
+                raise
+            if self._round_waiters:
+                self._round_ended(ok=True)
 
     async def prepare(self) -> None:
         """Ask the partition count of every topic that has a lane, so their records are
@@ -408,6 +424,49 @@ class Publisher:
 
     # -- acknowledgements -----------------------------------------------------------------
 
+    def when_acknowledged(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(True)`` once every record published so far is acknowledged by
+        the broker (``False`` if a send failed), without sending anything early: the
+        records still buffered go with the flush round that would send them anyway."""
+        if self.buffered:
+            self._round_waiters.append((self._round + 1, callback))  # the next round's
+        elif self._flush_lock.locked():
+            self._round_waiters.append((self._round, callback))  # the round under way's
+        else:
+            self._watch(callback)
+
+    def _round_ended(self, *, ok: bool) -> None:
+        # Within the round's lock: its sends are in ``_in_flight`` still (a checkpoint
+        # moves them to ``_awaiting`` only after a round).
+        now = self._round
+        due = [callback for until, callback in self._round_waiters if until <= now]
+        self._round_waiters = [(u, c) for u, c in self._round_waiters if u > now]
+        for callback in due:
+            if ok:
+                self._watch(callback)
+            else:
+                callback(False)
+
+    def _watch(self, callback: Callable[[bool], None]) -> None:
+        # Every send not acknowledged yet: those of the records in question and, at
+        # worst, some older ones, which the broker acknowledges first.
+        pending = [
+            ack
+            for ack in (*self._awaiting, *self._in_flight)
+            if not isinstance(ack, Ack) and not ack.done()  # type: ignore[attr-defined]
+        ]
+        if not pending:
+            callback(True)
+            return
+        task = asyncio.get_running_loop().create_task(_all_acknowledged(pending, callback))
+        self._watching.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._watching.discard)
+
+    def stop_watching(self) -> None:
+        """Cancel what ``when_acknowledged`` still waits for (the worker stops)."""
+        for task in list(self._watching):
+            task.cancel()
+
     async def await_acks(self) -> None:
         """Send what is published, then wait until every send so far is acknowledged or,
         if refused for good, handed to ``on_rejected`` (and what that sent is acknowledged
@@ -418,6 +477,7 @@ class Publisher:
             raise TransportError(f"a send failed: {error!r}") from error
         while self._in_flight:
             pending, self._in_flight = self._in_flight, []
+            self._awaiting = pending
             origins, self._origins = self._origins, []
             rejected: list[tuple[Any, RecordRejected]] = []
             for ack, origin in zip(pending, origins, strict=True):
@@ -432,6 +492,7 @@ class Publisher:
                     except Exception as exc:
                         raise TransportError(f"a send was not acknowledged: {exc!r}") from exc
                 self._stored(ack)
+            self._awaiting = []
             if not rejected:
                 return
             for origin, refusal in rejected:
@@ -478,3 +539,10 @@ class Publisher:
             except Exception:
                 return False  # a failed send: the next checkpoint handles it
         return True
+
+
+async def _all_acknowledged(
+    pending: list[Awaitable[Any]], callback: Callable[[bool], None]
+) -> None:
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    callback(not any(isinstance(r, BaseException) for r in results))

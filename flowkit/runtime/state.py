@@ -21,7 +21,7 @@ from ..clock import Clock
 from ..deadletter import dead_letter_headers, dead_letter_topic
 from ..records import Message, TopicPartition
 from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
-from ..transports import OutRecord, TopicSpec, Transport, read_to_end
+from ..transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .recovery import RecoveryProgress
 
 __all__ = ["StateKeeper"]
@@ -275,17 +275,44 @@ class StateKeeper:
             written[name] = written.get(name, 0) + len(changes)
 
     async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
-        """Apply partials arriving at their owner; emit the windows that close."""
+        """Apply partials arriving at their owner; emit the windows that close (marked as
+        replayed when an earlier run closed them with the same records)."""
         table = self.repartition[tp.topic]
         store = self.stores[table]
-        emissions = store.receive(tp.partition, messages)
+        again = store.owners.replayed(tp.partition, messages)
+        if again:
+            await self._receive(table, store, tp.partition, messages[:again], replayed=True)
+        if again < len(messages):
+            fresh = messages[again:] if again else messages
+            await self._receive(table, store, tp.partition, fresh, replayed=False)
+
+    async def _receive(
+        self,
+        table: WindowedTable[Any, Any],
+        store: WindowedStore,
+        q: int,
+        messages: Sequence[Message],
+        *,
+        replayed: bool,
+    ) -> None:
+        emissions = store.receive(q, messages)
         await self._dead_letter(table.name, store.owners.take_rejected())
         if store.owners.updates:
             updates = store.owners.take_updates()
             if updates:
-                await table.emit(store, updates, self._send, self.dlq, final=False)
-        if emissions:
-            await table.emit(store, emissions, self._send, self.dlq)
+                await table.emit(
+                    store, updates, self._send, self.dlq, final=False, replayed=replayed
+                )
+        if not emissions:
+            return
+        if not replayed:
+            # Once per batch that closes windows: the changelog learns it first, so a
+            # restart that closes them again marks the results (see Owners.emitting).
+            key, value = store.owners.emitting(q, messages[-1].offset)
+            ack = await self._send(table.changelog_topic, value, key=key, partition=q)
+            if not isinstance(ack, Ack):
+                await ack
+        await table.emit(store, emissions, self._send, self.dlq, replayed=replayed)
 
     async def _dead_letter(self, table: str, rejected: list[tuple[Message, Exception]]) -> None:
         # Records of a table's own topics (changelog, repartition, a global table's topic)

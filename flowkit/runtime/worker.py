@@ -52,7 +52,7 @@ from .console import Console
 from .dispatch import Dispatcher
 from .fetcher import Fetcher
 from .hooks import run_shutdown_hooks, run_startup_hooks
-from .latency import LatencyTracker
+from .latency import LatencyProbes, LatencyTracker
 from .observe import WorkerCollector
 from .publisher import Publisher
 from .required import required_topics
@@ -337,7 +337,11 @@ class Worker:
         latency = LatencyTracker(
             self.metrics,
             {t: [a.name for a, _ in route.readers] for t, route in dispatcher.routes.items()},
+            outputs_at_commit=self.transactions is not None,
         )
+        # Exactly-once: outputs are readable from their transaction's commit, which the
+        # tracker observes; otherwise from their acknowledgement, which the probes sample.
+        probes = LatencyProbes(publisher, self.metrics) if self.transactions is None else None
         self.checkpointer = Checkpointer(
             consumer=consumer,
             tracker=self.tracker,
@@ -361,6 +365,7 @@ class Worker:
                 state=self.state,
                 metrics=self.metrics,
                 latency=latency,
+                probes=probes,
                 gate=gate,
             )
             for _, source in dispatcher.sources:  # a join waits for a side that has lag
@@ -498,6 +503,8 @@ class Worker:
             self.fetcher.consumer if self.fetcher else None,
             self.publisher.producer if self.publisher else None,
         )
+        if self.publisher is not None:
+            self.publisher.stop_watching()
         for client in clients:
             if client is not None:
                 try:

@@ -40,12 +40,15 @@ Emission = tuple[Any, Window, Any]
 class Owner:
     """Stage-2 state of one owning partition."""
 
-    __slots__ = ("closed", "open", "source_wm")
+    __slots__ = ("closed", "emitted_through", "open", "source_wm")
 
     def __init__(self, sources: int) -> None:
         self.open: dict[int, dict[Any, dict[int, Any]]] = {}  # start -> key -> source -> v
         self.closed: dict[int, dict[Any, Any]] = {}  # start -> key -> final value
         self.source_wm: list[int] = [NONE] * sources
+        # From the changelog: the last repartition offset whose records closed windows
+        # in an earlier run (-1: none).
+        self.emitted_through = -1
 
 
 class Owners:
@@ -101,6 +104,24 @@ class Owners:
         """Drop these partitions' state (after the final flush)."""
         for p in partitions:
             self.owners.pop(p, None)
+
+    def replayed(self, q: int, messages: Sequence[Message]) -> int:
+        """How many of ``messages`` (from partition ``q``, in offset order) an earlier run
+        read and closed windows with: the windows they close are emitted again, and marked
+        so. The rest closes windows for the first time."""
+        owner = self.owners.get(q)
+        if owner is None or not messages or messages[0].offset > owner.emitted_through:
+            return 0
+        return sum(1 for m in messages if m.offset <= owner.emitted_through)
+
+    def emitting(self, q: int, offset: int) -> tuple[bytes, bytes]:
+        """The changelog record (key, value) that says records of ``q`` up to ``offset``
+        closed windows: acknowledged before their results go out, so a result the broker
+        has is marked when a restart emits it again."""
+        owner = self.owners.get(q)
+        if owner is not None:
+            owner.emitted_through = offset
+        return wire.EMITTED_KEY, wire.encode(offset)
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply partials and markers that arrived on repartition partition ``q``; return
@@ -195,9 +216,12 @@ class Owners:
         self._changes = []
 
     def apply_record(self, owner: Owner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s" or "c")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s", "e" or "c")."""
         if kind == "s":
             owner.source_wm[parts[1]] = value if value is not None else NONE
+            return
+        if kind == "e":
+            owner.emitted_through = value if type(value) is int else -1  # not a bool either
             return
         start, key = parts[1], wire.key_from_json(parts[2])
         if kind == "o":

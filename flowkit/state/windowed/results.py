@@ -63,6 +63,10 @@ def result_of(
     return out
 
 
+REPLAYED = (("flowkit.replayed", b"true"),)
+"""The header of a ``to=`` result that a restart emits again."""
+
+
 async def deliver_closed(
     table: WindowedTable[Any, Any],
     store: WindowedStore,
@@ -71,11 +75,14 @@ async def deliver_closed(
     dlq: str,
     *,
     final: bool = True,
+    replayed: bool = False,
 ) -> None:
     """Each key of each closed window (``final``) to ``on_close``, ``on_update`` and the
-    ``to`` topic; or each running update (not ``final``) to ``on_update`` and ``to``."""
+    ``to`` topic; or each running update (not ``final``) to ``on_update`` and ``to``;
+    ``replayed``: an earlier run emitted them (marked for ``on_close`` and ``to``)."""
     to = table.to
     on_update = table.on_update
+    headers = REPLAYED if replayed else ()
     for key, window, value in emissions:
         if on_update is not None:
             try:
@@ -86,7 +93,11 @@ async def deliver_closed(
                 await _failed(table, store, key, window, value, exc, send, dlq)
         if final and table.on_close is not None:
             try:
-                result = table.on_close(key, window, value)
+                on_close: Callable[..., Any] = table.on_close
+                if table.on_close_replayed:
+                    result = on_close(key, window, value, replayed=replayed)
+                else:
+                    result = on_close(key, window, value)
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:  # the result still goes to `to=` below
@@ -101,6 +112,7 @@ async def deliver_closed(
                 to.name,
                 to.encode(out),
                 key=to.encode_key(key) if not isinstance(key, bytes) else key,
+                headers=headers,
             )
 
 

@@ -142,6 +142,9 @@ class WindowedTable(TableBase[K, V]):
         self.emit_on = emit_on
         self.on_update = on_update
         self.on_close = on_close
+        # An on_close with a ``replayed`` parameter is told which results a restart emits
+        # again; one without is called as before.
+        self.on_close_replayed = on_close is not None and _takes_replayed(on_close)
         self.to = to
         self.emit_fn = emit
         self.on_error = on_error
@@ -417,16 +420,17 @@ class WindowedTable(TableBase[K, V]):
         dlq: str = "",
         *,
         final: bool = True,
+        replayed: bool = False,
     ) -> None:
         """Deliver closed windows (``final``) or running updates to ``on_close``,
         ``on_update`` and the ``to`` topic; a failure follows ``on_error`` (``dlq``: the
-        app's dead-letter topic). See ``results.py``."""
+        app's dead-letter topic); ``replayed``: a restart emits them again. See
+        ``results.py``."""
         if self.aggregation is not None and self.aggregation.result is not None:
             finish = self.aggregation.result
             emissions = [(key, window, finish(acc)) for key, window, acc in emissions]
-        await deliver_closed(
-            self, store, emissions, send, dlq or f"{self.app_name}-dlq", final=final
-        )
+        dlq = dlq or f"{self.app_name}-dlq"
+        await deliver_closed(self, store, emissions, send, dlq, final=final, replayed=replayed)
 
     async def deliver_late(self, store: WindowedStore, send: Callable[..., Any]) -> None:
         """Late records waiting for the ``late`` topic or async callable."""
@@ -526,3 +530,17 @@ def _check_aggregate(
 
 def _no_merge(a: Any, b: Any) -> Any:  # pragma: no cover - one partition merges nothing
     raise DefinitionError("this aggregation has no merge")
+
+
+def _takes_replayed(fn: Callable[..., Any]) -> bool:
+    """True if ``fn`` has a parameter named ``replayed``.
+
+    >>> _takes_replayed(lambda key, window, value, replayed=False: None)
+    True
+    >>> _takes_replayed(print)
+    False
+    """
+    try:
+        return "replayed" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False

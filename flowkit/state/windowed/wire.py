@@ -12,7 +12,10 @@ Changelog keys (values are JSON; a None value deletes):
 * ``["p", start, key]``: a stage-1 partial of an open window;
 * ``["o", start, key, source]``: a partial held by the owner of an open window;
 * ``["s", source]``: the watermark the owner holds for a source partition;
-* ``["c", start, key]``: the final value of a closed window (until it expires).
+* ``["c", start, key]``: the final value of a closed window (until it expires);
+* ``["e"]``: the offset of the last repartition record that closed windows, written before
+  their results go out: after a crash, the windows that records up to there close again
+  were emitted before (``Owners.replayed``).
 
 >>> decode(partial(10_000, 2, "camp", 5))
 ['p', 10000, 2, 'camp', 5]
@@ -30,6 +33,7 @@ from ...codecs import DECODE_FAILURES, decode_error_message
 from ...errors import DecodeError
 
 __all__ = [
+    "EMITTED_KEY",
     "WATERMARK_KEY",
     "closed_key",
     "decode",
@@ -76,6 +80,7 @@ def decode_record(data: bytes, sources: int) -> tuple[str, int, int, Any, Any]:
 
 
 WATERMARK_KEY = b'["w"]'
+EMITTED_KEY = b'["e"]'
 
 
 def partial(start: int, source: int, key: Any, value: Any) -> bytes:
