@@ -43,10 +43,18 @@ from .records import Event, Message, Record, TopicPartition
 from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .sinks import CallableSink, Sink
-from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable, WindowSet
+from .state import GlobalTable, Joined, SessionTable, StreamJoin, Table, WindowedTable, WindowSet
 from .streams import Stream
 from .topics import Repartition, Topic
-from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
+from .windows import (
+    HoppingWindow,
+    SessionSpec,
+    SessionWindow,
+    TumblingWindow,
+    Window,
+    WindowResult,
+    WindowSpec,
+)
 
 __version__ = "0.1.0"
 
@@ -91,6 +99,9 @@ __all__ = [
     "RecordRejected",
     "Repartition",
     "Retry",
+    "SessionSpec",
+    "SessionTable",
+    "SessionWindow",
     "Sink",
     "SinkError",
     "StrCodec",
