@@ -160,7 +160,13 @@ def test_session_needs_combine_and_refuses_assignment() -> None:
     visits = app.table("v2", default=int).session(30.0, combine=operator.add)
     with pytest.raises(flowkit.DefinitionError, match=r"use v2\.add"):
         visits["k"] = 3
-    assert app.graph().to_dict()["nodes"]
+    node = next(n for n in app.graph().to_dict()["nodes"] if n["id"] == "table:v2")
+    assert (node["window"], node["gap"], node["grace"], node["expires"]) == (
+        "session",
+        30.0,
+        30.0,
+        60.0,
+    )
 
 
 def count_keys(store: Any) -> int:
