@@ -20,6 +20,7 @@ COMPARISONS = (
     "router_filters",
     "router_count",
     "joins",
+    "sessions",
     # on Kafka
     "ysb_kafka",
     "ysb_clients",

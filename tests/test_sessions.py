@@ -230,3 +230,37 @@ async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> 
         ("a", t0 + 200_000, t0 + 205_000, [4, 6]),
         ("a", t0 + 230_000, t0 + 230_000, [5]),
     ]
+
+
+async def test_sessions_from_several_partitions_merge_on_the_owner() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=0, partitions=2)
+    async with TestDriver(app, clock=clock) as driver:
+        # The key's records on both partitions: [0, 5 s] on one, [12 s] on the other,
+        # 7 s apart: one session once the owner has both.
+        for s, n, p in ((0, 1, 0), (5, 2, 0), (12, 3, 1), (200, 0, 0), (200, 0, 1)):
+            await driver.send(hits, Hit("a" if n else "b", t0 + s * SECOND, n), partition=p)
+        await driver.run_until_idle()
+    assert closed == [("a", t0, t0 + 12_000, [1, 2, 3])]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [b'["p", 0, 0, "a", 5]', b'["p", 10000, 0, "a", [5, [1], 0]]', b'["p", 0, 0, "a", [1]]'],
+)
+async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=0)
+    async with TestDriver(app, clock=clock) as driver:
+        await driver.send_raw("sessions-visits-repartition", record, partition=0)
+        for s in (0, 100):
+            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
+    assert [m.value for m in letters] == [record]
+    assert closed == [("a", t0, t0, [1])]  # the table goes on
