@@ -264,3 +264,39 @@ async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> No
     assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
     assert [m.value for m in letters] == [record]
     assert closed == [("a", t0, t0, [1])]  # the table goes on
+
+
+async def test_a_crash_repeats_sessions_but_changes_none() -> None:
+    """Killed after a checkpoint, with sessions merged, closed and emitted since: the
+    successor replays from the checkpoint. Every session it emits is one of the reference's,
+    with its exact value; only those emitted after the checkpoint may come twice."""
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    times = [0, 16, 40, 8, 60, 75, 30, 100, 95, 120, 180, 150, 170, 300, 310, 290, 600]
+    records = [("a" if i % 3 else "b", t0 + s * SECOND, [i]) for i, s in enumerate(times)]
+    expected, _ = reference(records, GAP, 30 * SECOND)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=30)
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    for user, ts, value in records[:6]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    await driver.worker.checkpoint()
+    before = len(closed)
+    for user, ts, value in records[6:12]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    since = closed[before:]
+    assert since  # sessions closed after the checkpoint, before the crash
+    driver.worker._error = RuntimeError("simulated crash")  # no final flush or commit
+    await driver.aclose()
+    app, hits, _ = session_app(closed, [], grace=30)
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        for user, ts, value in records[12:]:
+            await again.send(hits, Hit(user, ts, value[0]), key=user)
+        await again.run_until_idle()
+    distinct = [c for i, c in enumerate(closed) if c not in closed[:i]]
+    assert sorted(distinct) == expected
+    repeated = [c for c in distinct if closed.count(c) > 1]
+    assert all(c in since for c in repeated)
