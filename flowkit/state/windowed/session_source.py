@@ -260,9 +260,7 @@ class SessionSource(FutureGuard):
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """Closed sessions, then watermark markers, to send: (partition, key, value)."""
         for p, part in self.parts.items():
-            if part.wm > part.sent_wm:
-                # Owners close by the exact watermark: a marker whenever it moved, once
-                # per flush (a batch), not per record.
+            if self._announce(part):
                 part.sent_wm = part.wm
                 marker = wire.marker(part.wm, p)
                 self._outbox.extend((q, None, marker) for q in range(self.partitions))
@@ -275,7 +273,15 @@ class SessionSource(FutureGuard):
 
     def has_outbox(self) -> bool:
         """True when sessions or markers wait to be sent."""
-        return bool(self._outbox) or any(part.wm > part.sent_wm for part in self.parts.values())
+        return bool(self._outbox) or any(self._announce(part) for part in self.parts.values())
+
+    def _announce(self, part: SessionPart) -> bool:
+        # A marker when the watermark has moved into a new span of ``gap``: owners learn
+        # a source's exact watermark with each session it sends them, and the others'
+        # at most one gap late, at one marker per gap of stream time, not per flush.
+        if part.wm == NONE:
+            return False
+        return part.sent_wm == NONE or part.wm // self.gap > part.sent_wm // self.gap
 
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``: each
