@@ -177,7 +177,7 @@ def count_keys(store: Any) -> int:
         refs += len(part.partials) + len(part.closing) + len(part.dirty)
     for owner in store.owners.owners.values():
         refs += len(owner.open) + len(owner.closed) + len(owner.closing) + len(owner.expiring)
-        refs += len(owner.dirty)
+        refs += len(owner.dirty) + len(owner.dirty_closed)
     return refs
 
 

@@ -51,7 +51,16 @@ OpenSession = list[Any]
 class SessionOwner:
     """Stage-2 state of one owning partition of a session table."""
 
-    __slots__ = ("closed", "closing", "dirty", "expiring", "logged_wm", "open", "source_wm")
+    __slots__ = (
+        "closed",
+        "closing",
+        "dirty",
+        "dirty_closed",
+        "expiring",
+        "logged_wm",
+        "open",
+        "source_wm",
+    )
 
     def __init__(self, sources: int) -> None:
         self.open: dict[Any, list[OpenSession]] = {}  # key -> open sessions, by start
@@ -60,7 +69,9 @@ class SessionOwner:
         self.logged_wm: list[int] = [NONE] * sources  # as the changelog last had them
         self.closing: list[tuple[int, int, Any, int]] = []  # (end, n, key, start), lazy
         self.expiring: list[tuple[int, int, Any, int]] = []  # (end, n, key, start)
-        self.dirty: set[Any] = set()  # keys changed since the last changelog flush
+        # Keys whose open, or closed, sessions changed since the last changelog flush.
+        self.dirty: set[Any] = set()
+        self.dirty_closed: set[Any] = set()
 
 
 def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
@@ -218,6 +229,7 @@ class SessionOwners:
             owner.closed.setdefault(key, []).append([start, end, total])
             heapq.heappush(owner.expiring, (end, next(self._n), key, start))
             owner.dirty.add(key)
+            owner.dirty_closed.add(key)
             self.closed_windows += 1
         expiring = owner.expiring
         expire_time = close_time - self.spec.expires_ms
@@ -228,7 +240,7 @@ class SessionOwners:
                 owner.closed[key] = kept
             else:
                 owner.closed.pop(key, None)
-            owner.dirty.add(key)
+            owner.dirty_closed.add(key)
         return out
 
     def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
@@ -247,9 +259,11 @@ class SessionOwners:
             out.append(
                 (q, wire.encode(("O", key)), None if opened is None else wire.encode(opened))
             )
+        owner.dirty.clear()
+        for key in owner.dirty_closed:
             closed = owner.closed.get(key)
             out.append((q, wire.encode(("C", key)), wire.encode(closed) if closed else None))
-        owner.dirty.clear()
+        owner.dirty_closed.clear()
         for src, wm in enumerate(owner.source_wm):
             if wm != owner.logged_wm[src]:
                 owner.logged_wm[src] = wm
