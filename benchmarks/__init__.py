@@ -21,6 +21,7 @@ COMPARISONS = (
     "router_count",
     "joins",
     "formats",
+    "sessions",
     # on Kafka
     "ysb_kafka",
     "ysb_clients",

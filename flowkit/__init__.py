@@ -56,10 +56,18 @@ from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .schemas import Avro, JsonSchema, SchemaRegistry
 from .sinks import CallableSink, Sink
-from .state import GlobalTable, Joined, StreamJoin, Table, WindowedTable, WindowSet
+from .state import GlobalTable, Joined, SessionTable, StreamJoin, Table, WindowedTable, WindowSet
 from .streams import Stream
 from .topics import Repartition, Topic
-from .windows import HoppingWindow, TumblingWindow, Window, WindowResult, WindowSpec
+from .windows import (
+    HoppingWindow,
+    SessionSpec,
+    SessionWindow,
+    TumblingWindow,
+    Window,
+    WindowResult,
+    WindowSpec,
+)
 
 __version__ = "0.1.0"
 
@@ -117,6 +125,9 @@ __all__ = [
     "Repartition",
     "Retry",
     "SchemaRegistry",
+    "SessionSpec",
+    "SessionTable",
+    "SessionWindow",
     "Sink",
     "SinkError",
     "StrCodec",

@@ -21,7 +21,16 @@ from .durations import Seconds, seconds
 from .errors import DefinitionError
 from .streamtime import DEFAULT_MAX_FUTURE, max_future_ms, utc
 
-__all__ = ["HoppingWindow", "TumblingWindow", "Window", "WindowSpec", "WindowResult", "utc"]
+__all__ = [
+    "HoppingWindow",
+    "SessionSpec",
+    "SessionWindow",
+    "TumblingWindow",
+    "Window",
+    "WindowResult",
+    "WindowSpec",
+    "utc",
+]
 
 
 class Window(msgspec.Struct, frozen=True, order=True):
@@ -153,3 +162,64 @@ def HoppingWindow(
     grace_ms = size_ms if grace is None else _ms(grace, "grace")
     expires_ms = size_ms + grace_ms if expires is None else _ms(expires, "expires")
     return WindowSpec(size_ms, step_ms, grace_ms, expires_ms, max_future_ms(max_future, "window"))
+
+
+@dataclass(frozen=True)
+class SessionSpec(WindowSpec):
+    """Gap, grace and expiry of session windows, in milliseconds (``size_ms`` and
+    ``step_ms`` hold the gap, so code that reads any window spec finds numbers there).
+
+    A session is ``[start, end]``: the times of its first and last record, both
+    included, as in Kafka Streams.
+    """
+
+    @property
+    def gap_ms(self) -> int:
+        """The inactivity gap: records of a key closer than this share a session."""
+        return self.size_ms
+
+    @property
+    def kind(self) -> str:
+        """``"session"``."""
+        return "session"
+
+    def starts(self, ts: int) -> list[int]:
+        """A session starts where its first record is: at ``ts`` for a new one."""
+        return [ts]
+
+    def window(self, start: int) -> Window:
+        """The one-record session at ``start``."""
+        return Window(start, start)
+
+    def describe(self) -> dict[str, object]:
+        """The spec as graph attributes (seconds)."""
+        return {
+            "window": "session",
+            "gap": self.gap_ms / 1000,
+            "grace": self.grace_ms / 1000,
+            "expires": self.expires_ms / 1000,
+        }
+
+
+def SessionWindow(
+    gap: Seconds,
+    *,
+    grace: Seconds | None = None,
+    expires: Seconds | None = None,
+    max_future: Seconds = DEFAULT_MAX_FUTURE,
+) -> SessionSpec:
+    """Sessions: a key's records closer than ``gap`` seconds in event time form one
+    session, which closes when stream time passes its end plus ``gap`` plus ``grace``.
+
+    ``grace`` defaults to ``gap`` (a replay interleaves partitions' event times); ``expires``,
+    how long a closed session stays readable, defaults to ``gap + grace``.
+
+    >>> SessionWindow(30.0).describe()
+    {'window': 'session', 'gap': 30.0, 'grace': 30.0, 'expires': 60.0}
+    """
+    gap_ms = _ms(gap, "gap")
+    if gap_ms <= 0:
+        raise DefinitionError("a session window's gap must be > 0 seconds")
+    grace_ms = gap_ms if grace is None else _ms(grace, "grace")
+    expires_ms = gap_ms + grace_ms if expires is None else _ms(expires, "expires")
+    return SessionSpec(gap_ms, gap_ms, grace_ms, expires_ms, max_future_ms(max_future, "window"))

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..errors import TransportError
-from ..state import Table, WindowedStore, WindowedTable
+from ..state import SessionStore, Table, WindowedStore, WindowedTable
 from ..state.windowed.stage1 import NONE
 
 if TYPE_CHECKING:
@@ -124,9 +124,12 @@ class WorkerCollector(Collector):
             if isinstance(table, Table):
                 for p, size in sorted(store.sizes().items()):
                     keys.add_metric([table.name, str(p)], size)
-            elif isinstance(table, WindowedTable) and isinstance(store, WindowedStore):
+            elif isinstance(table, WindowedTable) and isinstance(
+                store, WindowedStore | SessionStore
+            ):
                 closed.add_metric([table.name], store.closed_windows)
-                for p, part in sorted(store.parts.items()):
+                parts: dict[int, Any] = store.parts  # a window's or a session's partitions
+                for p, part in sorted(parts.items()):
                     if part.wm != NONE:
                         watermark.add_metric([table.name, str(p)], part.wm / 1000)
                     keys.add_metric([table.name, str(p)], sum(map(len, part.partials.values())))

@@ -305,7 +305,7 @@ class StateKeeper:
                 )
         if not emissions:
             return
-        if not replayed:
+        if not replayed and store.owners.marks_replays:
             # Once per batch that closes windows: the changelog learns it first, so a
             # restart that closes them again marks the results (see Owners.emitting).
             key, value = store.owners.emitting(q, messages[-1].offset)

@@ -14,7 +14,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..state import WindowedStore, WindowedTable
+from ..state import SessionStore, WindowedStore, WindowedTable
 from ..state.windowed.stage1 import NONE
 from .observe import partition_lag
 
@@ -87,7 +87,7 @@ def _tables(worker: Worker) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for table in worker.app.tables.values():
         store = worker.state.stores[table]
-        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore):
+        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore | SessionStore):
             parts = store.parts.values()
             marks = [part.wm for part in parts if part.wm != NONE]
             out[table.name] = {

@@ -24,7 +24,7 @@ import structlog
 from aiohttp import web
 
 from ..codecs import DECODE_FAILURES
-from ..state import GlobalTable, Table, WindowedStore, WindowedTable
+from ..state import GlobalTable, SessionStore, Table, WindowedStore, WindowedTable
 from ..transports import Ack, TopicSpec
 from .web_endpoints import (
     SECRET_VAR,
@@ -184,7 +184,7 @@ class TableQueries:
         if isinstance(table, GlobalTable):
             return self._value(name, key, None, store)
         partition = table.partition_of(key)
-        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore):
+        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore | SessionStore):
             if partition in store.owners.owners:
                 return self._windows(name, key, partition, store, request.query.get("at"))
         elif isinstance(table, Table) and partition in store.held():
@@ -211,7 +211,12 @@ class TableQueries:
         return web.Response(body=msgspec.json.encode(body), content_type="application/json")
 
     def _windows(
-        self, name: str, key: Any, partition: int, store: WindowedStore, at: str | None
+        self,
+        name: str,
+        key: Any,
+        partition: int,
+        store: WindowedStore | SessionStore,
+        at: str | None,
     ) -> web.Response:
         windows = store.windows(key)
         if at is not None:
@@ -219,7 +224,9 @@ class TableQueries:
                 ms = int(at)
             except ValueError:
                 return _error(400, f"at={at!r} is not a time in milliseconds")
-            windows = {w: v for w, v in windows.items() if w.start <= ms < w.end}
+            # A session's end is its last record's time, included.
+            last = 1 if isinstance(store, SessionStore) else 0
+            windows = {w: v for w, v in windows.items() if w.start <= ms < w.end + last}
         listed = [{"start": w.start, "end": w.end, "value": v} for w, v in windows.items()]
         body = {"table": name, "key": key, "partition": partition, "windows": listed}
         return web.Response(body=msgspec.json.encode(body), content_type="application/json")

@@ -7,13 +7,15 @@ from .base import TableBase
 from .joins import Joined, JoinStore, StreamJoin
 from .stores import GlobalStore, TableStore
 from .tables import GlobalTable, Table
-from .windowed import WindowedStore, WindowedTable, WindowSet
+from .windowed import SessionStore, SessionTable, WindowedStore, WindowedTable, WindowSet
 
 __all__ = [
     "GlobalStore",
     "GlobalTable",
     "JoinStore",
     "Joined",
+    "SessionStore",
+    "SessionTable",
     "StreamJoin",
     "Table",
     "TableBase",

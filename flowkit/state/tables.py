@@ -25,10 +25,11 @@ from ..durations import Seconds
 from ..errors import DefinitionError
 from ..scope import current_scope, require_scope
 from ..streamtime import DEFAULT_MAX_FUTURE
-from ..windows import HoppingWindow, TumblingWindow, WindowSpec
+from ..windows import HoppingWindow, SessionWindow, TumblingWindow, WindowSpec
 from .base import TableBase
 from .stores import GlobalStore, TableStore
 from .windowed import WindowedTable
+from .windowed.session_table import SessionTable
 
 if TYPE_CHECKING:
     from ..topics import Topic
@@ -94,7 +95,30 @@ class Table(TableBase[K, V]):
         spec = HoppingWindow(size, step=step, grace=grace, expires=expires, max_future=max_future)
         return self._windowed(spec, **options)
 
-    def _windowed(self, spec: WindowSpec, **options: Any) -> WindowedTable[K, V]:
+    def session(
+        self,
+        gap: Seconds,
+        *,
+        grace: Seconds | None = None,
+        expires: Seconds | None = None,
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
+        **options: Any,
+    ) -> SessionTable[K, V]:
+        """This table as session windows: a key's records closer than ``gap`` seconds
+        form one session (see ``SessionTable``). ``combine=`` is required."""
+        spec = SessionWindow(gap, grace=grace, expires=expires, max_future=max_future)
+        if options.get("combine") is None:
+            raise DefinitionError(
+                f"table {self.name!r}: session windows merge sessions, so session() needs "
+                "combine=, a function of two values (operator.add for counts and sums)"
+            )
+        table = self._windowed(spec, kind=SessionTable, **options)
+        assert isinstance(table, SessionTable)
+        return table
+
+    def _windowed(
+        self, spec: WindowSpec, kind: type[WindowedTable[K, V]] = WindowedTable, **options: Any
+    ) -> WindowedTable[K, V]:
         self._check_open()
         if self.windowed_as is not None:
             raise DefinitionError(f"table {self.name!r} is already windowed")
@@ -106,7 +130,7 @@ class Table(TableBase[K, V]):
                     f"(it takes {', '.join(taken)})"
                 )
         # The app lists the windowed form in this table's place (App.tables).
-        self.windowed_as = WindowedTable(
+        self.windowed_as = kind(
             self.name,
             spec=spec,
             app_name=self.app_name,

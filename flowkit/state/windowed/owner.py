@@ -54,6 +54,8 @@ class Owner:
 class Owners:
     """One worker's stage-2 state of one windowed table: the partitions it owns."""
 
+    marks_replays = True
+
     def __init__(
         self,
         spec: WindowSpec,

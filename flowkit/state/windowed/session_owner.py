@@ -1,0 +1,333 @@
+"""Stage 2 of a session table: the owning partition merges the sessions its sources
+closed, and closes the merged sessions.
+
+Each source partition sends a session of a key when it closed there, as a piece
+``(source, start) -> [end, value]``, with the watermark that closed it. The owner merges
+a piece with the key's open sessions within ``gap`` of it (a key's records may come from
+several partitions), and closes a
+session once every source's watermark minus ``gap`` has passed its end: its value (the
+pieces folded in time order) is emitted once, with its final bounds, then stays readable
+until ``expires``. A piece sent again (a replay after a restart) replaces itself; one for
+a session already closed is ignored.
+
+>>> import operator
+>>> from flowkit.windows import SessionWindow
+>>> from flowkit.records import Message
+>>> owners = SessionOwners(SessionWindow(10, grace=0), sources=2, combine=operator.add)
+>>> owners.assign([0])
+>>> def rec(v): return Message("t", 0, 0, 0, None, v)
+>>> owners.receive(0, [rec(wire.partial(0, 0, "k", [4_000, 2, 20_000])),  # [0, 4 s] from 0
+...                    rec(wire.partial(9_000, 1, "k", [9_000, 1, 20_000])),  # [9 s] from 1
+...                    rec(wire.marker(30_000, 0)), rec(wire.marker(30_000, 1))])
+[('k', Window(start=0, end=9000), 3)]
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import structlog
+
+from ...errors import DecodeError, NotRunningError
+from ...records import Message
+from ...streamtime import FutureGuard
+from ...windows import SessionSpec, Window
+from . import wire
+from .owner import Emission
+from .session_source import index_of
+from .stage1 import NONE
+
+__all__ = ["OpenSession", "SessionOwner", "SessionOwners"]
+
+log = structlog.get_logger(__name__)
+
+OpenSession = list[Any]
+"""``[start, end, {(source, piece start): [piece end, value]}]``."""
+
+
+class SessionOwner:
+    """Stage-2 state of one owning partition of a session table."""
+
+    __slots__ = (
+        "closed",
+        "closing",
+        "dirty",
+        "dirty_closed",
+        "expiring",
+        "logged_wm",
+        "open",
+        "source_wm",
+    )
+
+    def __init__(self, sources: int) -> None:
+        self.open: dict[Any, list[OpenSession]] = {}  # key -> open sessions, by start
+        self.closed: dict[Any, list[list[Any]]] = {}  # key -> [start, end, final value]
+        self.source_wm: list[int] = [NONE] * sources
+        self.logged_wm: list[int] = [NONE] * sources  # as the changelog last had them
+        self.closing: list[tuple[int, int, Any, int]] = []  # (end, n, key, start), lazy
+        self.expiring: list[tuple[int, int, Any, int]] = []  # (end, n, key, start)
+        # Keys whose open, or closed, sessions changed since the last changelog flush.
+        self.dirty: set[Any] = set()
+        self.dirty_closed: set[Any] = set()
+
+
+def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
+    """An open session's value: its pieces folded in time order."""
+    pieces = sorted(session[2].items(), key=lambda item: (item[0][1], item[0][0]))
+    total = pieces[0][1][1]
+    for _, (_, v) in pieces[1:]:
+        total = combine(total, v)
+    return total
+
+
+class SessionOwners:
+    """One worker's stage-2 state of one session table: the partitions it owns."""
+
+    # Not for sessions yet: running updates, and marking the results a restart emits again
+    # (a session table's changelog holds its sessions only).
+    updates = False
+    marks_replays = False
+
+    def __init__(
+        self,
+        spec: SessionSpec,
+        *,
+        sources: int,
+        combine: Callable[[Any, Any], Any],
+        name: str = "table",
+        guard: FutureGuard | None = None,
+    ) -> None:
+        self.spec = spec
+        self.gap = spec.gap_ms
+        self.guard = guard
+        self.sources = sources
+        self.combine = combine
+        self.name = name
+        self.owners: dict[int, SessionOwner] = {}
+        self.closed_windows = 0
+        self.replays_ignored = 0
+        self.rejected: list[tuple[Message, Exception]] = []
+        self._n = itertools.count()
+
+    def replayed(self, q: int, messages: Sequence[Message]) -> int:
+        """None of a session table's results is marked as replayed (see ``Owners``)."""
+        return 0
+
+    def take_rejected(self) -> list[tuple[Message, Exception]]:
+        """The records ``receive`` refused since the last call."""
+        rejected, self.rejected = self.rejected, []
+        return rejected
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start owning these partitions."""
+        for p in partitions:
+            if p not in self.owners:
+                self.owners[p] = SessionOwner(self.sources)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        for p in partitions:
+            self.owners.pop(p, None)
+
+    def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
+        """Apply pieces and markers that arrived on repartition partition ``q``; return
+        the sessions that closed, earliest end first."""
+        owner = self.owners.get(q)
+        if owner is None:
+            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        out: list[Emission] = []
+        moved = False  # a piece was merged: it may close at once
+        replays = future = 0
+        guard = self.guard
+        for m in messages:
+            if m.value is None:
+                continue
+            try:
+                kind, a, src, key, value = wire.decode_record(m.value, len(owner.source_wm))
+                if kind == "p":
+                    end, piece, wm = _piece(value, a)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))
+                continue
+            if kind == "w":
+                wm = a
+            elif wm < owner.source_wm[src] or (
+                end < min(owner.source_wm) - self.gap and _covered(owner, key, a, end)
+            ):
+                # A replay after a restart: the source's watermark was already past
+                # it, or its session closed here already.
+                replays += 1
+                continue
+            if kind == "p":
+                self._merge(owner, key, src, a, end, piece)
+                moved = True
+            if wm > owner.source_wm[src]:
+                if guard is not None and wm > guard.future_limit and not guard.admits(wm):
+                    future += 1
+                    continue
+                # A piece carries the watermark that closed it at its source: what that
+                # watermark closes here closes now, before a later session of the same
+                # source can join it (as there, where it had closed first).
+                owner.source_wm[src] = wm
+                out.extend(self._close(owner))
+                moved = False
+        if replays:
+            self.replays_ignored += replays
+            log.debug("sessions already closed ignored (a replay)", table=self.name, count=replays)
+        if future:
+            log.warning(
+                "watermark markers beyond max_future ignored",
+                table=self.name,
+                partition=q,
+                count=future,
+            )
+        if moved:
+            out.extend(self._close(owner))
+        return out
+
+    def _merge(self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any) -> None:
+        gap = self.gap
+        sessions = owner.open.setdefault(key, [])
+        owner.dirty.add(key)
+        piece_id = (src, start)
+        for session in sessions:
+            if piece_id in session[2]:  # sent again: the same piece, replaced
+                session[2][piece_id] = [end, v]
+                session[0], session[1] = min(session[0], start), max(session[1], end)
+                return
+        i = 0
+        while i < len(sessions) and sessions[i][1] + gap < start:
+            i += 1
+        j = i
+        pieces: dict[tuple[int, int], list[Any]] = {piece_id: [end, v]}
+        lo, hi = start, end
+        while j < len(sessions) and sessions[j][0] - gap <= end:
+            lo, hi = min(lo, sessions[j][0]), max(hi, sessions[j][1])
+            pieces.update(sessions[j][2])
+            j += 1
+        before = sessions[i][0] if i < j else None
+        sessions[i:j] = [[lo, hi, pieces]]
+        if lo != before:
+            heapq.heappush(owner.closing, (hi, next(self._n), key, lo))
+
+    def _close(self, owner: SessionOwner) -> list[Emission]:
+        close_time = min(owner.source_wm) - self.gap
+        closing = owner.closing
+        out: list[Emission] = []
+        while closing and closing[0][0] < close_time:
+            _, _, key, start = heapq.heappop(closing)
+            sessions = owner.open.get(key)
+            if not sessions:
+                continue
+            k = index_of(sessions, start)
+            if k < 0:
+                continue
+            session = sessions[k]
+            end = session[1]
+            if end >= close_time:
+                heapq.heappush(closing, (end, next(self._n), key, start))
+                continue
+            del sessions[k]
+            if not sessions:
+                del owner.open[key]
+            total = value_of(session, self.combine)
+            out.append((key, Window(start, end), total))
+            owner.closed.setdefault(key, []).append([start, end, total])
+            heapq.heappush(owner.expiring, (end, next(self._n), key, start))
+            owner.dirty.add(key)
+            owner.dirty_closed.add(key)
+            self.closed_windows += 1
+        expiring = owner.expiring
+        expire_time = close_time - self.spec.expires_ms
+        while expiring and expiring[0][0] < expire_time:
+            _, _, key, start = heapq.heappop(expiring)
+            kept = [s for s in owner.closed.get(key, ()) if s[0] != start]
+            if kept:
+                owner.closed[key] = kept
+            else:
+                owner.closed.pop(key, None)
+            owner.dirty_closed.add(key)
+        return out
+
+    def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Append partition ``q``'s changelog records since the last drain: each changed
+        key's open and closed sessions whole (None when none are left), and the sources'
+        watermarks."""
+        owner = self.owners[q]
+        for key in owner.dirty:
+            sessions = owner.open.get(key)
+            opened = None
+            if sessions:
+                opened = [
+                    [s, e, [[src, ps, pe, v] for (src, ps), (pe, v) in pieces.items()]]
+                    for s, e, pieces in sessions
+                ]
+            out.append(
+                (q, wire.encode(("O", key)), None if opened is None else wire.encode(opened))
+            )
+        owner.dirty.clear()
+        for key in owner.dirty_closed:
+            closed = owner.closed.get(key)
+            out.append((q, wire.encode(("C", key)), wire.encode(closed) if closed else None))
+        owner.dirty_closed.clear()
+        for src, wm in enumerate(owner.source_wm):
+            if wm != owner.logged_wm[src]:
+                owner.logged_wm[src] = wm
+                out.append((q, wire.source_key(src), wire.encode(wm)))
+
+    def apply_record(self, owner: SessionOwner, kind: str, parts: list[Any], value: Any) -> None:
+        """Apply one decoded changelog record of stage 2 (``kind`` "s", "O" or "C")."""
+        if kind == "s":
+            owner.source_wm[parts[1]] = value if value is not None else NONE
+            owner.logged_wm[parts[1]] = owner.source_wm[parts[1]]
+            return
+        key = wire.key_from_json(parts[1])
+        if kind == "O":
+            if value is None:
+                owner.open.pop(key, None)
+            else:
+                owner.open[key] = [
+                    [s, e, {(src, ps): [pe, v] for src, ps, pe, v in pieces}]
+                    for s, e, pieces in value
+                ]
+        elif value is None:
+            owner.closed.pop(key, None)
+        else:
+            owner.closed[key] = [list(s) for s in value]
+
+    def recovered(self, owner: SessionOwner, partition: int) -> None:
+        """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
+        if self.guard is not None:
+            for src, wm in enumerate(owner.source_wm):
+                if wm != NONE and not self.guard.trusts(wm, partition):
+                    owner.source_wm[src] = NONE
+        owner.closing = [
+            (s[1], next(self._n), key, s[0]) for key, ss in owner.open.items() for s in ss
+        ]
+        heapq.heapify(owner.closing)
+        owner.expiring = [
+            (s[1], next(self._n), key, s[0]) for key, ss in owner.closed.items() for s in ss
+        ]
+        heapq.heapify(owner.expiring)
+
+
+def _covered(owner: SessionOwner, key: Any, start: int, end: int) -> bool:
+    return any(s[0] <= start and end <= s[1] for s in owner.closed.get(key, ()))
+
+
+def _piece(value: Any, start: int) -> tuple[int, Any, int]:
+    # A piece's value on the wire is [end, value, watermark]; anything else is not one.
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or type(value[0]) is not int
+        or type(value[2]) is not int
+    ):
+        raise DecodeError("not a repartition record: a session piece is [end, value, watermark]")
+    end, piece, wm = value
+    if end < start:
+        raise DecodeError("not a repartition record: a session ends before it starts")
+    return end, piece, wm

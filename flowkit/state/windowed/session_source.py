@@ -1,0 +1,324 @@
+"""Stage 1 of a session table: each source partition's sessions, and its watermark.
+
+A source partition keeps, per key, its sessions ``[start, end, value]`` in time order. A
+record at ``ts`` joins every session of its key that starts at most ``gap`` after it or
+ends at most ``gap`` before it, merging them (Kafka Streams' ``SessionWindows``). The
+partition's close time is its stream time minus ``grace`` minus ``gap``: a session that
+ends before it is closed here and goes to the partition that owns its key (``owner``
+merges what every source sends); a record whose own session would end before it is late.
+
+>>> import operator
+>>> from flowkit.windows import SessionWindow
+>>> src = SessionSource(SessionWindow(10, grace=0), operator.add, partitions=1,
+...                     partition_of=lambda k: 0)
+>>> src.assign([0]); part = src.parts[0]
+>>> for ts in (0, 5_000, 30_000):
+...     src.advance(part, ts); src.add(part, "k", ts, 1)
+True
+True
+True
+>>> [wire.decode(v) for _, _, v in src.drain_outbox()][0]   # [0, 5 s] closed at 30 s
+['p', 0, 0, 'k', [5000, 2, 30000]]
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ...errors import NotRunningError
+from ...streamtime import FutureGuard
+from ...windows import SessionSpec
+from . import wire
+from .stage1 import NONE
+
+__all__ = ["Session", "SessionPart", "SessionSource", "find", "index_of", "merge_in"]
+
+Session = list[Any]
+"""``[start, end, value]``: the times of a session's first and last record, and its value."""
+
+
+class SessionPart:
+    """Stage-1 state of one source partition of a session table."""
+
+    __slots__ = (
+        "active",
+        "closing",
+        "dirty",
+        "logged",
+        "max_ts",
+        "number",
+        "partials",
+        "sent_wm",
+        "wm",
+    )
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.partials: dict[Any, list[Session]] = {}  # key -> its sessions, by start
+        self.wm = NONE  # stream time minus grace
+        self.max_ts = NONE
+        self.sent_wm = NONE
+        self.active = -1.0  # when the partition went quiet (monotonic), or -1
+        self.dirty: set[Any] = set()  # keys changed since the last changelog flush
+        self.logged: tuple[int, int, int] | None = None
+        # (end, n, key, start) of each session, earliest end first. An entry goes stale
+        # when its session grows or merges: it is checked, and pushed again, when popped,
+        # so a record that extends a session costs no heap operation.
+        self.closing: list[tuple[int, int, Any, int]] = []
+
+
+def find(sessions: list[Session], ts: int, gap: int) -> tuple[int, int]:
+    """The slice ``[i, j)`` of ``sessions`` (by start, disjoint) that a record at ``ts``
+    joins: those within ``gap`` of it, both bounds included."""
+    j = len(sessions)
+    while j and sessions[j - 1][0] - gap > ts:
+        j -= 1
+    i = j
+    while i and sessions[i - 1][1] + gap >= ts:
+        i -= 1
+    return i, j
+
+
+def index_of(sessions: list[Any], start: int) -> int:
+    """The index of the session that starts at ``start``, or -1."""
+    for k, session in enumerate(sessions):
+        if session[0] == start:
+            return k
+    return -1
+
+
+def merge_in(
+    sessions: list[Session], i: int, j: int, start: int, end: int, value: Any, combine: Any
+) -> Session:
+    """Replace ``sessions[i:j]`` by one session that also holds ``[start, end]`` with
+    ``value``; its value is theirs folded in time order, then ``value``. Returns it."""
+    if i == j:
+        merged = [start, end, value]
+    else:
+        total = sessions[i][2]
+        for k in range(i + 1, j):
+            total = combine(total, sessions[k][2])
+        merged = [
+            min(start, sessions[i][0]),
+            max(end, sessions[j - 1][1]),
+            combine(total, value),
+        ]
+    sessions[i:j] = [merged]
+    return merged
+
+
+class SessionSource(FutureGuard):
+    """One worker's stage-1 state of one session table: its source partitions."""
+
+    def __init__(
+        self,
+        spec: SessionSpec,
+        combine: Callable[[Any, Any], Any],
+        *,
+        partitions: int,
+        partition_of: Callable[[Any], int],
+        encode_key: Callable[[Any], bytes] = wire.encode,
+        now_ms: Callable[[], int] = lambda: 0,
+        name: str = "table",
+    ) -> None:
+        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
+        self.spec = spec
+        self.gap = spec.gap_ms
+        self.combine = combine
+        self.partitions = partitions
+        self.name = name
+        self._partition_of = partition_of
+        self._encode_key = encode_key
+        self.parts: dict[int, SessionPart] = {}
+        self._outbox: list[tuple[int, bytes | None, bytes]] = []
+        self._n = itertools.count()
+
+    # -- adds -----------------------------------------------------------------------------
+
+    def part_of_batch(self, batch: Any) -> SessionPart:
+        """The state of ``batch``'s partition."""
+        part = self.parts.get(batch.tp.partition)
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        part.active = -1.0
+        return part
+
+    def part_of_key(self, key: Any) -> SessionPart:
+        """The state of the partition that owns ``key`` (adds outside an agent)."""
+        part = self.parts.get(self._partition_of(key))
+        if part is None:
+            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
+        part.active = -1.0
+        return part
+
+    def add(self, part: SessionPart, key: Any, ts: int, amount: Any) -> bool:
+        """Put a record of ``key`` at ``ts`` into its session; False when it is late (its
+        session would already be closed). The caller has moved stream time to ``ts``."""
+        gap = self.gap
+        sessions = part.partials.get(key)
+        if sessions is None:
+            if ts < part.wm - gap:
+                return False
+            part.partials[key] = [[ts, ts, amount]]
+            heapq.heappush(part.closing, (ts, next(self._n), key, ts))
+        else:
+            last = sessions[-1]
+            if last[0] - gap <= ts <= last[1] + gap and (
+                len(sessions) == 1 or sessions[-2][1] + gap < ts
+            ):
+                # The common case: the key's latest session, and no other, takes it.
+                last[2] = self.combine(last[2], amount)
+                if ts > last[1]:
+                    last[1] = ts
+                elif ts < last[0]:
+                    last[0] = ts
+                    heapq.heappush(part.closing, (last[1], next(self._n), key, ts))
+            else:
+                i, j = find(sessions, ts, gap)
+                if i == j and ts < part.wm - gap:
+                    return False
+                before = sessions[i][0] if i < j else None
+                merged = merge_in(sessions, i, j, ts, ts, amount, self.combine)
+                if merged[0] != before:
+                    heapq.heappush(part.closing, (merged[1], next(self._n), key, merged[0]))
+        part.dirty.add(key)
+        return True
+
+    def advance(self, part: SessionPart, ts: int) -> None:
+        """Event time ``ts`` (newer than any seen) moves ``part``'s stream time."""
+        if ts > self.future_limit:
+            self.check_future(ts)
+        part.max_ts = ts
+        self.set_wm(part, ts - self.spec.grace_ms)
+
+    def set_wm(self, part: SessionPart, wm: int) -> None:
+        """Move ``part``'s watermark to ``wm`` (if later) and close what ends before
+        ``wm - gap``."""
+        if wm <= part.wm:
+            return
+        part.wm = wm
+        closing = part.closing
+        if closing and closing[0][0] < wm - self.gap:
+            self._close(part, wm - self.gap)
+
+    def _close(self, part: SessionPart, close_time: int) -> None:
+        closing = part.closing
+        p, wm = part.number, part.wm
+        while closing and closing[0][0] < close_time:
+            _, _, key, start = heapq.heappop(closing)
+            sessions = part.partials.get(key)
+            if not sessions:
+                continue
+            k = index_of(sessions, start)
+            if k < 0:
+                continue  # merged into an earlier session, which has an entry of its own
+            session = sessions[k]
+            end = session[1]
+            if end >= close_time:  # it grew since: look again when its end is due
+                heapq.heappush(closing, (end, next(self._n), key, start))
+                continue
+            del sessions[k]
+            if not sessions:
+                del part.partials[key]
+            part.dirty.add(key)
+            q = self._partition_of(key)
+            self._outbox.append(
+                # With the watermark that closed it: the owner learns it with the session,
+                # before any session this source closes later (see session_owner.py).
+                (q, self._encode_key(key), wire.partial(start, p, key, [end, session[2], wm]))
+            )
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Start holding these source partitions."""
+        for p in partitions:
+            if p not in self.parts:
+                self.parts[p] = SessionPart(p)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Drop these partitions' state (after the final flush)."""
+        for p in partitions:
+            self.parts.pop(p, None)
+
+    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
+        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
+        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
+        if idle_timeout is None:
+            return
+        for p, part in self.parts.items():
+            if p not in caught_up:
+                part.active = -1.0
+            elif part.active < 0:
+                part.active = now
+            elif now - part.active >= idle_timeout:
+                self.set_wm(part, self.now_ms() - self.spec.grace_ms)
+
+    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
+        """Closed sessions, then watermark markers, to send: (partition, key, value)."""
+        for p, part in self.parts.items():
+            if self._announce(part):
+                part.sent_wm = part.wm
+                marker = wire.marker(part.wm, p)
+                self._outbox.extend((q, None, marker) for q in range(self.partitions))
+        out, self._outbox = self._outbox, []
+        return out
+
+    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
+        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
+        self._outbox[:0] = items
+
+    def has_outbox(self) -> bool:
+        """True when sessions or markers wait to be sent."""
+        return bool(self._outbox) or any(self._announce(part) for part in self.parts.values())
+
+    def _announce(self, part: SessionPart) -> bool:
+        # A marker when the watermark has moved into a new span of ``gap``: owners learn
+        # a source's exact watermark with each session it sends them, and the others'
+        # at most one gap late, at one marker per gap of stream time, not per flush.
+        if part.wm == NONE:
+            return False
+        return part.sent_wm == NONE or part.wm // self.gap > part.sent_wm // self.gap
+
+    def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Append stage 1's changelog records since the last drain to ``out``: each
+        changed key's sessions whole (None when it has none left), so a merged or
+        shipped session never comes back from the changelog."""
+        for p, part in self.parts.items():
+            for key in part.dirty:
+                sessions = part.partials.get(key)
+                out.append(
+                    (p, wire.encode(("S", key)), None if not sessions else wire.encode(sessions))
+                )
+            part.dirty.clear()
+            state = (part.wm, part.max_ts, part.sent_wm)
+            if part.wm != NONE and part.logged != state:
+                part.logged = state
+                out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
+
+    def apply_record(self, part: SessionPart, kind: str, parts: list[Any], value: Any) -> None:
+        """Apply one decoded changelog record of stage 1 (``kind`` "w" or "S")."""
+        if kind == "w":
+            if value is not None:
+                part.wm, part.max_ts, part.sent_wm = value
+                part.logged = tuple(value)
+            return
+        key = wire.key_from_json(parts[1])
+        if value is None:
+            part.partials.pop(key, None)
+        else:
+            part.partials[key] = [list(s) for s in value]
+
+    def recovered(self, part: SessionPart) -> None:
+        """Rebuild ``part``'s close order after its changelog was applied; a stream time
+        beyond ``max_future`` starts again."""
+        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
+            part.wm = part.max_ts = part.sent_wm = NONE
+            part.logged = None
+        part.closing = [
+            (s[1], next(self._n), key, s[0]) for key, ss in part.partials.items() for s in ss
+        ]
+        heapq.heapify(part.closing)

@@ -1,0 +1,307 @@
+"""Session windows: Kafka Streams' ``SessionWindows`` semantics, checked against a
+plain-Python reference on random streams, across restarts, and for bounded state."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flowkit
+from flowkit.testing import FakeClock, TestDriver
+from flowkit.transports.memory import MemoryBroker
+
+GAP, SECOND = 10_000, 1000
+Result = tuple[str, int, int, Any]  # key, start, end, value
+
+
+class Hit(flowkit.Record):
+    user: str
+    t: int  # event time, ms
+    n: int = 1
+
+
+def reference(
+    records: Iterable[tuple[str, int, Any]], gap: int, grace: int
+) -> tuple[list[Result], list[tuple[str, int]]]:
+    """Kafka Streams' session aggregation over one partition, in plain Python: the
+    sessions emitted when they close, and the late records. A session is [start, end,
+    value]; a record joins the sessions within ``gap`` of it (bounds included), merging
+    them (their values in time order, then the record's); a session closes once it ends
+    before stream time - grace - gap, and a record whose session would is late."""
+    stream_time = -(2**62)
+    open_: dict[str, list[list[Any]]] = {}
+    closed: list[Result] = []
+    late: list[tuple[str, int]] = []
+    for key, ts, value in records:
+        stream_time = max(stream_time, ts)
+        close_time = stream_time - grace - gap
+        for k, sessions in open_.items():
+            for s in [s for s in sessions if s[1] < close_time]:
+                sessions.remove(s)
+                closed.append((k, s[0], s[1], s[2]))
+        sessions = open_.setdefault(key, [])
+        found = [s for s in sessions if s[0] - gap <= ts <= s[1] + gap]
+        if not found and ts < close_time:
+            late.append((key, ts))
+            continue
+        total: Any = None
+        for s in found:
+            sessions.remove(s)
+            total = s[2] if total is None else total + s[2]
+        start = min([ts, *(s[0] for s in found)])
+        end = max([ts, *(s[1] for s in found)])
+        sessions.append([start, end, value if total is None else total + value])
+        sessions.sort()
+    return sorted(closed), sorted(late)
+
+
+def session_app(
+    closed: list[Result], late: list[tuple[str, int]], *, grace: float, partitions: int = 1
+) -> tuple[flowkit.App, Any, Any]:
+    app = flowkit.App("sessions", partitions=partitions)
+    hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+
+    def on_close(key: str, window: flowkit.Window, value: Any) -> None:
+        closed.append((key, window.start, window.end, value))
+
+    def on_late(key: str, window: flowkit.Window, value: Any) -> None:
+        late.append((key, window.start))
+
+    visits = app.table("visits", default=list).session(
+        GAP / 1000,
+        grace=grace,
+        combine=operator.add,
+        time=lambda h: h.t,
+        on_close=on_close,
+        late=on_late,
+    )
+
+    @app.agent(hits)
+    async def count(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            visits.add(hit.user, [hit.n])
+
+    return app, hits, visits
+
+
+def base_ms(clock: FakeClock) -> int:
+    return int(clock.time() * 1000) - 3_600_000
+
+
+# Offsets in seconds from a base time: mostly a busy minute (disorder, gaps, bridges),
+# some far ahead (which make what follows late beyond grace).
+offsets = st.one_of(
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.integers(60, 120),
+)
+streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams, grace=st.sampled_from([0, 5, 30]))
+async def test_every_session_emitted_matches_the_reference(
+    stream: list[tuple[str, int]], grace: int
+) -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    records = [(user, t0 + s * SECOND, [i]) for i, (user, s) in enumerate(stream)]
+    # Then a record far ahead, of a key of its own: every session closes.
+    records.append(("end", t0 + 2000 * SECOND, [-1]))
+    expected, expected_late = reference(records, GAP, grace * SECOND)
+    closed: list[Result] = []
+    late: list[tuple[str, int]] = []
+    app, hits, _ = session_app(closed, late, grace=grace)
+    async with TestDriver(app, clock=clock, fail_fast=True) as driver:
+        for user, ts, value in records:
+            await driver.send(hits, Hit(user, ts, value[0]), key=user)
+        await driver.run_until_idle()
+    assert sorted(closed) == expected, (closed, expected)
+    assert sorted(late) == expected_late
+
+
+async def test_a_record_that_bridges_two_sessions_merges_them() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, visits = session_app(closed, [], grace=30)
+    async with TestDriver(app, clock=clock) as driver:
+        for s, n in ((0, 1), (4, 2), (16, 3)):
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+        await driver.run_until_idle()
+        assert visits.windows("a") == {
+            flowkit.Window(t0, t0 + 4000): [1, 2],
+            flowkit.Window(t0 + 16_000, t0 + 16_000): [3],
+        }
+        await driver.send(hits, Hit("a", t0 + 10 * SECOND, 4), key="a")  # 6 s from both
+        await driver.run_until_idle()
+        assert visits.windows("a") == {flowkit.Window(t0, t0 + 16_000): [1, 2, 3, 4]}
+        assert visits["a"].value(t0 + 100_000) == [1, 2, 3, 4]  # the latest session
+        await driver.send(hits, Hit("b", t0 + 100 * SECOND), key="b")
+        await driver.run_until_idle()
+    assert closed == [("a", t0, t0 + 16_000, [1, 2, 3, 4])]
+
+
+def test_session_needs_combine_and_refuses_assignment() -> None:
+    app = flowkit.App("decl")
+    with pytest.raises(flowkit.DefinitionError, match="session\\(\\) needs combine="):
+        app.table("visits", default=int).session(30.0)
+    with pytest.raises(flowkit.DefinitionError, match="gap must be > 0"):
+        app.table("v0", default=int).session(0, combine=operator.add)
+    with pytest.raises(flowkit.DefinitionError, match="has no option 'size'"):
+        app.table("v1", default=int).session(1, combine=operator.add, size=3)
+    for option, value in (("aggregate", flowkit.Count()), ("emit_on", "update")):
+        with pytest.raises(flowkit.DefinitionError, match=f"do not take {option}= yet"):
+            app.table(f"v-{option}", default=int).session(
+                1, combine=operator.add, **{option: value}
+            )
+    visits = app.table("v2", default=int).session(30.0, combine=operator.add)
+    with pytest.raises(flowkit.DefinitionError, match=r"use v2\.add"):
+        visits["k"] = 3
+    node = next(n for n in app.graph().to_dict()["nodes"] if n["id"] == "table:v2")
+    assert (node["window"], node["gap"], node["grace"], node["expires"]) == (
+        "session",
+        30.0,
+        30.0,
+        60.0,
+    )
+
+
+def count_keys(store: Any) -> int:
+    """Every reference the store holds to a key: sessions, closed results, and the
+    close and expiry queues."""
+    refs = 0
+    for part in store.parts.values():
+        refs += len(part.partials) + len(part.closing) + len(part.dirty)
+    for owner in store.owners.owners.values():
+        refs += len(owner.open) + len(owner.closed) + len(owner.closing) + len(owner.expiring)
+        refs += len(owner.dirty) + len(owner.dirty_closed)
+    return refs
+
+
+async def test_state_is_empty_once_every_session_closed_and_expired() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    late: list[tuple[str, int]] = []
+    app, hits, visits = session_app(closed, late, grace=0, partitions=2)
+    async with TestDriver(app, clock=clock) as driver:
+        for i in range(200):  # 20 users, sessions merging and splitting on 2 partitions
+            user = f"u{i % 20}"
+            await driver.send(hits, Hit(user, t0 + (i * 7 % 150) * SECOND), partition=i % 2)
+        await driver.run_until_idle()
+        store = driver.store(visits)
+        assert count_keys(store) > 0
+        for _ in range(3):  # quiet partitions: their watermarks move to the wall clock
+            await driver.advance(30)
+        assert count_keys(store) == 0
+        assert list(visits) == []
+    assert late  # with no grace, much of this disorder is late: counted, not lost
+    assert sum(len(value) for *_, value in closed) + len(late) == 200
+    assert {key for key, *_ in closed} == {f"u{i}" for i in range(20)}
+
+
+async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> None:
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=30)
+    async with TestDriver(app, broker=broker, clock=clock) as driver:
+        for s, n in ((0, 1), (16, 2), (8, 3), (200, 4), (230, 5)):  # 8 s bridges 0 and 16
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+        await driver.run_until_idle()
+    assert closed == [("a", t0, t0 + 16_000, [1, 2, 3])]
+    app, hits, visits = session_app(closed, [], grace=30)
+    async with TestDriver(app, broker=broker, clock=clock) as driver:
+        await driver.run_until_idle()  # the partitions are assigned and recovered
+        # The merged sessions' parts and the closed and expired session are gone from
+        # the changelog: only the open sessions come back.
+        assert visits.windows("a") == {
+            flowkit.Window(t0 + 200_000, t0 + 200_000): [4],
+            flowkit.Window(t0 + 230_000, t0 + 230_000): [5],
+        }
+        await driver.send(hits, Hit("a", t0 + 205 * SECOND, 6), key="a")
+        await driver.send(hits, Hit("b", t0 + 900 * SECOND), key="b")
+        await driver.run_until_idle()
+    assert closed == [
+        ("a", t0, t0 + 16_000, [1, 2, 3]),
+        ("a", t0 + 200_000, t0 + 205_000, [4, 6]),
+        ("a", t0 + 230_000, t0 + 230_000, [5]),
+    ]
+
+
+async def test_sessions_from_several_partitions_merge_on_the_owner() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=0, partitions=2)
+    async with TestDriver(app, clock=clock) as driver:
+        # The key's records on both partitions: [0, 5 s] on one, [12 s] on the other,
+        # 7 s apart: one session once the owner has both.
+        for s, n, p in ((0, 1, 0), (5, 2, 0), (12, 3, 1), (200, 0, 0), (200, 0, 1)):
+            await driver.send(hits, Hit("a" if n else "b", t0 + s * SECOND, n), partition=p)
+        await driver.run_until_idle()
+    assert closed == [("a", t0, t0 + 12_000, [1, 2, 3])]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [b'["p", 0, 0, "a", 5]', b'["p", 10000, 0, "a", [5, [1], 0]]', b'["p", 0, 0, "a", [1]]'],
+)
+async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=0)
+    async with TestDriver(app, clock=clock) as driver:
+        await driver.send_raw("sessions-visits-repartition", record, partition=0)
+        for s in (0, 100):
+            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
+    assert [m.value for m in letters] == [record]
+    assert closed == [("a", t0, t0, [1])]  # the table goes on
+
+
+async def test_a_crash_repeats_sessions_but_changes_none() -> None:
+    """Killed after a checkpoint, with sessions merged, closed and emitted since: the
+    successor replays from the checkpoint. Every session it emits is one of the reference's,
+    with its exact value; only those emitted after the checkpoint may come twice."""
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    times = [0, 16, 40, 8, 60, 75, 30, 100, 95, 120, 180, 150, 170, 300, 310, 290, 600]
+    records = [("a" if i % 3 else "b", t0 + s * SECOND, [i]) for i, s in enumerate(times)]
+    expected, _ = reference(records, GAP, 30 * SECOND)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=30)
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    for user, ts, value in records[:6]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    await driver.worker.checkpoint()
+    before = len(closed)
+    for user, ts, value in records[6:12]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    since = closed[before:]
+    assert since  # sessions closed after the checkpoint, before the crash
+    driver.worker._error = RuntimeError("simulated crash")  # no final flush or commit
+    await driver.aclose()
+    app, hits, _ = session_app(closed, [], grace=30)
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        for user, ts, value in records[12:]:
+            await again.send(hits, Hit(user, ts, value[0]), key=user)
+        await again.run_until_idle()
+    distinct = [c for i, c in enumerate(closed) if c not in closed[:i]]
+    assert sorted(distinct) == expected
+    repeated = [c for c in distinct if closed.count(c) > 1]
+    assert all(c in since for c in repeated)
