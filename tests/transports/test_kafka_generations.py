@@ -65,15 +65,15 @@ async def test_offsets_of_a_generation_the_group_left_are_refused(
     await producer.commit_transaction({tp: 5}, consumer)
     assert await consumer.committed(tp) == 5
     # What a member paused through a rebalance still holds: the generation before it.
-    coordinator = consumer._kafka._coordinator
-    coordinator.generation -= 1
+    assert consumer.generation is not None
+    generation, member_id = consumer.generation
+    consumer.generation = (generation - 1, member_id)
     await producer.send(f"{name}-out", b"second")
     with pytest.raises(CommitFailed, match="IllegalGenerationError"):  # the broker's answer
-        await send_offsets(producer._kafka, coordinator, {KafkaTP(tp.topic, 0): 7}, name)
+        await send_offsets(producer._kafka, consumer.generation, {KafkaTP(tp.topic, 0): 7}, name)
     with pytest.raises(TransactionAborted) as refused:  # and through the worker's producer
         await producer.commit_transaction({tp: 7}, consumer)
     assert refused.value.fenced
-    coordinator.generation += 1
     assert await consumer.committed(tp) == 5  # nothing of the refused transactions counts
 
 
@@ -87,7 +87,8 @@ async def test_committed_offsets_wait_while_a_transaction_holds_new_ones(
     tp = TopicPartition(f"{name}-in", 0)
     await producer.send(f"{name}-out", b"x")
     kafka = producer._kafka
-    await send_offsets(kafka, consumer._kafka._coordinator, {KafkaTP(tp.topic, 0): 9}, name)
+    assert consumer.generation is not None
+    await send_offsets(kafka, consumer.generation, {KafkaTP(tp.topic, 0): 9}, name)
     # The offsets are pending in the open transaction: a fetch of the committed offsets
     # waits for it to end rather than answer with the ones before it.
     asked = asyncio.ensure_future(consumer.committed(tp))

@@ -54,6 +54,11 @@ class _Bridge(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._consumer._defer("revoked", revoked)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        # The generation the partitions were given in, taken now: aiokafka resets its own
+        # to "none" when it learns that the group went on without this member, and offsets
+        # sent with "none" are not checked at all.
+        coordinator = self._consumer._kafka._coordinator
+        self._consumer.generation = (coordinator.generation, coordinator.member_id)
         await self._consumer._defer("assigned", assigned)
 
 
@@ -80,6 +85,9 @@ class KafkaConsumer:
         self._closed = False
         # Records straight from the fetches (draining.py); None: aiokafka's getmany.
         self._drainer: Drainer | None = None
+        # The group generation and member id of the last assignment (exactly-once: its
+        # offsets go into transactions with them), or None before the first.
+        self.generation: tuple[int, str] | None = None
 
     async def start(self) -> None:
         """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
@@ -622,8 +630,10 @@ class KafkaTransactionalProducer(KafkaProducer):
         if generations is not None and aiokafka.__version__.startswith(
             generations.CHECKED_RELEASES
         ):
-            # With the consumer's generation: the group coordinator refuses a zombie's.
-            await generations.send_offsets(kafka, consumer._kafka._coordinator, offsets, group)
+            # With the generation they were read in: the group coordinator refuses a zombie's.
+            if consumer.generation is None:
+                raise CommitFailed("offsets of partitions this worker was never assigned")
+            await generations.send_offsets(kafka, consumer.generation, offsets, group)
             return
         # Another aiokafka release: its own TxnOffsetCommit, which has no generation, and
         # then the heartbeat's answer on it (a zombie paused in between still commits).

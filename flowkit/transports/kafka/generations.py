@@ -138,11 +138,13 @@ class _TxnOffsetCommit(Request[_TxnOffsetCommitRequest_v3]):  # type: ignore[mis
 
 
 async def send_offsets(
-    producer: Any, coordinator: Any, offsets: Mapping[Any, int], group_id: str
+    producer: Any, generation: tuple[int, str], offsets: Mapping[Any, int], group_id: str
 ) -> None:
     """Add ``offsets`` (aiokafka ``TopicPartition`` -> the next offset to read) of the group
-    ``group_id`` to the open transaction of ``producer`` (an ``AIOKafkaProducer``), with the
-    generation and member id of the consumer whose group ``coordinator`` this is.
+    ``group_id`` to the open transaction of ``producer`` (an ``AIOKafkaProducer``), with
+    ``generation``: the generation id and member id under which the records were read (of
+    the assignment, not aiokafka's current ones, which it resets to "none" when it learns
+    that the group went on without it: offsets with "none" are not checked).
 
     Raises ``CommitFailed`` if the group coordinator says the consumer is no longer a
     member of the group's current generation (a zombie), ``ProducerFenced`` if a newer
@@ -166,8 +168,8 @@ async def send_offsets(
         group_id,
         txn.producer_id,
         txn.producer_epoch,
-        coordinator.generation,
-        coordinator.member_id,
+        generation[0],
+        generation[1],
         None,
         [(topic, parts, {}) for topic, parts in topics.items()],
         {},
