@@ -55,7 +55,8 @@ SETTINGS = {
     "heartbeat_interval_ms": 1000,
 }
 CLIENTS = ["aiokafka", "rdkafka"]
-# Runs of the lists test per client: 1 in CI; more to look for a rare loss, e.g.
+# Runs of the lists test per client: 1 in CI; more to look for a rare loss (a list waiting
+# for records as a commit cuts in is a matter of timing), e.g.
 # FLOWKIT_EOS_RUNS=20 pytest tests/kafka/test_exactly_once.py -k "lists and aiokafka"
 RUNS = int(os.environ.get("FLOWKIT_EOS_RUNS", "1"))
 
@@ -280,7 +281,7 @@ async def until_listed(
 ) -> None:
     """``until_complete`` for the lists app: both agents' lines, each exactly once. If
     some are missing at the deadline, every line read (with its partition and offset) is
-    written to ``outputs.txt`` beside the workers' logs, for the hunt."""
+    written to ``outputs.txt`` beside the workers' logs, to see what was lost."""
     want = tally_truth(items)
     end = time.monotonic() + deadline
     while True:
@@ -311,26 +312,8 @@ async def until_listed(
         assert set(lines) == set(want), f"{topic}: extra {sorted(set(lines) - set(want))[:10]}"
 
 
-# Open on aiokafka: in about 1 run of 15 to 25 (loaded machine) the lines of one take()
-# list are missing while its records' offsets and table updates were committed. Not found
-# yet: every output placed before a commit's barrier was sent and acknowledged in that
-# transaction in the runs checked, and no send spanned a commit. librdkafka has not failed.
-# Left out of CI; FLOWKIT_EOS_RUNS=N runs it N times (and writes outputs.txt on a loss).
-LISTS_CLIENTS = [
-    pytest.param(
-        "aiokafka",
-        marks=pytest.mark.skipif(
-            RUNS == 1,
-            reason="open: a take() list's outputs are lost over a kill in about 1 run of "
-            "20 (their offsets and table updates committed); FLOWKIT_EOS_RUNS=20 runs it",
-        ),
-    ),
-    "rdkafka",
-]
-
-
 @pytest.mark.parametrize("run", range(RUNS))
-@pytest.mark.parametrize("client", LISTS_CLIENTS)
+@pytest.mark.parametrize("client", CLIENTS)
 async def test_lists_of_take_and_batches_lose_and_repeat_nothing_over_kills(
     clean_apache_kafka: ApacheKafka, reader: Client, workers: Spawn, client: str, run: int
 ) -> None:
