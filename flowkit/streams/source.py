@@ -108,6 +108,27 @@ class _Batches(asyncio.Queue["Batch | None"]):
     a barrier into ahead of queued batches (``put_ahead``)."""
 
     _queue: deque[Batch | None]
+    _getters: deque[asyncio.Future[None]]
+    _wakeup_next: Callable[[deque[asyncio.Future[None]]], None]
+
+    async def ready(self) -> None:
+        """Wait until an item is queued, and leave it there (``get`` takes it).
+
+        A wait with a deadline runs in a task of its own, which ``get`` would take the item
+        in: until the reader's task resumed, the item would be neither queued nor taken,
+        and an exactly-once checkpoint cutting in between would not see it (``_cut``)."""
+        while self.empty():
+            waiter = asyncio.get_running_loop().create_future()
+            self._getters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                waiter.cancel()
+                if waiter in self._getters:
+                    self._getters.remove(waiter)
+                if not self.empty() and not waiter.cancelled():
+                    self._wakeup_next(self._getters)  # pass the wake-up on, as get does
+                raise
 
     def put_ahead(self, item: Batch, ahead: Callable[[Batch | None], bool]) -> None:
         """Put ``item`` behind the queued items ``ahead`` is true of and before the rest,
@@ -364,7 +385,8 @@ class StreamSource(TaskScope):
                 elif clock is not None:
                     batch = await self._get_before(clock, timeout)
                 else:
-                    batch = await asyncio.wait_for(self._queue.get(), timeout)
+                    await asyncio.wait_for(self._queue.ready(), timeout)
+                    batch = self._queue.get_nowait()  # in this task: see ``ready``
             except TimeoutError:
                 return None
             if batch is None:
@@ -418,22 +440,21 @@ class StreamSource(TaskScope):
 
     async def _get_before(self, clock: Clock, timeout: float) -> Batch | None:
         """The next queued item, unless ``timeout`` seconds of ``clock`` pass first."""
-        get = asyncio.ensure_future(self._queue.get())
+        ready = asyncio.ensure_future(self._queue.ready())
         sleep = asyncio.ensure_future(clock.sleep(timeout))
         self._parked = True
         try:
-            await asyncio.wait((get, sleep), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((ready, sleep), return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._parked = False
             sleep.cancel()
-            if not get.done():
-                get.cancel()
-        try:
-            return await get  # an item that arrived as the time ran out is kept
-        except asyncio.CancelledError:
-            if get.cancelled() and not sleep.cancelled():
-                raise TimeoutError from None
-            raise
+            if not ready.done():
+                ready.cancel()
+        if self._queue.empty():
+            raise TimeoutError
+        # Taken here, in the reader's task, not in the waiting one (see ``_Batches.ready``);
+        # an item that arrived as the time ran out is taken too.
+        return self._queue.get_nowait()
 
     def iterate(self, ops: tuple[tuple[str, Any], ...]) -> AsyncIterator[Any]:
         """Yield values from the current position on, applying ``ops`` lazily."""

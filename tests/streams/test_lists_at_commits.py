@@ -130,3 +130,47 @@ async def test_a_barrier_stops_every_reader_of_a_partition_after_the_same_record
         assert seen == {"fast": list(range(8)), "slow": list(range(8))}
         barrier.release()
     assert seen == {"fast": list(range(9)), "slow": list(range(9))}
+
+
+async def test_a_batch_a_timed_wait_dequeued_before_the_cut_is_in_the_cut() -> None:
+    """A list that waits ``within`` for more records waits in a task of its own; a batch
+    put while it waits must count as taken (in the cut) from the moment it leaves the
+    queue, or a barrier queued before the agent resumes goes behind it in the other
+    readers' queues and ahead of nothing in this one: the agent then processes the batch
+    before the barrier while the other readers stop before it, and the commit holds this
+    agent's state of records whose offsets it does not commit."""
+    topic: Topic[int] = Topic("t", value_type=int)
+    source = StreamSource("agent")
+    source.taken = {}
+    processed: list[int] = []
+    at_barrier: list[int] = []
+
+    def batch(offset: int) -> Batch:
+        return Batch(topic, TP, [Message("t", 0, offset, 0, None, b"%d" % offset)], lambda: None)
+
+    async def agent() -> None:
+        async for listed in source.chunks((), 5, 30.0):  # b0 alone: it waits for more
+            processed.extend(listed)
+
+    await source.put(batch(0))
+    task = asyncio.create_task(agent())
+    for _ in range(5):
+        await asyncio.sleep(0)  # the list holds 0 and waits, with a deadline, for more
+    await source.put(batch(1))  # wakes the wait: the fetcher's dispatch
+    await asyncio.sleep(0)  # the fetcher goes on; the waiting get runs (and takes it?)
+    barrier = Barrier(1)
+    source.queue_barrier(barrier, dict(source.taken))  # the checkpoint, under the gate
+
+    async def checkpoint() -> None:
+        await barrier.arrived()
+        at_barrier.extend(processed)
+        barrier.release()
+
+    async with asyncio.timeout(10):
+        await checkpoint()
+        source.close()
+        await task
+    # The barrier came before batch 1 in this queue, as in every other reader's: only the
+    # record of batch 0 was processed when the barrier was reached.
+    assert at_barrier == [0]
+    assert processed == [0, 1]

@@ -5,9 +5,10 @@ does not import it: ``transport_from_url`` imports this package for ``kafka://``
 Its modules: ``settings`` (the settings table, defaults and checks), ``errors`` (aiokafka's
 exceptions translated into ``flowkit.errors`` in one place, ``map_kafka_errors``),
 ``transport`` (``KafkaTransport``: connecting and topic administration), ``clients``
-(``KafkaConsumer`` and ``KafkaProducer``) and ``draining`` (group-less reads, such as table
-recovery, built straight from the fetched record batches). aiokafka's types never leak out
-of it.
+(``KafkaConsumer`` and ``KafkaProducer``), ``draining`` (group-less reads, such as table
+recovery, built straight from the fetched record batches), ``loading`` (committed offsets
+while the coordinator loads them) and ``generations`` (exactly-once: the consumer group's
+generation in transactions, KIP-447). aiokafka's types never leak out of it.
 
 >>> transport = KafkaTransport(["127.0.0.1:9092"], linger_ms=2)
 >>> transport.url
@@ -23,7 +24,8 @@ Defaults, chosen for a stream processor rather than aiokafka's request/response 
 - ``linger_ms=5``, ``max_batch_size=256 KiB``: batched sends; ``flush`` skips the linger.
 - ``connect_timeout=10`` (seconds): how long ``start`` retries an unreachable broker before
   ``BrokerUnavailable``.
-- Auto-commit is off; idempotence and transactions are never enabled.
+- Auto-commit is off; idempotence and transactions only for exactly-once
+  (``transactional_producer``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ from .draining import Drainer, send_next, usable
 from .errors import KAFKA_ERRORS, map_kafka_errors, translate
 from .loading import guard
 
+try:
+    from . import generations
+except ImportError:  # an aiokafka without the protocol classes it builds requests from
+    generations = None  # type: ignore[assignment]
+
 log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
@@ -49,6 +54,11 @@ class _Bridge(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._consumer._defer("revoked", revoked)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        # The generation the partitions were given in, taken now: aiokafka resets its own
+        # to "none" when it learns that the group went on without this member, and offsets
+        # sent with "none" are not checked at all.
+        coordinator = self._consumer._kafka._coordinator
+        self._consumer.generation = (coordinator.generation, coordinator.member_id)
         await self._consumer._defer("assigned", assigned)
 
 
@@ -75,6 +85,9 @@ class KafkaConsumer:
         self._closed = False
         # Records straight from the fetches (draining.py); None: aiokafka's getmany.
         self._drainer: Drainer | None = None
+        # The group generation and member id of the last assignment (exactly-once: its
+        # offsets go into transactions with them), or None before the first.
+        self.generation: tuple[int, str] | None = None
 
     async def start(self) -> None:
         """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
@@ -84,7 +97,9 @@ class KafkaConsumer:
             kafka = aiokafka.AIOKafkaConsumer(**self._options)
             await self._transport._connect(kafka.start, kafka.stop)
             if self._group_id is not None:
-                guard(kafka)  # committed offsets not taken for none while they load
+                # Committed offsets not taken for none while they load; under
+                # exactly-once, not taken while a transaction may still commit others.
+                guard(kafka, stable=self._options.get("isolation_level") == "read_committed")
             self._kafka = kafka
             self._drainer = Drainer(kafka) if usable(kafka, self._options) else None
             replay, self._replay = self._replay, []
@@ -315,10 +330,11 @@ class KafkaConsumer:
         generation (it was paused past its session timeout and its partitions went to
         another member). A heartbeat with the member's generation asks the coordinator.
 
-        aiokafka's ``send_offsets_to_transaction`` sends no group generation (its
-        TxnOffsetCommit is version 0), so the broker cannot fence a zombie's transaction
-        by generation as it does for librdkafka: this check, made after the offsets are
-        in the transaction and just before it is committed, stands in for it.
+        On aiokafka releases other than those ``generations`` was checked against, the
+        offsets go to the transaction through aiokafka's ``send_offsets_to_transaction``,
+        which sends no group generation (its TxnOffsetCommit is version 0): this check,
+        made after the offsets are in the transaction and just before it is committed,
+        stands in for the broker's check of the generation there.
         """
         kafka = self._kafka or await self._started()
         coordinator = kafka._coordinator
@@ -598,14 +614,31 @@ class KafkaTransactionalProducer(KafkaProducer):
             kafka = self._kafka
             if offsets:
                 commits = {_KTP(tp[0], tp[1]): off for tp, off in offsets.items()}
-                await kafka.send_offsets_to_transaction(commits, consumer._group_id)
-                await consumer.check_generation()
+                await self._send_offsets(kafka, commits, consumer)
             await kafka.commit_transaction()
             self._open = False
         except (*KAFKA_ERRORS, TransportError) as exc:
             fenced = isinstance(exc, CommitFailed | kerr.ProducerFenced | TransactionAborted)
             fenced = fenced or getattr(exc, "fenced", False)
             await self._aborted(exc, fenced=fenced)
+
+    async def _send_offsets(
+        self, kafka: Any, offsets: dict[Any, int], consumer: KafkaConsumer
+    ) -> None:
+        group = consumer._group_id
+        assert group is not None and consumer._kafka is not None
+        if generations is not None and aiokafka.__version__.startswith(
+            generations.CHECKED_RELEASES
+        ):
+            # With the generation they were read in: the group coordinator refuses a zombie's.
+            if consumer.generation is None:
+                raise CommitFailed("offsets of partitions this worker was never assigned")
+            await generations.send_offsets(kafka, consumer.generation, offsets, group)
+            return
+        # Another aiokafka release: its own TxnOffsetCommit, which has no generation, and
+        # then the heartbeat's answer on it (a zombie paused in between still commits).
+        await kafka.send_offsets_to_transaction(offsets, group)
+        await consumer.check_generation()
 
     async def _aborted(self, exc: BaseException, *, fenced: bool) -> None:
         if isinstance(exc, kerr.ProducerFenced):

@@ -17,6 +17,7 @@ checked against, or whose parts are not there.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiokafka
@@ -27,9 +28,12 @@ __all__ = ["CHECKED_RELEASES", "guard"]
 CHECKED_RELEASES = ("0.14.",)
 
 
-def guard(kafka: Any) -> bool:
+def guard(kafka: Any, *, stable: bool = False) -> bool:
     """Make ``kafka``'s (a started group consumer's) committed-offset fetches raise a
-    group-level error instead of reading it as "nothing committed"; False if it cannot."""
+    group-level error instead of reading it as "nothing committed"; False if it cannot.
+
+    ``stable`` (exactly-once): the fetches also wait for offsets a transaction has not
+    committed yet (``generations.fetch_stable``)."""
     coordinator: Any = getattr(kafka, "_coordinator", None)
     send = getattr(coordinator, "_send_req", None)
     if (
@@ -39,8 +43,15 @@ def guard(kafka: Any) -> bool:
     ):
         return False
 
+    stable_fetch: Callable[[Any, Any], Awaitable[Any]] | None = None
+    if stable:
+        from .generations import fetch_stable as stable_fetch
+
     async def send_req(request: Any) -> Any:
-        response = await send(request)
+        if stable_fetch is not None and request.API_KEY == _OFFSET_FETCH:
+            response = await stable_fetch(send, request)
+        else:
+            response = await send(request)
         code = getattr(response, "error_code", 0) if request.API_KEY == _OFFSET_FETCH else 0
         if code:
             error = kerr.for_code(code)
