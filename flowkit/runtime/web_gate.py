@@ -13,9 +13,12 @@ and one end of a control socket. The gate:
   ``max_connections`` (the worker says when one closes);
 - answers a connection past the limit at once from what it sent already: a probe
   (``GET /health``, ``GET /ready``) with the answer the worker last gave it (the worker
-  sends its probe answers whenever they change, checking ten times a second), anything
-  else with ``503``. One whose request has not arrived yet gets a quarter of a second for
-  it, while ``max_overflow`` are waiting so; past that, it is reset;
+  sends its probe answers whenever they change, checking ten times a second, and once a
+  second anyway), anything else with ``503``. An answer not sent again for
+  ``answer_life`` seconds (3) is not given: the worker's loop may be stuck, and its probes
+  then fail past the limit as they do within it. One whose request has not arrived
+  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so; past
+  that, it is reset;
 - answers at most 2,000 connections past the limit a second (200 a second of those
   given a moment): the rest wait in the kernel's backlog;
 - ends when the worker's end of the control socket closes, whether the worker stopped
@@ -139,16 +142,19 @@ class Gate:
         control: socket.socket,
         max_connections: int,
         max_overflow: int,
+        answer_life: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.listening = listening
         self.control = control
         self.max_connections = max_connections
         self.max_overflow = max_overflow
+        self.answer_life = answer_life  # seconds a probe's answer is given, unless sent again
         self.clock = clock
         self.held = 0  # connections passed to the worker and not closed yet
         self.refused = 0
-        self.answers: dict[str, bytes] = {}  # path -> the answer to a probe past the limit
+        # path -> the answer to a probe past the limit, and until when it may be given
+        self.answers: dict[str, tuple[bytes, float]] = {}
         # connections past the limit given a moment: their deadline and what they sent
         self.waiting: dict[socket.socket, tuple[float, bytearray]] = {}
         self.quick = Pacer(QUICK_REFUSALS, QUICK_REFUSALS // 4, math.inf, clock)
@@ -197,7 +203,7 @@ class Gate:
             self.held -= len(message)
         elif message[:1] == b"a":
             path, _, answer = message[1:].partition(b" ")
-            self.answers[path.decode("latin-1")] = answer
+            self.answers[path.decode("latin-1")] = answer, self.clock() + self.answer_life
         return True
 
     def _accept(self) -> None:
@@ -242,7 +248,7 @@ class Gate:
         except OSError:
             conn.close()
             return self.quick.delay()
-        answer = overflow_answer(sent, self.answers.get)
+        answer = overflow_answer(sent, self._answer_to)
         if answer is not None:
             self._answer(conn, answer)
             return self.quick.delay()
@@ -267,7 +273,11 @@ class Gate:
         sent += data
         if not data or b"\r\n\r\n" in sent or len(sent) > OVERFLOW_READ:
             self._forget(conn)
-            self._answer(conn, overflow_answer(bytes(sent), self.answers.get) or BUSY)
+            self._answer(conn, overflow_answer(bytes(sent), self._answer_to) or BUSY)
+
+    def _answer_to(self, path: str) -> bytes | None:
+        answer, until = self.answers.get(path, (None, 0.0))
+        return answer if until > self.clock() else None
 
     def _expire(self) -> None:
         now = self.clock()
@@ -303,15 +313,16 @@ class Gate:
 
 
 def main(argv: list[str]) -> None:
-    """``web_gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW``."""
+    """``web_gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
     # Ctrl+C reaches the whole process group: stopping is the worker's, and its closing
     # the control socket ends the gate.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv)
+    listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv[:4])
+    answer_life = float(argv[4])
     listening = socket.socket(fileno=listening_fd)
     control = socket.socket(fileno=control_fd)
     try:
-        Gate(listening, control, max_connections, max_overflow).run()
+        Gate(listening, control, max_connections, max_overflow, answer_life).run()
     except Exception as exc:  # one line in the worker's log, not a traceback on stderr
         try:
             control.send(f"!0 the web gate stopped: {exc!r}".encode())

@@ -66,6 +66,8 @@ Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
 _BACKLOG = 128  # connections the kernel holds for us to accept
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
+_ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
+_ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
 _GATE_EXIT = 2.0  # seconds the gate has to end once told, before it is killed
 
 
@@ -287,7 +289,7 @@ class BoundedListener:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = (sock.fileno(), theirs.fileno())
         command = [sys.executable, "-I", "-S", web_gate.__file__, *map(str, fds)]
-        command += [str(self.max_connections), str(self.max_overflow)]
+        command += [str(self.max_connections), str(self.max_overflow), str(_ANSWER_LIFE)]
         try:
             self._gate = subprocess.Popen(
                 command, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
@@ -333,12 +335,16 @@ class BoundedListener:
                 self.loop.call_exception_handler(context)
 
     async def _send_answers(self) -> None:
-        # The gate answers the probes past the limit with the worker's latest answers.
+        # The gate answers the probes past the limit with the worker's latest answers,
+        # for a while (``_ANSWER_LIFE``): sent when they change, and now and then.
         sent: dict[str, bytes] = {}
+        looks = 0
         while True:
+            again, looks = looks % _ANSWERS_AGAIN == 0, looks + 1
             for path in PROBES:
                 answer = probe_answer(*self.probe(path))
-                if sent.get(path) != answer and self._tell(b"a" + path.encode() + b" " + answer):
+                fresh = again or sent.get(path) != answer
+                if fresh and self._tell(b"a" + path.encode() + b" " + answer):
                     sent[path] = answer
             await asyncio.sleep(_ANSWERS_EVERY)
 

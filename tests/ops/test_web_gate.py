@@ -6,10 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from flowkit.runtime import web_limits
 from flowkit.runtime.web_limits import WebLimits
 from flowkit.testing import TestDriver
 from tests.local_servers import free_port, kill, listening, spawn, wait_ready
@@ -91,3 +96,31 @@ async def test_the_gate_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
         for pid in gates:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_past_the_limit_a_stuck_worker_does_not_look_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(web_limits, "_ANSWER_LIFE", 0.5)
+    limits = WebLimits(max_connections=1)
+    async with TestDriver(build("stuckdemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        _, writer = await asyncio.open_connection("127.0.0.1", web.port)
+        async with asyncio.timeout(10):
+            while not (web.listener.full and await exchange(web.port, get("/health"))):
+                await asyncio.sleep(0.01)
+        fresh = await exchange(web.port, get("/health"))
+        assert fresh.startswith(b"HTTP/1.1 200")  # past the limit, from the gate
+
+        def probe_later() -> bytes:
+            time.sleep(0.8)  # the worker's last answer is older than its life by then
+            with socket.create_connection(("127.0.0.1", web.port), timeout=10) as conn:
+                conn.sendall(get("/health"))
+                return conn.recv(4096)
+
+        with ThreadPoolExecutor(1) as pool:
+            stale = pool.submit(probe_later)
+            time.sleep(1.5)  # noqa: ASYNC251 (on purpose: the worker's event loop is stuck)
+            assert stale.result(timeout=10).startswith(b"HTTP/1.1 503")
+        writer.close()
