@@ -22,7 +22,8 @@ and one end of a control socket. The gate:
 - answers at most 2,000 connections past the limit a second (200 a second of those
   given a moment): the rest wait in the kernel's backlog;
 - ends when the worker's end of the control socket closes, whether the worker stopped
-  or died.
+  or died; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
+  ``SIGHUP``), which a terminal or a supervisor may send to the whole process group.
 
 The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
 ``c`` with a connection's file descriptor, ``!ERRNO STRERROR`` when accepting failed.
@@ -306,17 +307,20 @@ class Gate:
         self.resume_at = self.clock() + seconds
 
     def _tell(self, message: bytes) -> None:
-        try:
-            self.control.send(message)
+        try:  # (a report the worker has no room for yet is dropped: it is only a report)
+            self.control.send(message, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
         except OSError:
             self.open = False
 
 
 def main(argv: list[str]) -> None:
     """``web_gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
-    # Ctrl+C reaches the whole process group: stopping is the worker's, and its closing
-    # the control socket ends the gate.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl+C, or a signal sent to the whole process group, is the worker's to act on: the
+    # gate ends when the worker closes the control socket (or exits, which closes it).
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
     listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv[:4])
     answer_life = float(argv[4])
     listening = socket.socket(fileno=listening_fd)

@@ -242,6 +242,7 @@ class BoundedListener:
         self._gate: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._unsent = 0  # closed connections the gate has not been told of yet
+        self._answering: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def runner_options(self) -> dict[str, Any]:
@@ -306,7 +307,7 @@ class BoundedListener:
         ours.setblocking(False)
         self._control = ours
         self.loop.add_reader(ours.fileno(), self._from_gate)
-        self._spawn(self._send_answers())
+        self._answering = self.loop.create_task(self._send_answers(), name="web-gate-answers")
         return True
 
     def _from_gate(self) -> None:
@@ -357,8 +358,9 @@ class BoundedListener:
             self._unsent = 0
 
     def _tell(self, message: bytes) -> bool:
+        if self._control is None:
+            return False
         try:
-            assert self._control is not None
             self._control.send(message)
             return True
         except OSError:  # full (then with the next message), or the gate is gone
@@ -376,6 +378,9 @@ class BoundedListener:
             self._accept_here()
 
     def _close_gate(self) -> None:
+        if self._answering is not None:
+            self._answering.cancel()
+            self._answering = None
         control, self._control = self._control, None
         if control is not None:
             self.loop.remove_reader(control.fileno())
