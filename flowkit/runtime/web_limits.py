@@ -68,7 +68,6 @@ _BACKLOG = 128  # connections the kernel holds for us to accept
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
 _ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
-_GATE_EXIT = 2.0  # seconds the gate has to end once told, before it is killed
 
 
 @dataclass(frozen=True)
@@ -481,18 +480,13 @@ class BoundedListener:
             self._socket = None
 
     async def aclose(self) -> None:
-        """``close``, then wait for the gate to end (killed if it does not). Idempotent."""
+        """``close``, and end the gate. Idempotent."""
         self.close()
         gate, self._gate = self._gate, None
-        if gate is None:
-            return
-        deadline = time.monotonic() + _GATE_EXIT
-        while gate.poll() is None:
-            if time.monotonic() > deadline:
-                gate.kill()
-                gate.wait()
-                return
-            await asyncio.sleep(0.005)
+        if gate is not None:
+            # It holds nothing worth a goodbye, and may still be starting: not waited for.
+            gate.kill()
+            await asyncio.to_thread(gate.wait)
 
     @property
     def full(self) -> bool:
