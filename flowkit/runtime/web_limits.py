@@ -268,6 +268,11 @@ class BoundedListener:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux
+                # A connection is accepted once its request begins, so that one past the
+                # limit is answered at once, and one that says nothing takes no place.
+                defer = math.ceil(self.limits.header_timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, defer)
             sock.listen(_BACKLOG)
             sock.setblocking(False)
         except OSError:

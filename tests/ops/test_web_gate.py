@@ -18,7 +18,7 @@ from flowkit.runtime import web_limits
 from flowkit.runtime.web_limits import WebLimits
 from flowkit.testing import TestDriver
 from tests.local_servers import free_port, kill, listening, spawn, wait_ready
-from tests.ops.test_web_limits import exchange, get
+from tests.ops.test_web_limits import exchange, get, hold
 from tests.ops.webapp import build
 
 
@@ -27,7 +27,7 @@ async def test_connections_past_the_limit_never_reach_the_worker() -> None:
     async with TestDriver(build("gatedemo"), web_port=0, web_limits=limits) as driver:
         web = driver.worker.web
         assert web is not None
-        idle = [await asyncio.open_connection("127.0.0.1", web.port) for _ in range(3)]
+        idle = [await hold(web.port) for _ in range(3)]
         async with asyncio.timeout(10):
             while len(web.listener.connections) < 3:
                 await asyncio.sleep(0.01)
@@ -106,7 +106,7 @@ async def test_past_the_limit_a_stuck_worker_does_not_look_alive(
     async with TestDriver(build("stuckdemo"), web_port=0, web_limits=limits) as driver:
         web = driver.worker.web
         assert web is not None
-        _, writer = await asyncio.open_connection("127.0.0.1", web.port)
+        _, writer = await hold(web.port)
         async with asyncio.timeout(10):
             while not (web.listener.full and await exchange(web.port, get("/health"))):
                 await asyncio.sleep(0.01)
