@@ -5,14 +5,16 @@ answer they build is time the records do not get. ``WebLimits`` says how much th
 may take, and ``BoundedListener`` holds it to that:
 
 - at most ``max_connections`` connections at once (and never more than a quarter of the
-  process's file descriptors). One more is answered at once and closed: a probe
-  (``GET /health``, ``GET /ready``) with its answer, anything else with ``503``. One
-  whose request has not arrived yet gets a quarter of a second for it, while half as many
-  again wait so; past that, it is reset. At most 2,000 connections past the limit a
-  second are answered (200 a second of those given a moment): the rest wait in the
-  kernel's backlog. A worker's endpoint leaves all this to its gate, a small process of
-  its own (``web_gate``), so that a crowd connecting again and again costs the records
-  nothing; should the gate not start, or stop early, the worker's loop does it;
+  process's file descriptors), each accepted once its request begins (on Linux: one
+  that says nothing waits in the kernel, holding no place). One more is answered at
+  once and closed: a probe (``GET /health``, ``GET /ready``) with its answer, anything
+  else with ``503``. One whose request has not arrived yet gets a quarter of a second
+  for it, while half as many again wait so; past that, it is reset. At most 2,000
+  connections past the limit a second are answered (200 a second of those given a
+  moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
+  to its gate, a small process of its own (``web_gate``), so that a crowd connecting
+  again and again costs the records nothing; should the gate not start, or stop early,
+  the worker's loop does it;
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
