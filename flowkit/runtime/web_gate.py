@@ -17,10 +17,8 @@ and one end of a control socket. The gate:
   second anyway), anything else with ``503``. An answer not sent again for
   ``answer_life`` seconds (3) is not given: the worker's loop may be stuck, and its probes
   then fail past the limit as they do within it. One whose request has not arrived
-  yet gets a quarter of a second for it (then it is reset). While ``max_overflow`` are
-  waiting so, the gate accepts no more connections past the limit: they wait in the
-  kernel's backlog, where a crowd costs nothing, rather than being reset and coming
-  back at once;
+  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so; past
+  that, it is reset;
 - answers at most 2,000 connections past the limit a second (200 a second of those
   given a moment): the rest wait in the kernel's backlog;
 - ends when the worker's end of the control socket closes, whether the worker stopped
@@ -163,7 +161,6 @@ class Gate:
         self.quick = Pacer(QUICK_REFUSALS, QUICK_REFUSALS // 4, math.inf, clock)
         self.slow = Pacer(REFUSALS, REFUSALS // 4, math.inf, clock)
         self.resume_at: float | None = None  # accepting paused until then
-        self.listening_registered = False
         self.open = True
         self.selector = selectors.DefaultSelector()
 
@@ -172,8 +169,8 @@ class Gate:
         listening, control = self.listening, self.control
         listening.setblocking(False)
         control.setblocking(True)  # read only when readable; at most a few sends in flight
+        self.selector.register(listening, selectors.EVENT_READ)
         self.selector.register(control, selectors.EVENT_READ)
-        self._listen()
         while self.open:
             events = self.selector.select(self._timeout())
             ready = {key.fileobj for key, _ in events}
@@ -188,7 +185,6 @@ class Gate:
                     assert isinstance(conn, socket.socket)
                     self._readable(conn)
             self._expire()
-            self._listen()
 
     def _timeout(self) -> float | None:
         deadlines = [deadline for deadline, _ in self.waiting.values()]
@@ -197,42 +193,22 @@ class Gate:
         return max(0.0, min(deadlines) - self.clock()) if deadlines else None
 
     def _from_worker(self) -> bool:
-        """Read the worker's messages; False once it is gone."""
-        flags = 0  # (the first read is known not to block)
-        while True:
-            try:
-                message = self.control.recv(65536, flags)
-            except BlockingIOError:
-                return True
-            except OSError:
-                message = b""
-            if not message:  # the worker stopped, or died
-                return False
-            if message[:1] == b"-":
-                self.held -= len(message)
-            elif message[:1] == b"a":
-                path, _, answer = message[1:].partition(b" ")
-                self.answers[path.decode("latin-1")] = answer, self.clock() + self.answer_life
-            flags = socket.MSG_DONTWAIT
-
-    def _room(self) -> bool:
-        """Room for one more connection: the worker's, or a moment for one past it."""
-        return self.held < self.max_connections or len(self.waiting) < self.max_overflow
-
-    def _listen(self) -> None:
-        """Accept while there is room and no pause; else leave the crowd in the backlog."""
-        wanted = self.resume_at is None and self._room()
-        if wanted != self.listening_registered:
-            if wanted:
-                self.selector.register(self.listening, selectors.EVENT_READ)
-            else:
-                self.selector.unregister(self.listening)
-            self.listening_registered = wanted
+        """Read one message from the worker; False once it is gone."""
+        try:
+            message = self.control.recv(65536)
+        except OSError:
+            message = b""
+        if not message:  # the worker stopped, or died
+            return False
+        if message[:1] == b"-":
+            self.held -= len(message)
+        elif message[:1] == b"a":
+            path, _, answer = message[1:].partition(b" ")
+            self.answers[path.decode("latin-1")] = answer, self.clock() + self.answer_life
+        return True
 
     def _accept(self) -> None:
         for _ in range(_ACCEPTS):
-            if not (self.open and self._room()):
-                return
             try:
                 conn, _ = self.listening.accept()
             except BlockingIOError:
@@ -277,9 +253,12 @@ class Gate:
         if answer is not None:
             self._answer(conn, answer)
             return self.quick.delay()
-        self.waiting[conn] = (self.clock() + OVERFLOW_TIMEOUT, bytearray(sent))
-        self.selector.register(conn, selectors.EVENT_READ)
-        return self.slow.delay()
+        if len(self.waiting) < self.max_overflow:
+            self.waiting[conn] = (self.clock() + OVERFLOW_TIMEOUT, bytearray(sent))
+            self.selector.register(conn, selectors.EVENT_READ)
+            return self.slow.delay()
+        reset(conn)
+        return self.quick.delay()
 
     def _readable(self, conn: socket.socket) -> None:
         """A connection given a moment sent more."""
@@ -308,6 +287,7 @@ class Gate:
             reset(conn)  # no answer: a client that sends nothing reads nothing either
         if self.resume_at is not None and self.resume_at <= now:
             self.resume_at = None
+            self.selector.register(self.listening, selectors.EVENT_READ)
 
     def _forget(self, conn: socket.socket) -> None:
         del self.waiting[conn]
@@ -322,6 +302,8 @@ class Gate:
         conn.close()
 
     def _pause(self, seconds: float) -> None:
+        if self.resume_at is None:
+            self.selector.unregister(self.listening)
         self.resume_at = self.clock() + seconds
 
     def _tell(self, message: bytes) -> None:

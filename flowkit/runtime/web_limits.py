@@ -9,8 +9,7 @@ may take, and ``BoundedListener`` holds it to that:
   that says nothing waits in the kernel, holding no place). One more is answered at
   once and closed: a probe (``GET /health``, ``GET /ready``) with its answer, anything
   else with ``503``. One whose request has not arrived yet gets a quarter of a second
-  for it (then it is reset); while half as many again wait so, no more are accepted:
-  they wait in the kernel's backlog rather than be reset and come back. At most 2,000
+  for it, while half as many again wait so; past that, it is reset. At most 2,000
   connections past the limit a second are answered (200 a second of those given a
   moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
   to its gate, a small process of its own (``web_gate``), so that a crowd connecting
@@ -57,6 +56,7 @@ from .web_gate import (
     Pacer,
     overflow_answer,
     probe_answer,
+    reset,
 )
 
 __all__ = ["BoundedListener", "Pacer", "WebLimits"]
@@ -204,7 +204,6 @@ class _Overflow(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.overflow -= 1
-        self.listener.released()
         if self._timer is not None:
             self._timer.cancel()
 
@@ -240,7 +239,6 @@ class BoundedListener:
         self._factory: Callable[[], asyncio.Protocol] | None = None
         self._pacer = Pacer(limits.rate, limits.burst, limits.max_wait, time.monotonic)
         self._busy = asyncio.Semaphore(limits.concurrency)
-        self._room = asyncio.Event()  # set when a connection closes
         # The gate process, and this side of its control socket (see ``web_gate``).
         self._gate: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
@@ -358,8 +356,7 @@ class BoundedListener:
             await asyncio.sleep(_ANSWERS_EVERY)
 
     def released(self) -> None:
-        """A connection is closed: there is room for another (the gate is told)."""
-        self._room.set()
+        """A connection served is closed: the gate may pass another."""
         if self._control is None:
             return
         self._unsent += 1
@@ -407,9 +404,6 @@ class BoundedListener:
         # then in its clients' SYN retries) instead of taking the worker's time.
         loop = self.loop
         while True:
-            while self.full and self.overflow >= self.max_overflow:
-                self._room.clear()  # the crowd waits in the backlog meanwhile
-                await self._room.wait()
             try:
                 conn, _ = await loop.sock_accept(sock)
             except OSError as exc:  # out of file descriptors, say: wait for some
@@ -423,16 +417,20 @@ class BoundedListener:
                 await self._serve(conn)
                 continue
             # Past the limit. Most clients have sent their request by now: answered at
-            # once, with no transport made (cheap); else given a moment.
+            # once, with no transport made (cheap); else given a moment, while there is
+            # room for that; else reset.
             self.refused += 1
             if self._answer_now(conn):
                 delay = self._quick.delay()
-            else:
+            elif self.overflow < self.max_overflow:
                 delay = self._refusals.delay()
                 try:
                     await loop.connect_accepted_socket(partial(_Overflow, self), conn)
                 except OSError:
                     conn.close()
+            else:
+                reset(conn)
+                delay = self._quick.delay()
             if delay:
                 await asyncio.sleep(delay)
 
