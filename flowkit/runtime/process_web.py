@@ -110,7 +110,7 @@ class GroupWebServer:
         """Stop listening. Idempotent."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
-            self.listener.close()
+            await self.listener.aclose()
             await runner.cleanup()
             self._logs.uninstall()
         if self._session is not None:

@@ -75,7 +75,7 @@ class WebServer:
         self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
         self.access.page = self._page_response
         self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, self.probe)
+        self.listener = BoundedListener(self.limits, self.probe, gate=True)
         self.tables = TableQueries(worker, self)
         self._runner: web.AppRunner | None = None
         secrets = [self.access.token.reveal()] if self.access.token else []
@@ -150,7 +150,7 @@ class WebServer:
         await self.tables.aclose()
         if self._runner is not None:
             runner, self._runner = self._runner, None
-            self.listener.close()
+            await self.listener.aclose()
             await runner.cleanup()
             self._logs.uninstall()
 

@@ -1,16 +1,20 @@
 """Bounds on a web endpoint that shares its event loop with the worker's records.
 
-The endpoint runs in the worker's own event loop: every byte it parses and every answer it
-builds is time the records do not get. ``WebLimits`` says how much the endpoint may take,
-and ``BoundedListener`` holds it to that:
+The endpoint's routes run in the worker's own event loop: every byte they parse and every
+answer they build is time the records do not get. ``WebLimits`` says how much the endpoint
+may take, and ``BoundedListener`` holds it to that:
 
 - at most ``max_connections`` connections at once (and never more than a quarter of the
-  process's file descriptors). One more is answered at once and closed: a probe
-  (``GET /health``, ``GET /ready``) with its answer, anything else with ``503``. One
-  whose request has not arrived yet gets a quarter of a second for it, while half as many
-  again wait so; past that, it is reset. At most 2,000 connections past the limit a
-  second are answered (200 a second of those given a moment): the rest wait in the
-  kernel's backlog, so a crowd that connects again and again costs a bounded share;
+  process's file descriptors), each accepted once its request begins (on Linux: one
+  that says nothing waits in the kernel, holding no place). One more is answered at
+  once and closed: a probe (``GET /health``, ``GET /ready``) with its answer, anything
+  else with ``503``. One whose request has not arrived yet gets a quarter of a second
+  for it, while half as many again wait so; past that, it is reset. At most 2,000
+  connections past the limit a second are answered (200 a second of those given a
+  moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
+  to its gate, a small process of its own (``web_gate``), so that a crowd connecting
+  again and again costs the records nothing; should the gate not start, or stop early,
+  the worker's loop does it;
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
@@ -28,30 +32,44 @@ import asyncio
 import math
 import resource
 import socket
-import struct
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from ..errors import ConfigurationError
+from . import web_gate
 from .web_access import PROBES
+from .web_gate import (
+    ACCEPT_RETRY,
+    BUSY,
+    OVERFLOW_READ,
+    OVERFLOW_TIMEOUT,
+    QUICK_REFUSALS,
+    REFUSALS,
+    Pacer,
+    overflow_answer,
+    probe_answer,
+    reset,
+)
 
 __all__ = ["BoundedListener", "Pacer", "WebLimits"]
+
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
-_OVERFLOW_READ = 4096  # bytes an overflow connection may send before its answer
-_OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
 _BACKLOG = 128  # connections the kernel holds for us to accept
-_REFUSALS = 200  # connections past the limit given a moment per second, at most
-_QUICK_REFUSALS = 2000  # connections past the limit answered at once per second, at most
-_ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
+_ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
+_ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
+_ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
 
 
 @dataclass(frozen=True)
@@ -95,37 +113,6 @@ class WebLimits:
         return max(1, min(self.max_connections, soft // 4))
 
 
-class Pacer:
-    """At most ``rate`` starts per second after a burst of ``burst``, in arrival order
-    (the generic cell rate algorithm: one number, the theoretical arrival time).
-
-    >>> now = [0.0]
-    >>> pacer = Pacer(rate=10.0, burst=2, max_wait=0.15, clock=lambda: now[0])
-    >>> [pacer.delay() for _ in range(4)]
-    [0.0, 0.0, 0.1, None]
-    """
-
-    def __init__(
-        self, rate: float, burst: int, max_wait: float, clock: Callable[[], float]
-    ) -> None:
-        self.interval = 1.0 / rate
-        self.tolerance = (burst - 1) * self.interval
-        self.max_wait = max_wait
-        self.clock = clock
-        self._tat = 0.0
-
-    def delay(self) -> float | None:
-        """Seconds the next start must wait (taking its place), or None: it would wait
-        more than ``max_wait`` (and takes no place)."""
-        now = self.clock()
-        tat = max(self._tat, now)
-        wait = max(0.0, tat - now - self.tolerance)
-        if wait > self.max_wait:
-            return None
-        self._tat = tat + self.interval
-        return round(wait, 9)
-
-
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind a deadline for each request's headers."""
 
@@ -160,6 +147,7 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.listener.connections[transport] = self
+        self.listener.admitted += 1
         self.arm()
         self.inner.connection_made(transport)
 
@@ -173,6 +161,7 @@ class _Connection(asyncio.Protocol):
         self.disarm()
         if self.transport is not None:
             self.listener.connections.pop(self.transport, None)
+            self.listener.released()
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -180,31 +169,6 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.inner.resume_writing()
-
-
-def _overflow_answer(request: bytes, probe: Probe) -> bytes | None:
-    """The whole answer to a connection past the limit, from what it sent so far (None
-    while its request line is not complete): a probe's, else ``503``."""
-    if b"\r\n" not in request:
-        return None
-    line = request.split(b"\r\n", 1)[0].split(b" ")
-    path = line[1].split(b"?", 1)[0].decode("latin-1") if len(line) == 3 else ""
-    if line[0] != b"GET" or path not in PROBES:
-        return _BUSY
-    status, body = probe(path)
-    reason = "OK" if status == 200 else "Service Unavailable"
-    return _head(status, reason, len(body)) + body
-
-
-def _head(status: int, reason: str, length: int) -> bytes:
-    return (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-    ).encode()
-
-
-_BUSY_BODY = b'{"error": "busy: too many connections"}'
-_BUSY = _head(503, "Busy", len(_BUSY_BODY)) + _BUSY_BODY
 
 
 class _Overflow(asyncio.Protocol):
@@ -220,11 +184,11 @@ class _Overflow(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.listener.overflow += 1
-        self._timer = self.listener.loop.call_later(_OVERFLOW_TIMEOUT, transport.abort)
+        self._timer = self.listener.loop.call_later(OVERFLOW_TIMEOUT, transport.abort)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if b"\r\n\r\n" in self.buffer or len(self.buffer) > _OVERFLOW_READ:
+        if b"\r\n\r\n" in self.buffer or len(self.buffer) > OVERFLOW_READ:
             self._answer()
 
     def eof_received(self) -> bool | None:
@@ -235,7 +199,7 @@ class _Overflow(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(_overflow_answer(self.buffer, self.listener.probe) or _BUSY)
+        transport.write(overflow_answer(self.buffer, self.listener.answer) or BUSY)
         transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -249,28 +213,38 @@ class BoundedListener:
 
     ``probe(path)`` answers a probe (``/health``, ``/ready``) as (status, JSON body); it
     also answers the connections past the limit. ``middleware`` goes first in the app's.
+    With ``gate``, a gate process (``web_gate``) accepts the connections and refuses
+    those past the limit, so that refusing them takes no time from this event loop.
     """
 
-    def __init__(self, limits: WebLimits, probe: Probe) -> None:
+    def __init__(self, limits: WebLimits, probe: Probe, *, gate: bool = False) -> None:
         self.limits = limits
         self.probe = probe
+        self.gate = gate
         self.max_connections = limits.connections()
         self.max_overflow = max(8, self.max_connections // 2)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connections: dict[asyncio.Transport, _Connection] = {}
         self.waiting = 0  # connections that owe us a request's headers
         self.overflow = 0
-        self.refused = 0  # connections answered past the limit, since the start
+        self.admitted = 0  # connections served, since the start
+        self.refused = 0  # connections answered past the limit by this loop, since the start
         self.timeouts = 0  # connections closed for sending their headers too slowly
         self._socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         # Connections past the limit answered per second, at most (then they wait): those
         # answered at once, and those given a moment to send their request.
-        self._quick = Pacer(_QUICK_REFUSALS, _QUICK_REFUSALS // 4, math.inf, time.monotonic)
-        self._refusals = Pacer(_REFUSALS, _REFUSALS // 4, math.inf, time.monotonic)
+        self._quick = Pacer(QUICK_REFUSALS, QUICK_REFUSALS // 4, math.inf, time.monotonic)
+        self._refusals = Pacer(REFUSALS, REFUSALS // 4, math.inf, time.monotonic)
         self._factory: Callable[[], asyncio.Protocol] | None = None
         self._pacer = Pacer(limits.rate, limits.burst, limits.max_wait, time.monotonic)
         self._busy = asyncio.Semaphore(limits.concurrency)
+        # The gate process, and this side of its control socket (see ``web_gate``).
+        self._gate: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._unsent = 0  # closed connections the gate has not been told of yet
+        self._answering: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def runner_options(self) -> dict[str, Any]:
         """What ``web.AppRunner`` takes from the limits."""
@@ -296,14 +270,133 @@ class BoundedListener:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux
+                # A connection is accepted once its request begins, so that one past the
+                # limit is answered at once, and one that says nothing takes no place.
+                defer = math.ceil(self.limits.header_timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, defer)
             sock.listen(_BACKLOG)
             sock.setblocking(False)
         except OSError:
             sock.close()
             raise
         self._socket = sock
-        self._accepting = loop.create_task(self._accept(sock), name="web-accept")
+        if not (self.gate and self._open_gate(sock)):
+            self._accept_here()
         return int(sock.getsockname()[1])
+
+    def answer(self, path: str) -> bytes | None:
+        """The whole HTTP answer to a probe past the limit (None: not a probe)."""
+        return probe_answer(*self.probe(path)) if path in PROBES else None
+
+    # -- the gate -------------------------------------------------------------------------
+
+    def _open_gate(self, sock: socket.socket) -> bool:
+        """Start the gate on ``sock``; False if it cannot start."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = (sock.fileno(), theirs.fileno())
+        command = [sys.executable, "-I", "-S", web_gate.__file__, *map(str, fds)]
+        command += [str(self.max_connections), str(self.max_overflow), str(_ANSWER_LIFE)]
+        try:
+            self._gate = subprocess.Popen(
+                command, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+            )
+        except (OSError, ValueError) as exc:  # no interpreter to run it, say
+            ours.close()
+            log.warning(
+                "the web endpoint's gate did not start; this process accepts its connections",
+                error=repr(exc),
+            )
+            return False
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._control = ours
+        self.loop.add_reader(ours.fileno(), self._from_gate)
+        self._answering = self.loop.create_task(self._send_answers(), name="web-gate-answers")
+        return True
+
+    def _from_gate(self) -> None:
+        control = self._control
+        assert control is not None
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(control, 1024, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                message, fds = b"", []
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                self._spawn(self._serve(conn))
+            if not message:
+                self._gate_gone()
+                return
+            if message[:1] == b"!":  # the gate could not accept, or stops
+                number, _, text = message[1:].decode("utf-8", "replace").partition(" ")
+                context: dict[str, Any] = {"message": text}
+                if number != "0":
+                    context["message"] = "accepting a web connection failed"
+                    context["exception"] = OSError(int(number), text)
+                self.loop.call_exception_handler(context)
+
+    async def _send_answers(self) -> None:
+        # The gate answers the probes past the limit with the worker's latest answers,
+        # for a while (``_ANSWER_LIFE``): sent when they change, and now and then.
+        sent: dict[str, bytes] = {}
+        looks = 0
+        while True:
+            again, looks = looks % _ANSWERS_AGAIN == 0, looks + 1
+            for path in PROBES:
+                answer = probe_answer(*self.probe(path))
+                fresh = again or sent.get(path) != answer
+                if fresh and self._tell(b"a" + path.encode() + b" " + answer):
+                    sent[path] = answer
+            await asyncio.sleep(_ANSWERS_EVERY)
+
+    def released(self) -> None:
+        """A connection served is closed: the gate may pass another."""
+        if self._control is None:
+            return
+        self._unsent += 1
+        if self._tell(b"-" * self._unsent):
+            self._unsent = 0
+
+    def _tell(self, message: bytes) -> bool:
+        if self._control is None:
+            return False
+        try:
+            self._control.send(message)
+            return True
+        except OSError:  # full (then with the next message), or the gate is gone
+            return False
+
+    def _gate_gone(self) -> None:
+        """The gate ended before the endpoint: this loop accepts from now on."""
+        self._close_gate()
+        code = self._gate.poll() if self._gate is not None else None
+        log.warning(
+            "the web endpoint's gate stopped; this process accepts its connections",
+            exit_status=code,
+        )
+        if self._socket is not None:
+            self._accept_here()
+
+    def _close_gate(self) -> None:
+        if self._answering is not None:
+            self._answering.cancel()
+            self._answering = None
+        control, self._control = self._control, None
+        if control is not None:
+            self.loop.remove_reader(control.fileno())
+            control.close()  # the gate ends when it sees this
+
+    # -- accepting in this loop -----------------------------------------------------------
+
+    def _accept_here(self) -> None:
+        assert self._socket is not None
+        self._accepting = self.loop.create_task(self._accept(self._socket), name="web-accept")
 
     async def _accept(self, sock: socket.socket) -> None:
         # Our own accept loop rather than asyncio's: past the limit it slows down, so
@@ -317,17 +410,11 @@ class BoundedListener:
                 loop.call_exception_handler(
                     {"message": "accepting a web connection failed", "exception": exc}
                 )
-                await asyncio.sleep(_ACCEPT_RETRY)
+                await asyncio.sleep(ACCEPT_RETRY)
                 continue
             conn.setblocking(False)
             if len(self.connections) < self.max_connections:
-                assert self._factory is not None
-                try:
-                    await loop.connect_accepted_socket(
-                        partial(_Connection, self, self._factory()), conn
-                    )
-                except OSError:
-                    conn.close()
+                await self._serve(conn)
                 continue
             # Past the limit. Most clients have sent their request by now: answered at
             # once, with no transport made (cheap); else given a moment, while there is
@@ -342,16 +429,26 @@ class BoundedListener:
                 except OSError:
                     conn.close()
             else:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-                conn.close()
+                reset(conn)
                 delay = self._quick.delay()
             if delay:
                 await asyncio.sleep(delay)
 
+    async def _serve(self, conn: socket.socket) -> None:
+        """Serve an accepted connection within the limits."""
+        assert self._factory is not None
+        protocol = _Connection(self, self._factory())
+        try:
+            await self.loop.connect_accepted_socket(lambda: protocol, conn)
+        except OSError:
+            conn.close()
+            if protocol.transport is None:  # (else its connection_lost says so)
+                self.released()
+
     def _answer_now(self, conn: socket.socket) -> bool:
         """Answer a connection past the limit from what it sent already, if it did."""
         try:
-            answer = _overflow_answer(conn.recv(_OVERFLOW_READ), self.probe)
+            answer = overflow_answer(conn.recv(OVERFLOW_READ), self.answer)
         except BlockingIOError:
             return False
         except OSError:
@@ -366,19 +463,37 @@ class BoundedListener:
         conn.close()
         return True
 
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coroutine)
+        self._tasks.add(task)  # (a task nobody holds may be collected while it runs)
+        task.add_done_callback(self._tasks.discard)
+
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None, "not started"
         return self._loop
 
     def close(self) -> None:
-        """Stop accepting; open connections are the runner's to close."""
+        """Stop accepting (the gate too); open connections are the runner's to close."""
         if self._accepting is not None:
             self._accepting.cancel()
             self._accepting = None
+        for task in list(self._tasks):
+            task.cancel()
+        if self._control is not None:
+            self._close_gate()
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+
+    async def aclose(self) -> None:
+        """``close``, and end the gate. Idempotent."""
+        self.close()
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            # It holds nothing worth a goodbye, and may still be starting: not waited for.
+            gate.kill()
+            await asyncio.to_thread(gate.wait)
 
     @property
     def full(self) -> bool:

@@ -38,12 +38,20 @@ def get(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
 
 
+async def hold(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that holds a place: it began a request (one that has said nothing
+    is not accepted yet, and holds none)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /status HTTP/1.1\r\n")
+    return reader, writer
+
+
 async def test_connections_past_the_limit_are_answered_at_once() -> None:
     limits = WebLimits(max_connections=3)
     async with TestDriver(build("fulldemo"), web_port=0, web_limits=limits) as driver:
         web = driver.worker.web
         assert web is not None
-        idle = [await asyncio.open_connection("127.0.0.1", web.port) for _ in range(3)]
+        idle = [await hold(web.port) for _ in range(3)]
         async with asyncio.timeout(10):
             while len(web.listener.connections) < 3:
                 await asyncio.sleep(0.01)
@@ -51,13 +59,26 @@ async def test_connections_past_the_limit_are_answered_at_once() -> None:
         assert busy.startswith(b"HTTP/1.1 503") and b"too many connections" in busy
         health = await exchange(web.port, get("/health"))
         assert health.startswith(b"HTTP/1.1 200") and b'"alive": true' in health
-        ready = await exchange(web.port, get("/ready?x=1"))
-        assert ready.startswith(b"HTTP/1.1 200")
+        async with asyncio.timeout(10):  # (the gate has the worker's answer within 0.1 s)
+            while not (await exchange(web.port, get("/ready?x=1"))).startswith(b"HTTP/1.1 200"):
+                await asyncio.sleep(0.02)
         for _, writer in idle:
             writer.close()
         async with asyncio.timeout(10):  # their places are free again
             while not (await exchange(web.port, get("/status"))).startswith(b"HTTP/1.1 200"):
                 await asyncio.sleep(0.05)
+
+
+async def test_a_connection_that_says_nothing_holds_no_place() -> None:
+    limits = WebLimits(max_connections=2)
+    async with TestDriver(build("silentdemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        silent = [await asyncio.open_connection("127.0.0.1", web.port) for _ in range(20)]
+        assert (await exchange(web.port, get("/status"))).startswith(b"HTTP/1.1 200")
+        assert web.listener.admitted == 1
+        for _, writer in silent:
+            writer.close()
 
 
 async def test_a_slow_sender_is_closed_after_the_header_timeout() -> None:

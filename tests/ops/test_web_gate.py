@@ -1,0 +1,126 @@
+"""The web endpoint's gate: a process of its own refuses the connections past the limit,
+ends with its worker however the worker ends, and if it dies the worker's loop takes over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from flowkit.runtime import web_limits
+from flowkit.runtime.web_limits import WebLimits
+from flowkit.testing import TestDriver
+from tests.local_servers import free_port, kill, listening, spawn, wait_ready
+from tests.ops.test_web_limits import exchange, get, hold
+from tests.ops.webapp import build
+
+
+async def test_connections_past_the_limit_never_reach_the_worker() -> None:
+    limits = WebLimits(max_connections=3)
+    async with TestDriver(build("gatedemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        idle = [await hold(web.port) for _ in range(3)]
+        async with asyncio.timeout(10):
+            while len(web.listener.connections) < 3:
+                await asyncio.sleep(0.01)
+        answers = [await exchange(web.port, get("/status")) for _ in range(30)]
+        health = await exchange(web.port, get("/health"))
+        assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in answers)
+        assert health.startswith(b"HTTP/1.1 200") and b'"alive": true' in health
+        # the worker made a connection of the first three only, and refused none itself
+        assert (web.listener.admitted, web.listener.refused) == (3, 0)
+        for _, writer in idle:
+            writer.close()
+        async with asyncio.timeout(10):  # their places are the next clients'
+            while not (await exchange(web.port, get("/status"))).startswith(b"HTTP/1.1 200"):
+                await asyncio.sleep(0.05)
+
+
+async def test_the_worker_accepts_itself_once_its_gate_died() -> None:
+    async with TestDriver(build("gatelessdemo"), web_port=0) as driver:
+        web = driver.worker.web
+        assert web is not None
+        gate = web.listener._gate
+        assert gate is not None
+        os.kill(gate.pid, signal.SIGKILL)
+        async with asyncio.timeout(10):
+            while web.listener._accepting is None:
+                await asyncio.sleep(0.01)
+        assert (await exchange(web.port, get("/status"))).startswith(b"HTTP/1.1 200")
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(n) for n in (task / "children").read_text().split()]
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:  # a zombie has no command line: it is gone but for its exit status
+        return Path(f"/proc/{pid}/cmdline").read_bytes() != b""
+    except OSError:
+        return False
+
+
+async def test_the_gate_ends_when_its_worker_is_killed(tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "flowkit.cli", "worker", "tests.ops.cli_app:app", "--web-port"]
+    env = {"PYTHONPATH": os.getcwd()}
+    worker = spawn([*cmd, str(port)], tmp_path / "worker.log", env=env)
+    gates: list[int] = []
+    try:
+        assert await asyncio.to_thread(wait_ready, worker, lambda: listening(port), 30)
+        end = time.monotonic() + 10  # (the port listens a moment before the gate starts)
+        while not (gates := [pid for pid in children(worker.pid) if alive(pid)]):
+            assert time.monotonic() < end, "no gate"
+            await asyncio.sleep(0.02)
+        assert len(gates) == 1, gates
+        worker.kill()  # SIGKILL: nothing of the worker runs to stop its gate
+        await asyncio.to_thread(worker.wait, 30)
+        end = time.monotonic() + 10
+        while alive(gates[0]):
+            assert time.monotonic() < end, "the gate outlived its worker"
+            await asyncio.sleep(0.02)
+        assert not listening(port)
+    finally:
+        kill(worker)
+        for pid in gates:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_past_the_limit_a_stuck_worker_does_not_look_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(web_limits, "_ANSWER_LIFE", 0.5)
+    limits = WebLimits(max_connections=1)
+    async with TestDriver(build("stuckdemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        _, writer = await hold(web.port)
+        async with asyncio.timeout(10):
+            while not (web.listener.full and await exchange(web.port, get("/health"))):
+                await asyncio.sleep(0.01)
+        fresh = await exchange(web.port, get("/health"))
+        assert fresh.startswith(b"HTTP/1.1 200")  # past the limit, from the gate
+
+        def probe_later() -> bytes:
+            time.sleep(0.8)  # the worker's last answer is older than its life by then
+            with socket.create_connection(("127.0.0.1", web.port), timeout=10) as conn:
+                conn.sendall(get("/health"))
+                return conn.recv(4096)
+
+        with ThreadPoolExecutor(1) as pool:
+            stale = pool.submit(probe_later)
+            time.sleep(1.5)  # noqa: ASYNC251 (on purpose: the worker's event loop is stuck)
+            assert stale.result(timeout=10).startswith(b"HTTP/1.1 503")
+        writer.close()
