@@ -110,6 +110,28 @@ class TableStore(Generic[K, V]):
         """Partitions this worker holds."""
         return set(self._data)
 
+    def dirty(self, partition: int) -> bool:
+        """True when ``partition`` changed since the last drain."""
+        return bool(self._dirty.get(partition))
+
+    def partition_data(self, partition: int) -> dict[K, V] | None:
+        """The dict of ``partition`` (for a snapshot), or None if not held."""
+        return self._data.get(partition)
+
+    def load_encoded(self, partition: int, keys: list[bytes], values: list[bytes]) -> None:
+        """Fill ``partition`` from encoded keys and values (a snapshot); a codec's error
+        propagates (the snapshot is then not used)."""
+        key_decode = self.table.key_codec.decode
+        decode = self.table.value_codec.decode
+        data = self._data.setdefault(partition, {})
+        for k, v in zip(keys, values, strict=True):
+            data[key_decode(k)] = decode(v)
+
+    def reset(self, partition: int) -> None:
+        """Empty ``partition`` (it is rebuilt from the changelog)."""
+        self._data[partition] = {}
+        self._dirty.pop(partition, None)
+
     def sizes(self) -> dict[int, int]:
         """Keys per held partition."""
         return {p: len(d) for p, d in list(self._data.items())}
