@@ -248,6 +248,7 @@ class StateKeeper:
                 self.offsets.pop((store.table, tp.partition), None)
             more, _ = await self._replay({tp: tps[tp] for tp in foreign}, {})
             total += more
+        self.recovery.from_local += len(starts) - len(foreign)
         log.info(
             "tables recovered",
             tables=sorted(names),
