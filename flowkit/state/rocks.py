@@ -18,6 +18,7 @@ a table asks for this store.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -42,6 +43,7 @@ V = TypeVar("V")
 STAMP = b"\x00stamp"  # sorts before every data key (b"d" + key)
 DATA = b"d"
 _GONE: Any = object()  # a deleted key, in the in-memory layers
+_LOCK_TRIES = 20  # 0.1 s apart
 _CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
 
 
@@ -204,7 +206,7 @@ class RocksTableStore(Generic[K, V]):
         db = None
         if path.exists():
             try:
-                db = self._db(path)
+                db = self._locked_db(path, p)
                 raw = db.get(STAMP)
                 if raw is None:
                     why = "it has no changelog offset"
@@ -212,6 +214,8 @@ class RocksTableStore(Generic[K, V]):
                     why = want.mismatch(found := Stamp.decode(raw))
                     if why is None:
                         return _Part(db, found)
+            except ConfigurationError:
+                raise
             except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
                 why = f"it does not open ({exc})"
             log.warning(
@@ -226,6 +230,21 @@ class RocksTableStore(Generic[K, V]):
             shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         return _Part(self._db(path), want)
+
+    def _locked_db(self, path: Path, p: int) -> Any:
+        # Another worker process on this machine may still hold the partition it is
+        # giving up: wait a little for it, and never delete what it holds.
+        for _ in range(_LOCK_TRIES):
+            try:
+                return self._db(path)
+            except Exception as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+                time.sleep(0.1)
+        raise ConfigurationError(
+            f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
+            "by another process; give each worker its own --data-dir or stop the other one"
+        )
 
     def _db(self, path: Path) -> Any:
         rocksdict = self._rocksdict

@@ -236,3 +236,24 @@ def test_a_store_reads_like_a_dict_and_its_changelog_rebuilds_it(
             rebuilt.apply_changelog(p, [m for m in logs[i] if m.partition == p])
         assert dict(rebuilt.items()) == model
     rocks.aclose()
+
+
+def test_local_state_held_by_another_process_is_never_deleted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from flowkit.state import rocks
+
+    monkeypatch.setattr(rocks, "_LOCK_TRIES", 1)  # (a worker waits 2 s for the other)
+    table = flowkit.App("shop", partitions=1).table("t", default=int)
+    holder = RocksTableStore(table, data_dir=tmp_path, broker="memory://")
+    holder.assign([0])
+    holder.writable(0, "a")["a"] = 5
+    holder.drain_changes()
+    holder.persist({0: 1})
+    other = RocksTableStore(table, data_dir=tmp_path, broker="memory://")
+    with pytest.raises(flowkit.ConfigurationError, match="held by another process"):
+        other.assign([0])
+    holder.aclose()
+    other.assign([0])
+    assert other["a"] == 5 and other.local_offset(0) == 1
+    other.aclose()
