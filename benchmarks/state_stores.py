@@ -100,10 +100,10 @@ def restart_round(keys: list[str]) -> dict[str, float]:
         try:
             broker = MemoryBroker(retention_records=None)
             load_keys(broker, keys)
-            app, _, counts = make_app(store, data_dir)
+            app, _, _ = make_app(store, data_dir)
             asyncio.run(run_to_idle(app, broker))
             load_keys(broker, changed)  # the 1 % tail: counted by a worker with no state
-            app, _, counts = make_app(store, None)
+            app, _, _ = make_app(store, None)
             elsewhere = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
             asyncio.run(run_to_idle(app, broker, data_dir=elsewhere))
             shutil.rmtree(elsewhere, ignore_errors=True)
