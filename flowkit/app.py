@@ -90,7 +90,8 @@ class App:
     ``store`` is where tables keep their state: ``"memory://"`` (the default) or
     ``"rocksdb://"`` (on local disk; the ``rocksdb`` extra), and ``data_dir`` the directory
     of the local state (``flowkit worker --data-dir`` overrides it; see the state-stores
-    page of the docs).
+    page of the docs). With a data directory, memory stores write snapshots when they give
+    partitions up, and at a checkpoint every ``snapshot_interval`` seconds if given.
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class App:
         client_settings: Mapping[str, Any] | None = None,
         store: str = "memory://",
         data_dir: str | os.PathLike[str] | None = None,
+        snapshot_interval: Seconds | None = None,
     ) -> None:
         arguments.name(name, "app name")
         if client_settings is not None and not isinstance(client_settings, Mapping):
@@ -128,6 +130,11 @@ class App:
         self.client_settings: dict[str, Any] = dict(client_settings or {})
         self.store: StoreKind = check_store(store, "App()")
         self.data_dir: Path | None = None if data_dir is None else Path(data_dir)
+        self.snapshot_interval: float | None = None
+        if snapshot_interval is not None:
+            self.snapshot_interval = seconds(snapshot_interval, "snapshot_interval")
+            if not 0 < self.snapshot_interval < math.inf:
+                raise DefinitionError("snapshot_interval must be a finite number of seconds > 0")
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []

@@ -76,6 +76,11 @@ class StateKeeper:
         self.snapshots = None if data_dir is None else SnapshotFiles(data_dir, broker=self.broker)
         # Per (table, partition) with local state: the changelog offset it reflects.
         self.offsets: dict[tuple[Any, int], int] = {}
+        # Memory stores' snapshots at checkpoints: at most every so many seconds; those
+        # taken with the changes a checkpoint sends, written once the changelog has them.
+        self.snapshot_interval = app.snapshot_interval
+        self._snapshot_due = time.monotonic() + (app.snapshot_interval or 0.0)
+        self._captured: list[tuple[Any, int, tuple[list[bytes], list[bytes]]]] = []
         tables = list(app.tables.values())
         # This worker's state of every table: what ``table[key]`` reaches in its tasks.
         self.stores: dict[Any, Any] = {t: self._new_store(app, t) for t in tables}
@@ -325,6 +330,12 @@ class StateKeeper:
                 offsets[key] = mine[p] = offset
             if isinstance(store, RocksTableStore):
                 store.persist(mine)
+        captured, self._captured = self._captured, []
+        if self.snapshots is not None:
+            for store, p, taken in captured:
+                at = offsets.get((store.table, p))
+                if at is not None and p in store.held():
+                    self.snapshots.write(store, p, taken, offset=at)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Drop state of partitions this worker gave up (after the final flush): local
@@ -404,7 +415,25 @@ class StateKeeper:
             changes = self.stores[table].drain_changes()
             if changes:
                 drained.append((table.name, table.changelog_topic, changes))
+        self._capture_snapshots()
         return drained
+
+    def _capture_snapshots(self) -> None:
+        # Now, with nothing changed since the drain: the state is what the changelog
+        # holds once the drained changes are acknowledged.
+        if self.snapshots is None or self.snapshot_interval is None:
+            return
+        now = time.monotonic()
+        if now < self._snapshot_due:
+            return
+        self._snapshot_due = now + self.snapshot_interval
+        for table in self.partitioned:
+            store = self.stores[table]
+            if isinstance(store, TableStore):
+                for p in sorted(store.held()):
+                    captured = SnapshotFiles.capture(store, p)
+                    if captured is not None:
+                        self._captured.append((store, p, captured))
 
     async def send_changelogs(self, drained: list[tuple[str, str, list[Change]]]) -> None:
         """Send drained changes: one batch per changelog partition when the worker's

@@ -2,8 +2,11 @@
 offset it reflects, each replacing the previous (written aside, then renamed over it).
 
 A worker given a data directory writes a partition's snapshot when it gives the partition
-up (a revocation, a clean stop) with nothing changed since its last checkpoint; on the
-next assignment it loads the snapshot and replays only the changelog after its offset.
+up (a revocation, a clean stop) with nothing changed since its last checkpoint, and, with
+``App(snapshot_interval=...)``, at a checkpoint at most that often: the state is taken when
+the checkpoint takes the changes it sends, and written once the changelog holds them. On
+the next assignment the worker loads the snapshot and replays only the changelog after its
+offset.
 
 >>> import tempfile, flowkit
 >>> from pathlib import Path
@@ -69,16 +72,35 @@ class SnapshotFiles:
 
     def save(self, store: TableStore[Any, Any], partition: int, *, offset: int) -> None:
         """Write ``partition``'s state, reflecting the changelog up to ``offset``."""
+        captured = self.capture(store, partition)
+        if captured is not None:
+            self.write(store, partition, captured, offset=offset)
+
+    @staticmethod
+    def capture(
+        store: TableStore[Any, Any], partition: int
+    ) -> tuple[list[bytes], list[bytes]] | None:
+        """``partition``'s keys and values, encoded now (None if not held)."""
         data = store.partition_data(partition)
         if data is None:
-            return
+            return None
         encode_key = store.table.encode_key
         encode = store.table.value_codec.encode
-        snapshot = _Snapshot(
-            self._stamp(store, partition).with_offset(offset).encode(),
-            [encode_key(k) for k in data],
-            [encode(v) for v in data.values()],
-        )
+        return [encode_key(k) for k in data], [encode(v) for v in data.values()]
+
+    def write(
+        self,
+        store: TableStore[Any, Any],
+        partition: int,
+        captured: tuple[list[bytes], list[bytes]],
+        *,
+        offset: int,
+    ) -> None:
+        """Write what ``capture`` took, as reflecting the changelog up to ``offset``; it
+        replaces the previous snapshot only once it is whole on disk."""
+        keys, values = captured
+        stamp = self._stamp(store, partition).with_offset(offset)
+        snapshot = _Snapshot(stamp.encode(), keys, values)
         path = self._path(store, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         aside = path.with_suffix(".tmp")
@@ -86,7 +108,7 @@ class SnapshotFiles:
             f.write(msgspec.msgpack.encode(snapshot))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(aside, path)  # the previous snapshot goes only once this one is whole
+        os.replace(aside, path)
 
     def load(self, store: TableStore[Any, Any], partition: int) -> int | None:
         """Fill ``partition`` from its snapshot; the changelog offset it reflects, or None

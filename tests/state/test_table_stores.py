@@ -257,3 +257,33 @@ def test_local_state_held_by_another_process_is_never_deleted(
     other.assign([0])
     assert other["a"] == 5 and other.local_offset(0) == 1
     other.aclose()
+
+
+def snapshot_files(data_dir: Path) -> int:
+    return len(list(data_dir.glob("shop/totals/*/snapshot.msgpack")))
+
+
+async def test_memory_snapshots_at_checkpoints_survive_a_worker_that_never_stopped(
+    tmp_path: Path,
+) -> None:
+    # A worker that is abandoned (no clean stop, no revocation) leaves the snapshot of its
+    # last checkpoint: the next one loads it and replays only the changelog after it.
+    broker = MemoryBroker()
+    app, orders, totals = orders_app("memory+snapshots", tmp_path)
+    app.snapshot_interval = 0.001
+    driver = TestDriver(app, broker=broker)
+    await driver.__aenter__()
+    await feed(driver, orders, 70)
+    await driver.worker.checkpoint()
+    assert snapshot_files(tmp_path) == 2
+    driver.worker.state.snapshot_interval = None  # no more of them
+    await feed(driver, orders, 7)  # after the last snapshot: in the changelog only
+    await driver.worker.checkpoint()
+    driver.worker.state.snapshots = None  # from here on, as if the process had died
+    await driver.__aexit__(None, None, None)
+    app, orders, totals = orders_app("memory+snapshots", tmp_path)
+    async with TestDriver(app, broker=broker) as again:
+        await again.run_until_idle()
+        assert dict(totals.items()) == {f"c{k}": 11 for k in range(7)}
+        recovery = again.worker.state.recovery
+        assert recovery.from_local == 2 and recovery.done == 7
