@@ -1,5 +1,4 @@
-"""Table stores: a restart from local state against a full changelog replay, and the disk
-store's speed against the memory store's.
+"""Table stores: a restart from local state against a full replay; disk against memory.
 
     python -m benchmarks.state_stores [--keys 200000] [--repeat 3]
     python -m benchmarks.state_stores --rss --keys 10000000 --store rocksdb://   # opt-in
@@ -74,8 +73,10 @@ async def run_to_idle(app: flowkit.App, broker: MemoryBroker, **options: Any) ->
     return elapsed
 
 
-async def start_to_ready(app: flowkit.App, broker: MemoryBroker, data_dir: Path | None) -> float:
-    """Seconds from a worker's start until it is ready."""
+async def start_to_ready(
+    app: flowkit.App, broker: MemoryBroker, data_dir: Path | None, table: Any
+) -> tuple[float, dict[str, int]]:
+    """Seconds from a worker's start until it is ready, and then its table."""
     worker = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data_dir)
     started = time.perf_counter()
     async with worker:
@@ -84,7 +85,8 @@ async def start_to_ready(app: flowkit.App, broker: MemoryBroker, data_dir: Path 
             if worker.error is not None or time.perf_counter() > deadline:
                 raise SystemExit(f"the worker did not become ready: {worker.error!r}")
             await asyncio.sleep(0.001)
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        return elapsed, dict(worker.state.stores[table].items())
 
 
 def restart_round(keys: list[str]) -> dict[str, float]:
@@ -108,8 +110,12 @@ def restart_round(keys: list[str]) -> dict[str, float]:
             asyncio.run(run_to_idle(app, broker, data_dir=elsewhere))
             shutil.rmtree(elsewhere, ignore_errors=True)
             gc.collect()
-            app, _, _counts = make_app(store, data_dir)
-            out[label] = asyncio.run(start_to_ready(app, broker, data_dir))
+            app, _, counts = make_app(store, data_dir)
+            out[label], table = asyncio.run(start_to_ready(app, broker, data_dir, counts))
+            want = {key: 1 for key in keys} | {key: 2 for key in changed}
+            if table != want:
+                wrong = sum(1 for k in want if table.get(k) != want[k])
+                raise SystemExit(f"{label}: {wrong:,} of {len(want):,} counts are wrong")
         finally:
             if data_dir is not None:
                 shutil.rmtree(data_dir, ignore_errors=True)
