@@ -421,6 +421,7 @@ class StateKeeper:
     def _capture_snapshots(self) -> None:
         # Now, with nothing changed since the drain: the state is what the changelog
         # holds once the drained changes are acknowledged.
+        self._captured = []  # any of a checkpoint that failed: never written
         if self.snapshots is None or self.snapshot_interval is None:
             return
         now = time.monotonic()
