@@ -15,6 +15,7 @@ COMPARISONS = (
     "web_flood",
     "latency",
     "recovery",
+    "state_stores",
     "state_size",
     "router",
     "router_filters",

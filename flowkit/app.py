@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import tzinfo
+from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from . import arguments
@@ -36,6 +38,7 @@ from .policies import APP_DEFAULT, Action, ErrorPolicy, FailureGuard
 from .redaction import redact_url
 from .sinks import Sink, runner_options
 from .state import GlobalTable, StreamJoin, Table, TableBase
+from .state.local import StoreKind, check_store
 from .streams.hops import agent_hops
 from .streamtime import DEFAULT_MAX_FUTURE
 from .topics import Repartition, Topic
@@ -84,6 +87,11 @@ class App:
     Kafka client settings that every worker of the app uses, ``flowkit worker`` included
     (over the broker URL's, under a ``Worker``'s own; not used on ``memory://``): the place
     for a token provider function or a password read from the environment.
+    ``store`` is where tables keep their state: ``"memory://"`` (the default) or
+    ``"rocksdb://"`` (on local disk; the ``rocksdb`` extra), and ``data_dir`` the directory
+    of the local state (``flowkit worker --data-dir`` overrides it; see the state-stores
+    page of the docs). With a data directory, memory stores write snapshots when they give
+    partitions up, and at a checkpoint every ``snapshot_interval`` seconds if given.
     """
 
     def __init__(
@@ -96,6 +104,9 @@ class App:
         failure_guard: FailureGuard | None = DEFAULT_GUARD,
         processing_guarantee: ProcessingGuarantee = "at_least_once",
         client_settings: Mapping[str, Any] | None = None,
+        store: str = "memory://",
+        data_dir: str | os.PathLike[str] | None = None,
+        snapshot_interval: Seconds | None = None,
     ) -> None:
         arguments.name(name, "app name")
         if client_settings is not None and not isinstance(client_settings, Mapping):
@@ -117,6 +128,13 @@ class App:
         self.failure_guard = FailureGuard.of(failure_guard, f"App {name!r}")
         self.processing_guarantee = check_guarantee(processing_guarantee)
         self.client_settings: dict[str, Any] = dict(client_settings or {})
+        self.store: StoreKind = check_store(store, "App()")
+        self.data_dir: Path | None = None if data_dir is None else Path(data_dir)
+        self.snapshot_interval: float | None = None
+        if snapshot_interval is not None:
+            self.snapshot_interval = seconds(snapshot_interval, "snapshot_interval")
+            if not 0 < self.snapshot_interval < math.inf:
+                raise DefinitionError("snapshot_interval must be a finite number of seconds > 0")
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []
@@ -193,9 +211,11 @@ class App:
         key_type: Any = str,
         value_type: Any = Any,
         partitions: int | None = None,
+        store: str | None = None,
     ) -> Table[Any, Any]:
         """Declare a partitioned table backed by ``<app>-<name>-changelog``.
 
+        ``store`` (``"memory://"`` or ``"rocksdb://"``) overrides the app's ``store``.
         Call ``.tumbling(...)`` or ``.hopping(...)`` on the result for a windowed table.
         """
         self._check_open()
@@ -208,6 +228,7 @@ class App:
             key_type=key_type,
             value_type=value_type,
             check_open=self._check_open,
+            store=store,
         )
         self._tables[name] = table
         return table

@@ -213,6 +213,16 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    data_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--data-dir",
+            metavar="DIR",
+            help="Where tables keep local state (the rocksdb:// store; snapshots of the "
+            "memory store). Default: the app's data_dir, else ./flowkit-data for rocksdb://.",
+            show_default=False,
+        ),
+    ] = None,
     fail_fast: Annotated[
         bool,
         typer.Option(
@@ -256,6 +266,7 @@ def worker(
                 web_allowed_hosts=web_allow_host,
                 web_limits=limits,
                 processing_guarantee=processing_guarantee,
+                data_dir=data_dir,
             )
             typer.echo(summary, err=True)
             if code == FAILED:  # (one that refused its input said why itself: exit code 2)
@@ -276,6 +287,7 @@ def worker(
                 web_allowed_hosts=web_allow_host,
                 web_limits=limits,
                 processing_guarantee=processing_guarantee,
+                data_dir=data_dir,
                 # A process of a group keeps its transactional id across restarts, so the
                 # next one aborts what a killed one left open at once.
                 transactional_id=None if child is None else f"{the_app.name}-p{child}",

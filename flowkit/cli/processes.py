@@ -69,6 +69,7 @@ def run_group(
     web_allowed_hosts: list[str] | None = None,
     web_limits: WebLimits | None = None,
     processing_guarantee: str | None = None,
+    data_dir: str | None = None,
 ) -> tuple[int, str, str]:
     """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
     summary line of the whole group, and which processes did not stop cleanly."""
@@ -76,6 +77,8 @@ def run_group(
     argv += ["--log-level", log_level, "--log-format", log_format]
     if processing_guarantee is not None:
         argv += ["--processing-guarantee", processing_guarantee]
+    if data_dir is not None:  # one for the group: a partition that moves finds its state
+        argv += ["--data-dir", data_dir]
     if web_port is not None:  # each child serves on a private port the parent asks
         argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
     env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password

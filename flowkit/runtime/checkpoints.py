@@ -3,7 +3,8 @@
 Order of a checkpoint (at-least-once): take the committable offsets; flush the sinks
 (they may dead-letter); send the windowed tables' partials and markers; take the changed
 keys of every table, wait until every send so far is acknowledged, then send those keys
-to the changelogs and wait for their acknowledgements; then commit those offsets. A
+to the changelogs and wait for their acknowledgements; write the tables' local state,
+stamped with the changelog offsets it reflects; then commit those offsets. A
 record whose effects are not all acknowledged is never committed.
 """
 
@@ -86,6 +87,8 @@ class Checkpointer:
             await self.publisher.await_acks()
             await self.state.send_changelogs(changes)
             await self.publisher.await_acks()
+            # Local state follows the changelog, never leads it: written once it is there.
+            self.state.persist()
             if not offsets:
                 return
             self._report()
@@ -123,6 +126,7 @@ class Checkpointer:
                 started = self.clock.monotonic()
                 await producer.commit_transaction(offsets, consumer)  # or abort, and raise
                 log.debug("transaction: committed")
+                self.state.persist()  # the changelog writes count only now
             except TransportError as exc:
                 # A send of the transaction failed: none of it may count.
                 aborted = aborted_in(exc)

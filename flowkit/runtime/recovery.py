@@ -29,6 +29,7 @@ class RecoveryProgress:
 
     def __init__(self) -> None:
         self.done = 0  # records read, all recoveries together
+        self.from_local = 0  # table partitions restored from local state (then the tail)
         self.left = 0  # records still to read in the recovery under way
         self.active = False
         self.started = 0.0

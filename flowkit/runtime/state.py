@@ -6,12 +6,20 @@ table partition from its changelog (reading up to the high watermark a fetch rep
 before the worker processes any record of that partition. At every checkpoint it sends
 the windowed tables' partials and markers, then the latest value of every changed key to
 the changelogs; the worker awaits those sends before it commits offsets.
+
+Plain tables keep local state where the worker has a data directory (the ``rocksdb://``
+store always has one): each partition's state carries the changelog offset it reflects
+(``flowkit.state.local.Stamp``), so recovery replays only the changelog after it. Local
+state that is not this partition's, or that the changelog does not reach (a new broker,
+a deleted topic), is dropped with one log line and the partition rebuilt from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -20,7 +28,10 @@ from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_headers, dead_letter_topic
 from ..records import Message, TopicPartition
-from ..state import GlobalTable, StreamJoin, Table, WindowedStore, WindowedTable
+from ..redaction import redact_url
+from ..state import GlobalTable, StreamJoin, Table, TableStore, WindowedStore, WindowedTable
+from ..state.rocks import RocksTableStore
+from ..state.snapshots import SnapshotFiles
 from ..transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .recovery import RecoveryProgress
 
@@ -35,6 +46,10 @@ Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
 
+DEFAULT_DATA_DIR = "flowkit-data"
+"""Where the ``rocksdb://`` store keeps its databases when no data directory is given
+(relative to the working directory)."""
+
 
 class StateKeeper:
     """Holds, recovers, flushes and ticks the tables of one worker."""
@@ -46,14 +61,29 @@ class StateKeeper:
         clock: Clock,
         send: SendBytes,
         send_batch: SendBatch | None = None,
+        *,
+        data_dir: Path | None = None,
+        sent_end: Callable[[], Mapping[tuple[str, int], int]] = dict,
     ) -> None:
         self.transport = transport
         self.clock = clock
         self._send = send
         self._send_batch = send_batch  # changelogs: a batch per partition
+        self._sent_end = sent_end  # per (topic, partition): the end of what was acked
+        self.broker = redact_url(transport.url)  # in local state's stamp: no secrets
+        self.data_dir = data_dir
+        # Memory stores snapshot only where a data directory was given.
+        self.snapshots = None if data_dir is None else SnapshotFiles(data_dir, broker=self.broker)
+        # Per (table, partition) with local state: the changelog offset it reflects.
+        self.offsets: dict[tuple[Any, int], int] = {}
+        # Memory stores' snapshots at checkpoints: at most every so many seconds; those
+        # taken with the changes a checkpoint sends, written once the changelog has them.
+        self.snapshot_interval = app.snapshot_interval
+        self._snapshot_due = time.monotonic() + (app.snapshot_interval or 0.0)
+        self._captured: list[tuple[Any, int, tuple[list[bytes], list[bytes]]]] = []
         tables = list(app.tables.values())
         # This worker's state of every table: what ``table[key]`` reaches in its tasks.
-        self.stores: dict[Any, Any] = {t: t.new_store(self.now_ms) for t in tables}
+        self.stores: dict[Any, Any] = {t: self._new_store(app, t) for t in tables}
         self.windowed: list[WindowedTable[Any, Any]] = [
             t for t in tables if isinstance(t, WindowedTable)
         ]
@@ -73,6 +103,18 @@ class StateKeeper:
         self._outbox_task: asyncio.Task[None] | None = None
         self.recovery = RecoveryProgress()  # for metrics and the console
         self.changelog_written: dict[str, int] = {}  # records per table, for metrics
+
+    def _new_store(self, app: App, table: Any) -> Any:
+        if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
+            data_dir = self.data_dir or Path(DEFAULT_DATA_DIR)
+            return RocksTableStore(table, data_dir=data_dir.absolute(), broker=self.broker)
+        return table.new_store(self.now_ms)
+
+    def _local(self, store: Any) -> bool:
+        # A store whose partitions carry the changelog offset they reflect.
+        return isinstance(store, RocksTableStore) or (
+            self.snapshots is not None and isinstance(store, TableStore)
+        )
 
     def now_ms(self) -> int:
         """The worker's wall clock, in milliseconds."""
@@ -117,8 +159,10 @@ class StateKeeper:
             count = await self.transport.partition_count(table.topic.name) or 0
             for p in range(count):
                 tps[TopicPartition(table.topic.name, p)] = self.stores[table]
+        started = time.monotonic()
         try:
-            total, seconds = await self._load(consumer, tps)
+            consumer.assign(tps)
+            total = await self._load(consumer, tps)
         except BaseException:
             await consumer.aclose()
             raise
@@ -126,24 +170,27 @@ class StateKeeper:
             "global tables loaded",
             tables=[t.name for t in self.globals],
             records=total,
-            seconds=seconds,
+            seconds=round(time.monotonic() - started, 3),
         )
         spawn(self._follow(consumer, tps), "global-tables")
 
-    async def _load(self, consumer: Any, tps: Mapping[TopicPartition, Any]) -> tuple[int, float]:
-        """Assign ``tps`` and apply them to their tables up to the high watermark; returns
-        the records read and the seconds it took."""
-        consumer.assign(tps)
-        started = self.clock.monotonic()
-        apply = self.recovery.watch(
-            consumer, tps, lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)
-        )
+    async def _load(
+        self,
+        consumer: Any,
+        tps: Mapping[TopicPartition, Any],
+        apply: Callable[[TopicPartition, Sequence[Message]], None] | None = None,
+    ) -> int:
+        """Apply ``tps`` (assigned) to their tables up to the high watermark; returns the
+        records read."""
+        if apply is None:
+            apply = lambda tp, ms: tps[tp].apply_changelog(tp.partition, ms)  # noqa: E731
+        watched = self.recovery.watch(consumer, tps, apply)
         try:
-            total = await read_to_end(consumer, set(tps), apply)
+            total = await read_to_end(consumer, set(tps), watched)
         finally:
             self.recovery.finish()
         await self._dead_letter_refused(set(tps.values()))
-        return total, round(self.clock.monotonic() - started, 3)
+        return total
 
     async def _has_records(self, table: GlobalTable[Any, Any]) -> bool:
         consumer = self.transport.consumer(group_id=None, client_id="flowkit-probe")
@@ -170,40 +217,155 @@ class StateKeeper:
     # -- partitioned tables ---------------------------------------------------------------
 
     async def recover(self, partitions: Iterable[int]) -> None:
-        """Rebuild the given partitions of every table from its changelog."""
+        """Rebuild the given partitions of every table: from local state and the
+        changelog after it, or from the whole changelog."""
         wanted = sorted(set(partitions))
         if not self.partitioned or not wanted:
             return
+        started = time.monotonic()  # real seconds, whatever clock the worker runs on
+        tps: dict[TopicPartition, Any] = {}
+        starts: dict[TopicPartition, int] = {}
+        names: set[str] = set()
+        for table in self.partitioned:
+            store = self.stores[table]
+            fresh = [p for p in wanted if p < table.partitions and p not in store.held()]
+            store.assign(fresh)
+            for p in fresh:
+                tp = TopicPartition(table.changelog_topic, p)
+                tps[tp] = store
+                names.add(table.name)
+                start = self._open_local(store, p)
+                if start is not None:
+                    starts[tp] = start
+        if not tps:
+            return
+        total, foreign = await self._replay(tps, starts)
+        if foreign:
+            for tp in sorted(foreign):
+                store = tps[tp]
+                log.warning(
+                    "local state not used; rebuilding from the changelog",
+                    table=store.table.name,
+                    partition=tp.partition,
+                    reason=f"it reflects offset {starts[tp]}, beyond the changelog's end",
+                )
+                store.reset(tp.partition)
+                self.offsets.pop((store.table, tp.partition), None)
+            more, _ = await self._replay({tp: tps[tp] for tp in foreign}, {})
+            total += more
+        self.recovery.from_local += len(starts) - len(foreign)
+        log.info(
+            "tables recovered",
+            tables=sorted(names),
+            partitions=wanted,
+            records=total,
+            from_local_state=len(starts) - len(foreign),
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def _open_local(self, store: Any, partition: int) -> int | None:
+        """The changelog offset the local state of ``partition`` reflects (loading a
+        memory store's snapshot), or None: no usable local state."""
+        if isinstance(store, RocksTableStore):
+            offset = store.local_offset(partition)
+        elif self.snapshots is not None and isinstance(store, TableStore):
+            offset = self.snapshots.load(store, partition)
+        else:
+            return None
+        if offset is not None:
+            self.offsets[(store.table, partition)] = offset
+        return offset
+
+    async def _replay(
+        self, tps: Mapping[TopicPartition, Any], starts: Mapping[TopicPartition, int]
+    ) -> tuple[int, set[TopicPartition]]:
+        """Read ``tps`` from ``starts`` (else from their start) to their end; returns the
+        records read and the partitions whose start the changelog does not reach."""
         consumer = self.transport.consumer(group_id=None, client_id="flowkit-recovery")
         await consumer.start()
-        try:
-            tps: dict[TopicPartition, Any] = {}
-            names: set[str] = set()
-            for table in self.partitioned:
-                store = self.stores[table]
-                fresh = [p for p in wanted if p < table.partitions and p not in store.held()]
-                store.assign(fresh)
-                for p in fresh:
-                    tps[TopicPartition(table.changelog_topic, p)] = store
-                    names.add(table.name)
-            if not tps:
+        foreign: set[TopicPartition] = set()
+
+        def apply(tp: TopicPartition, messages: Sequence[Message]) -> None:
+            if tp in foreign:
                 return
-            total, seconds = await self._load(consumer, tps)
-            log.info(
-                "tables recovered",
-                tables=sorted(names),
-                partitions=wanted,
-                records=total,
-                seconds=seconds,
-            )
+            start = starts.get(tp)
+            if start is not None and messages and messages[0].offset < start:
+                foreign.add(tp)  # reset to the log's start: the offset is past its end
+                return
+            tps[tp].apply_changelog(tp.partition, messages)
+
+        try:
+            consumer.assign(tps)
+            for tp, start in starts.items():
+                consumer.seek(tp, start)
+            total = await self._load(consumer, tps, apply)
+            for tp, store in tps.items():
+                if tp in foreign:
+                    continue
+                high = consumer.highwater(tp)
+                begin = starts.get(tp)
+                if begin is not None and begin > 0 and (high is None or high < begin):
+                    foreign.add(tp)  # a broker that does not reset: nothing was read
+                elif self._local(store):
+                    key = (store.table, tp.partition)
+                    self.offsets[key] = max(self.offsets.get(key, 0), consumer.position(tp))
+            return total, foreign
         finally:
             await consumer.aclose()
 
+    def persist(self) -> None:
+        """Write local state, stamped with the changelog offset it reflects: called once
+        every changelog write drained so far is acknowledged."""
+        sent = self._sent_end()
+        offsets = self.offsets
+        for table in self.partitioned:
+            store = self.stores[table]
+            if not self._local(store):
+                continue
+            topic = table.changelog_topic
+            mine: dict[int, int] = {}
+            for p in store.held():
+                key = (table, p)
+                offset = max(offsets.get(key, 0), sent.get((topic, p), 0))
+                offsets[key] = mine[p] = offset
+            if isinstance(store, RocksTableStore):
+                store.persist(mine)
+        captured, self._captured = self._captured, []
+        if self.snapshots is not None:
+            for store, p, taken in captured:
+                at = offsets.get((store.table, p))
+                if at is not None and p in store.held():
+                    self.snapshots.write(store, p, taken, offset=at)
+
     def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop state of partitions this worker gave up (after the final flush)."""
+        """Drop state of partitions this worker gave up (after the final flush): local
+        state is closed, memory stores with a data directory write their snapshots."""
         ps = list(partitions)
         for table in self.partitioned:
-            self.stores[table].revoke(ps)
+            store = self.stores[table]
+            self._snapshot(store, ps)
+            store.revoke(ps)
+            for p in ps:
+                self.offsets.pop((table, p), None)
+
+    def _snapshot(self, store: Any, partitions: Iterable[int]) -> None:
+        # Only a partition with nothing changed since its last checkpoint: its dict is
+        # then exactly what the changelog holds up to the offset.
+        if self.snapshots is None or not isinstance(store, TableStore):
+            return
+        for p in partitions:
+            offset = self.offsets.get((store.table, p))
+            if offset is not None and p in store.held() and not store.dirty(p):
+                self.snapshots.save(store, p, offset=offset)
+
+    def aclose(self, *, clean: bool) -> None:
+        """Close local state (a clean stop also writes the memory stores' snapshots)."""
+        for table in self.partitioned:
+            store = self.stores[table]
+            if clean:
+                self._snapshot(store, store.held())
+            if isinstance(store, RocksTableStore):
+                store.aclose()
 
     def has_outbox(self) -> bool:
         """True while windowed tables have partials or markers to send."""
@@ -253,7 +415,26 @@ class StateKeeper:
             changes = self.stores[table].drain_changes()
             if changes:
                 drained.append((table.name, table.changelog_topic, changes))
+        self._capture_snapshots()
         return drained
+
+    def _capture_snapshots(self) -> None:
+        # Now, with nothing changed since the drain: the state is what the changelog
+        # holds once the drained changes are acknowledged.
+        self._captured = []  # any of a checkpoint that failed: never written
+        if self.snapshots is None or self.snapshot_interval is None:
+            return
+        now = time.monotonic()
+        if now < self._snapshot_due:
+            return
+        self._snapshot_due = now + self.snapshot_interval
+        for table in self.partitioned:
+            store = self.stores[table]
+            if isinstance(store, TableStore):
+                for p in sorted(store.held()):
+                    captured = SnapshotFiles.capture(store, p)
+                    if captured is not None:
+                        self._captured.append((store, p, captured))
 
     async def send_changelogs(self, drained: list[tuple[str, str, list[Change]]]) -> None:
         """Send drained changes: one batch per changelog partition when the worker's

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -102,6 +104,7 @@ class Worker:
     ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
+    ``data_dir`` overrides the app's directory of local table state (``App(data_dir=)``).
     ``client_settings`` are Kafka client settings, over the app's and the URL's.
 
     >>> import asyncio, flowkit
@@ -140,6 +143,7 @@ class Worker:
         idle_hint: float | None = None,
         processing_guarantee: ProcessingGuarantee | None = None,
         transactional_id: str | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if group_id is not None and group_id != app.name:
             raise ConfigurationError(
@@ -189,7 +193,16 @@ class Worker:
         )
         self.tracker = OffsetTracker()
         self.publisher: Publisher | None = None
-        self.state = StateKeeper(app, self.transport, self.clock, self._send, self._send_batch)
+        given_dir = data_dir if data_dir is not None else app.data_dir
+        self.state = StateKeeper(
+            app,
+            self.transport,
+            self.clock,
+            self._send,
+            self._send_batch,
+            data_dir=None if given_dir is None else Path(given_dir),
+            sent_end=lambda: self.publisher.sent_end if self.publisher else {},
+        )
         for declared in app.metrics.declared.values():  # the app's own, on this registry
             self.state.stores[declared] = declared.create(self.metrics.registry)
         # What every task of this worker reaches through its context: the tables' stores.
@@ -468,16 +481,19 @@ class Worker:
         await self.state.wait_outbox()  # never cancelled: it sends what it drained
         if self.web is not None and self._error is None:
             await self.web.leaving()  # tell the group its tables are no longer here
+        # An agent that failed too often stopped a sound worker: what is done (its
+        # dead letters too) is committed, up to the record that tripped the guard.
+        sound = self._error is None or isinstance(self._error, TooManyFailures)
         try:
-            # An agent that failed too often stopped a sound worker: what is done (its
-            # dead letters too) is committed, up to the record that tripped the guard.
-            sound = self._error is None or isinstance(self._error, TooManyFailures)
             if sound and self.fetcher is not None:
                 await self.checkpoint()
         except FlowkitError as exc:
             self._error = self._error or exc
         finally:
-            await self._disconnect()
+            try:
+                await self._disconnect()
+            finally:
+                self.state.aclose(clean=self._error is None)
 
     async def _wait_or_forced(self, tasks: list[asyncio.Task[Any]]) -> None:
         agents: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)

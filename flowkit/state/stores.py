@@ -110,6 +110,31 @@ class TableStore(Generic[K, V]):
         """Partitions this worker holds."""
         return set(self._data)
 
+    def dirty(self, partition: int) -> bool:
+        """True when ``partition`` changed since the last drain."""
+        return bool(self._dirty.get(partition))
+
+    def partition_data(self, partition: int) -> dict[K, V] | None:
+        """The dict of ``partition`` (for a snapshot), or None if not held."""
+        return self._data.get(partition)
+
+    def load_encoded(self, partition: int, keys: list[bytes], values: list[bytes]) -> None:
+        """Fill ``partition`` from encoded keys and values (a snapshot); a codec's error
+        propagates (the snapshot is then not used)."""
+        if len(keys) != len(values):
+            raise DecodeError("a snapshot has as many keys as values")
+        data = self._data.setdefault(partition, {})
+        # The codecs' own C decoders where they have them (a snapshot holds millions).
+        key_codec, value_codec = self.table.key_codec, self.table.value_codec
+        key_decode = getattr(key_codec, "raw_decode", None) or key_codec.decode
+        decode = getattr(value_codec, "raw_decode", None) or value_codec.decode
+        data.update(zip(map(key_decode, keys), map(decode, values), strict=True))
+
+    def reset(self, partition: int) -> None:
+        """Empty ``partition`` (it is rebuilt from the changelog)."""
+        self._data[partition] = {}
+        self._dirty.pop(partition, None)
+
     def sizes(self) -> dict[int, int]:
         """Keys per held partition."""
         return {p: len(d) for p, d in list(self._data.items())}

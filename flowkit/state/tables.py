@@ -27,6 +27,7 @@ from ..scope import current_scope, require_scope
 from ..streamtime import DEFAULT_MAX_FUTURE
 from ..windows import HoppingWindow, SessionWindow, TumblingWindow, WindowSpec
 from .base import TableBase
+from .local import StoreKind, check_store
 from .stores import GlobalStore, TableStore
 from .windowed import WindowedTable
 from .windowed.session_table import SessionTable
@@ -59,10 +60,15 @@ class Table(TableBase[K, V]):
         name: str,
         *,
         check_open: Callable[[], None] = lambda: None,
+        store: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
         self._check_open = check_open
+        # "memory://" or "rocksdb://"; None: the app's (``App(store=...)``).
+        self.store_kind: StoreKind | None = (
+            None if store is None else check_store(store, f"table {name!r}")
+        )
         self.windowed_as: WindowedTable[K, V] | None = None
 
     def new_store(self, now_ms: Callable[[], int]) -> TableStore[K, V]:
@@ -122,6 +128,11 @@ class Table(TableBase[K, V]):
         self._check_open()
         if self.windowed_as is not None:
             raise DefinitionError(f"table {self.name!r} is already windowed")
+        if self.store_kind == "rocksdb://":
+            raise DefinitionError(
+                f"table {self.name!r}: windowed tables keep their state in memory; "
+                "declare it without store='rocksdb://'"
+            )
         taken = _window_options()
         for option in options:
             if option not in taken:

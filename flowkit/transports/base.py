@@ -84,6 +84,10 @@ class Consumer(Protocol):
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now."""
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` (assigned with ``assign``) from ``offset`` on. An offset outside
+        the log is reset as ``auto_offset_reset`` says, at the next fetch."""
+
     async def getmany(
         self, timeout: float, max_records: int
     ) -> Mapping[TopicPartition, Sequence[Message]]:

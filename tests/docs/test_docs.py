@@ -104,8 +104,11 @@ def _run_console(block: Block, workdir: Path, kafka: str | None, extra: str) -> 
 
 
 @pytest.mark.parametrize("page", pages())
-def test_page(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_page(
+    page: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocks = read_blocks(page)
+    monkeypatch.chdir(tmp_path)  # relative paths of a page (a data directory) land there
     # A fragment may carry the title of the file it is a piece of: it is not that file.
     files = {
         b.title: b.body

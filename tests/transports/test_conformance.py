@@ -272,6 +272,26 @@ async def test_highwater_after_a_fetch(transport_factory: TransportFactory) -> N
     assert consumer.highwater(tp) == 8
 
 
+async def test_seek_reads_from_the_offset(transport_factory: TransportFactory) -> None:
+    # Table recovery seeks to the offset its local state reflects. (Past the end, brokers
+    # differ: Tansu does not reset; recovery does not rely on a reset.)
+    transport = transport_factory()
+    topic = await new_topic(transport, 1)
+    tp = TopicPartition(topic, 0)
+    producer = transport.producer()
+    await producer.start()
+    for i in range(10):
+        await producer.send(topic, b"%d" % i)
+    await producer.flush()
+    consumer = reader(transport, topic, 1)
+    await consumer.start()
+    consumer.seek(tp, 6)
+    assert [m.offset for m in await collect(consumer, 4)] == [6, 7, 8, 9]
+    consumer.seek(tp, 2)
+    assert [m.offset for m in await collect(consumer, 8)] == list(range(2, 10))
+    await consumer.aclose()
+
+
 async def test_assign_again_keeps_the_position_of_kept_partitions(
     transport_factory: TransportFactory,
 ) -> None:

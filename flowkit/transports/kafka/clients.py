@@ -149,6 +149,16 @@ class KafkaConsumer:
         """The partitions this consumer reads now (as last told to the listener)."""
         return set(self._owned)
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` on (reset as ``auto_offset_reset`` says if outside
+        the log)."""
+        if self._later(lambda: self.seek(tp, offset)):
+            return
+        if self._drainer is not None:
+            self._drainer.forget([tp])  # what was kept is read again from the new position
+        with map_kafka_errors():
+            self._kafka.seek(_KTP(tp.topic, tp.partition), offset)
+
     def _state(self, tp: TopicPartition) -> Any:
         # aiokafka's state of tp in the current assignment: position and highwater.
         subscription = self._kafka._subscription.subscription if self._kafka else None

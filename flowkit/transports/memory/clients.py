@@ -103,6 +103,14 @@ class MemoryConsumer:
         """The partitions this consumer reads now."""
         return set(self._fetches)
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` on (reset as ``auto_offset_reset`` says if outside
+        the log)."""
+        self._check_open()
+        f = self._fetch_state(tp)
+        f.position = offset
+        self._resolve(f)
+
     async def getmany(
         self, timeout: float, max_records: int
     ) -> dict[TopicPartition, list[Message]]:

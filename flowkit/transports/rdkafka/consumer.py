@@ -196,6 +196,15 @@ class RdkafkaConsumer:
         with self._wanted_lock:
             self._wanted = {tp: self._positions.get(tp) for tp in wanted}
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` (assigned with ``assign``) from ``offset`` on (reset as
+        ``auto.offset.reset`` says if outside the log), from the next ``getmany``."""
+        if tp not in self._owned:
+            raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned to this consumer")
+        self._positions[tp] = offset
+        with self._wanted_lock:
+            self._wanted = {t: self._positions.get(t) for t in self._owned}
+
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now (as last told to the listener)."""
         return set(self._owned)

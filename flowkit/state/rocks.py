@@ -1,0 +1,363 @@
+"""A partitioned table's state on local disk, in RocksDB (through ``rocksdict``).
+
+One database per held partition, under ``<data_dir>/<app>/<table>/<partition>``. It holds
+the changelog's content (encoded keys and values, as the changelog has them) and, under
+one reserved key, the partition's ``Stamp``: the changelog offset the data reflects. Both
+are written in one atomic batch at each checkpoint, after the changelog writes were
+acknowledged, so the database never runs ahead of the changelog; a restart replays only
+the changelog after that offset.
+
+Between checkpoints, changes live in memory (``pending``, then ``draining`` while a
+checkpoint sends them); reads look there first, then in a bounded cache of recent values,
+then on disk. ``table[key] += 1`` costs a dict lookup when the key is hot.
+
+``rocksdict`` is an optional extra (``pip install "flowkit[rocksdb]"``), imported only when
+a table asks for this store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
+import structlog
+
+from ..errors import ConfigurationError, DecodeError, NotRunningError
+from ..records import Message
+from .local import Stamp, partition_dir
+
+if TYPE_CHECKING:
+    from .tables import Table
+
+__all__ = ["RocksTableStore", "open_rocksdict"]
+
+log = structlog.get_logger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+STAMP = b"\x00stamp"  # sorts before every data key (b"d" + key)
+DATA = b"d"
+_GONE: Any = object()  # a deleted key, in the in-memory layers
+_LOCK_TRIES = 20  # 0.1 s apart
+_CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
+
+
+def open_rocksdict() -> Any:
+    """The ``rocksdict`` module, or ``ConfigurationError`` naming the extra."""
+    try:
+        import rocksdict
+    except ImportError:
+        raise ConfigurationError(
+            'the rocksdb:// store needs the rocksdb extra: pip install "flowkit[rocksdb]"'
+        ) from None
+    return rocksdict
+
+
+class _Part:
+    """One partition: its database and the changes not yet written to it."""
+
+    __slots__ = ("cache", "db", "draining", "encoded", "pending", "stamp")
+
+    def __init__(self, db: Any, stamp: Stamp) -> None:
+        self.db = db
+        self.stamp = stamp
+        self.pending: dict[Any, Any] = {}  # changed since the last drain
+        self.draining: dict[Any, Any] = {}  # drained, not yet on disk
+        self.encoded: list[tuple[bytes, bytes | None]] = []  # the same, as sent
+        self.cache: dict[Any, Any] = {}  # read or written recently (bounded)
+
+
+class _Writer(Generic[K, V]):
+    """What ``TableStore.writable`` returns on this store: sets and deletes of one partition."""
+
+    __slots__ = ("part", "store")
+
+    def __init__(self, store: RocksTableStore[K, V], part: _Part) -> None:
+        self.store = store
+        self.part = part
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.part.pending[key] = value
+
+    def __delitem__(self, key: K) -> None:
+        if self.store._lookup(self.part, key) is _GONE:
+            raise KeyError(key)
+        self.part.pending[key] = _GONE
+
+
+class RocksTableStore(Generic[K, V]):
+    """A partitioned table's state in one worker, on disk; read like ``TableStore``."""
+
+    def __init__(self, table: Table[K, V], *, data_dir: Path, broker: str) -> None:
+        self.rejected: list[tuple[Message, Exception]] = []
+        self.table = table
+        self.data_dir = data_dir
+        self.broker = broker
+        self._rocksdict = open_rocksdict()
+        self._parts: dict[int, _Part] = {}
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _lookup(self, part: _Part, key: Any) -> Any:
+        value = part.pending.get(key, _GONE)
+        if value is not _GONE or key in part.pending:
+            return value
+        value = part.draining.get(key, _GONE)
+        if value is not _GONE or key in part.draining:
+            return value
+        value = part.cache.get(key, _GONE)
+        if value is not _GONE or key in part.cache:
+            return value
+        raw = part.db.get(DATA + self.table.encode_key(key))
+        value = _GONE if raw is None else self.table.value_codec.decode(raw)
+        cache = part.cache
+        if len(cache) >= _CACHE:
+            cache.clear()
+        cache[key] = value
+        return value
+
+    def __getitem__(self, key: K) -> V:
+        part = self._parts.get(self.table.partition_of(key))
+        if part is not None:
+            value = self._lookup(part, key)
+            if value is not _GONE:
+                return value  # type: ignore[no-any-return]
+        default = self.table.default
+        if default is None:
+            raise KeyError(key)
+        return default()
+
+    def __contains__(self, key: object) -> bool:
+        part = self._parts.get(self.table.partition_of(key))  # type: ignore[arg-type]
+        return part is not None and self._lookup(part, key) is not _GONE
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key``, or ``default`` (the table's default is not used)."""
+        part = self._parts.get(self.table.partition_of(key))
+        if part is None:
+            return default
+        value = self._lookup(part, key)
+        return default if value is _GONE else value
+
+    def _partition_items(self, part: _Part) -> Iterator[tuple[K, V]]:
+        overlay = {**part.draining, **part.pending}
+        decode_key = self.table.key_codec.decode
+        decode = self.table.value_codec.decode
+        for raw_key, raw in part.db.items(from_key=DATA):
+            key = decode_key(raw_key[1:])
+            if key not in overlay:
+                yield key, decode(raw)
+        for key, value in overlay.items():
+            if value is not _GONE:
+                yield key, value
+
+    def __iter__(self) -> Iterator[K]:
+        for key, _ in self.items():
+            yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.items())
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """(key, value) pairs of the partitions this worker holds (read from disk)."""
+        for part in list(self._parts.values()):
+            yield from self._partition_items(part)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def writable(self, partition: int, key: K) -> _Writer[K, V]:
+        """Where ``table[key] = value`` of ``partition`` goes (to disk and the changelog
+        at the next checkpoint)."""
+        part = self._parts.get(partition)
+        if part is None:
+            raise NotRunningError(
+                f"table {self.table.name!r}: partition {partition} is not assigned to this worker"
+            )
+        return _Writer(self, part)
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def stamp(self, partition: int) -> Stamp:
+        """The stamp this worker's state of ``partition`` must carry."""
+        table = self.table
+        return Stamp(
+            app=table.app_name,
+            table=table.name,
+            partition=partition,
+            partitions=table.partitions,
+            broker=self.broker,
+        )
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Open the databases of these partitions (a fresh one where none is usable)."""
+        for p in partitions:
+            if p not in self._parts:
+                self._parts[p] = self._open(p)
+
+    def _open(self, p: int) -> _Part:
+        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, p)
+        want = self.stamp(p)
+        why = None
+        db = None
+        if path.exists():
+            try:
+                db = self._locked_db(path, p)
+                raw = db.get(STAMP)
+                if raw is None:
+                    why = "it has no changelog offset"
+                else:
+                    why = want.mismatch(found := Stamp.decode(raw))
+                    if why is None:
+                        return _Part(db, found)
+            except ConfigurationError:
+                raise
+            except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
+                why = f"it does not open ({exc})"
+            log.warning(
+                "local state not used; rebuilding from the changelog",
+                table=self.table.name,
+                partition=p,
+                path=str(path),
+                reason=why,
+            )
+            if db is not None:
+                db.close()
+            shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        return _Part(self._db(path), want)
+
+    def _locked_db(self, path: Path, p: int) -> Any:
+        # Another worker process on this machine may still hold the partition it is
+        # giving up: wait a little for it, and never delete what it holds.
+        for _ in range(_LOCK_TRIES):
+            try:
+                return self._db(path)
+            except Exception as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+                time.sleep(0.1)
+        raise ConfigurationError(
+            f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
+            "by another process; give each worker its own --data-dir or stop the other one"
+        )
+
+    def _db(self, path: Path) -> Any:
+        rocksdict = self._rocksdict
+        return rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True))
+
+    def local_offset(self, partition: int) -> int | None:
+        """The changelog offset the local state of ``partition`` reflects, if any."""
+        part = self._parts.get(partition)
+        if part is None or part.stamp.offset < 0:
+            return None
+        return part.stamp.offset
+
+    def reset(self, partition: int) -> None:
+        """Forget the local state of ``partition`` (it is rebuilt from the changelog)."""
+        part = self._parts.pop(partition, None)
+        if part is not None:
+            part.db.close()
+        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+        shutil.rmtree(path, ignore_errors=True)
+        self.assign([partition])
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Close these partitions' databases (after the final checkpoint wrote them)."""
+        for p in partitions:
+            part = self._parts.pop(p, None)
+            if part is not None:
+                part.db.close()
+
+    def aclose(self) -> None:
+        """Close every database."""
+        self.revoke(list(self._parts))
+
+    def held(self) -> set[int]:
+        """Partitions this worker holds."""
+        return set(self._parts)
+
+    def sizes(self) -> dict[int, int]:
+        """Keys per held partition, as RocksDB estimates them (no scan)."""
+        return {
+            p: int(part.db.property_int_value("rocksdb.estimate-num-keys") or 0)
+            for p, part in list(self._parts.items())
+        }
+
+    def apply_changelog(self, partition: int, messages: Sequence[Message]) -> None:
+        """Write changelog records to disk with the offset after the last of them, in one
+        batch (None value = deleted); a record that does not decode goes to ``rejected``."""
+        if not messages:
+            return
+        part = self._parts.get(partition)
+        if part is None:
+            self.assign([partition])
+            part = self._parts[partition]
+        key_decode = self.table.key_codec.decode
+        decode = self.table.value_codec.decode
+        encode_key = self.table.encode_key
+        batch = self._rocksdict.WriteBatch(raw_mode=True)
+        for m in messages:
+            if m.key is None:
+                continue
+            try:
+                # The key as this worker encodes it: lookups encode the same way.
+                key = encode_key(key_decode(m.key))
+                if m.value is None:
+                    batch.delete(DATA + key)
+                else:
+                    decode(m.value)  # refused here, not at a later read
+                    batch.put(DATA + key, m.value)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))
+            except TypeError as exc:
+                self.rejected.append((m, DecodeError(f"a changelog key is no table key: {exc}")))
+        part.stamp = part.stamp.with_offset(messages[-1].offset + 1)
+        batch.put(STAMP, part.stamp.encode())
+        part.db.write(batch)
+        part.cache.clear()
+
+    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+        """The latest value of every key changed since the last drain: (partition, key,
+        value or None for a delete)."""
+        out: list[tuple[int, bytes, bytes | None]] = []
+        encode = self.table.value_codec.encode
+        encode_key = self.table.encode_key
+        for p, part in self._parts.items():
+            if not part.pending:
+                continue
+            encoded = part.encoded
+            for key, value in part.pending.items():
+                record = (encode_key(key), None if value is _GONE else encode(value))
+                encoded.append(record)
+                out.append((p, *record))
+            part.draining.update(part.pending)
+            part.pending = {}
+        return out
+
+    def persist(self, offsets: dict[int, int]) -> None:
+        """Write what was drained, with the changelog offset it reflects, in one atomic
+        batch per partition: called once the changelog holds it."""
+        for p, offset in offsets.items():
+            part = self._parts.get(p)
+            if part is None or (not part.draining and offset == part.stamp.offset):
+                continue
+            batch = self._rocksdict.WriteBatch(raw_mode=True)
+            for key, value in part.encoded:  # in drain order: the latest value last
+                if value is None:
+                    batch.delete(DATA + key)
+                else:
+                    batch.put(DATA + key, value)
+            part.encoded = []
+            part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
+            batch.put(STAMP, part.stamp.encode())
+            part.db.write(batch)
+            cache = part.cache
+            if len(cache) + len(part.draining) > _CACHE:
+                cache.clear()
+            cache.update(part.draining)
+            part.draining = {}

@@ -1,0 +1,289 @@
+"""One suite for every table store: ``memory://`` (with and without a data directory) and
+``rocksdb://``. A table behaves the same on each; with local state, a restart replays only
+the changelog after the offset the state reflects, and local state that is not this
+partition's is rebuilt from the changelog with one log line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+import flowkit
+from flowkit.records import Message
+from flowkit.state.rocks import RocksTableStore
+from flowkit.testing import TestDriver
+from flowkit.transports import MemoryBroker
+
+STORES = ["memory", "memory+snapshots", "rocksdb"]
+
+
+class Order(flowkit.Record):
+    customer: str
+    amount: int
+
+
+def orders_app(store: str, data_dir: Path, name: str = "shop") -> tuple[flowkit.App, Any, Any]:
+    kind = "rocksdb://" if store == "rocksdb" else "memory://"
+    keep = store != "memory"
+    app = flowkit.App(name, partitions=2, store=kind, data_dir=data_dir if keep else None)
+    orders = app.topic("orders", value_type=Order)
+    totals = app.table("totals", default=int)
+
+    @app.agent(orders)
+    async def add_up(stream: flowkit.Stream[Order]) -> None:
+        async for order in stream:
+            if order.amount < 0:
+                del totals[order.customer]
+            else:
+                totals[order.customer] += order.amount
+
+    return app, orders, totals
+
+
+async def feed(driver: TestDriver, orders: Any, n: int, amount: int = 1) -> None:
+    for i in range(n):
+        await driver.send(orders, Order(f"c{i % 7}", amount), key=f"c{i % 7}")
+    await driver.run_until_idle()
+
+
+def refused(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in logs if line["event"].startswith("local state not used")]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_a_table_counts_deletes_and_survives_restarts(store: str, tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    for run in (1, 2, 3):
+        app, orders, totals = orders_app(store, tmp_path)
+        with capture_logs() as logs:
+            async with TestDriver(app, broker=broker) as driver:
+                await feed(driver, orders, 70)
+                if run == 3:
+                    await driver.send(orders, Order("c3", -1), key="c3")
+                    await driver.run_until_idle()
+                want = {f"c{k}": 10 * run for k in range(7)}
+                if run == 3:
+                    del want["c3"]
+                assert dict(totals.items()) == want
+                assert len(totals) == len(want) and sorted(totals) == sorted(want)
+                assert "c3" in totals if run < 3 else "c3" not in totals
+                assert totals["nobody"] == 0 and totals.get("nobody") is None
+                recovery = driver.worker.state.recovery
+        # With local state a restart after a clean stop replays nothing.
+        assert recovery.done == (0 if store != "memory" or run == 1 else 7 * (run - 1))
+        assert recovery.from_local == (2 if store != "memory" and run > 1 else 0)
+        assert not refused(logs)
+    changelog = await TestDriver(app, broker=broker).messages("shop-totals-changelog")
+    latest = {m.key: m.value for m in changelog}
+    assert latest[b"c3"] is None and json.loads(latest[b"c0"] or b"") == 30
+
+
+async def test_local_state_of_another_broker_is_rebuilt_with_one_line(
+    store: str, tmp_path: Path
+) -> None:
+    app, orders, totals = orders_app(store, tmp_path)
+    async with TestDriver(app, broker=MemoryBroker()) as driver:
+        await feed(driver, orders, 70)
+    app, orders, totals = orders_app(store, tmp_path)
+    with capture_logs() as logs:
+        async with TestDriver(app, broker=MemoryBroker()) as driver:  # its changelog is empty
+            await feed(driver, orders, 7)
+            assert dict(totals.items()) == {f"c{k}": 1 for k in range(7)}
+    if store == "memory":
+        assert not refused(logs)
+    else:
+        assert [line["partition"] for line in refused(logs)] == [0, 1]
+        assert all("beyond the changelog's end" in line["reason"] for line in refused(logs))
+
+
+@pytest.mark.parametrize("store", ["memory+snapshots", "rocksdb"])
+async def test_corrupt_or_foreign_local_state_is_rebuilt_from_the_changelog(
+    store: str, tmp_path: Path
+) -> None:
+    broker = MemoryBroker()
+    app, orders, totals = orders_app(store, tmp_path)
+    async with TestDriver(app, broker=broker) as driver:
+        await feed(driver, orders, 70)
+    app, orders, totals = orders_app(store, tmp_path, name="other")
+    async with TestDriver(app, broker=MemoryBroker()) as driver:
+        await feed(driver, orders, 7)
+    # Partition 0's local state is garbage; partition 1's is the other app's.
+    part0, part1 = tmp_path / "shop" / "totals" / "0", tmp_path / "shop" / "totals" / "1"
+    for f in part0.iterdir():
+        if f.is_file():
+            f.write_bytes(b"\x00garbage")
+    shutil.rmtree(part1)
+    shutil.copytree(tmp_path / "other" / "totals" / "1", part1)
+    app, orders, totals = orders_app(store, tmp_path)
+    with capture_logs() as logs:
+        async with TestDriver(app, broker=broker) as driver:
+            await feed(driver, orders, 7)
+            assert dict(totals.items()) == {f"c{k}": 11 for k in range(7)}
+    reasons = {line["partition"]: line["reason"] for line in refused(logs)}
+    assert set(reasons) == {0, 1}, logs
+    assert "'other'" in reasons[1]
+
+
+async def test_a_partition_that_moves_away_and_back_is_not_counted_twice(
+    tmp_path: Path,
+) -> None:
+    broker = MemoryBroker()
+    app, orders, totals = orders_app("rocksdb", tmp_path)
+    async with TestDriver(app, broker=broker, data_dir=tmp_path / "a") as a:
+        await feed(a, orders, 70)
+        async with TestDriver(app, broker=broker, data_dir=tmp_path / "b") as b:
+            for _ in range(3):  # the group gives b one partition
+                await a.run_until_idle()
+                await b.run_until_idle()
+            held = [d.store(totals).held() for d in (a, b)]
+            assert held[0] and held[1] and not held[0] & held[1]
+            await feed(a, orders, 70)
+        for _ in range(3):  # b left: its partition comes back to a, with b's counts
+            await a.run_until_idle()
+        await feed(a, orders, 70)
+        assert a.store(totals).held() == {0, 1}
+        assert dict(a.store(totals).items()) == {f"c{k}": 30 for k in range(7)}
+        # The partition came back from a's local state plus the tail b wrote.
+        assert a.worker.state.recovery.from_local == 1
+
+
+def test_windowed_tables_on_the_disk_store_are_refused() -> None:
+    app = flowkit.App("shop")
+    with pytest.raises(flowkit.DefinitionError, match="windowed tables keep their state"):
+        app.table("counts", default=int, store="rocksdb://").tumbling(10.0)
+    with pytest.raises(flowkit.DefinitionError, match="store 'rocks'"):
+        app.table("other", store="rocks")
+
+
+def test_the_disk_store_without_the_extra_says_which_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # as if not installed
+    app = flowkit.App("shop", store="rocksdb://", data_dir=tmp_path)
+    app.table("totals", default=int)
+    with pytest.raises(flowkit.ConfigurationError, match=r'pip install "flowkit\[rocksdb\]"'):
+        flowkit.Worker(app)
+
+
+# -- the stores themselves, against a dict ------------------------------------------------
+
+KEYS = st.sampled_from([f"k{i}" for i in range(12)])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), KEYS, st.integers(-5, 5)),
+        st.tuples(st.just("del"), KEYS, st.just(0)),
+        st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=10, deadline=None)
+@given(ops=OPS)
+def test_a_store_reads_like_a_dict_and_its_changelog_rebuilds_it(
+    ops: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    app = flowkit.App("props", partitions=2)
+    table = app.table("t", default=int)
+    memory = table.new_store(now_ms=lambda: 0)
+    rocks = RocksTableStore(table, data_dir=tmp_path_factory.mktemp("db"), broker="memory://")
+    stores = [memory, rocks]
+    for s in stores:
+        s.assign([0, 1])
+    model: dict[str, int] = {}
+    logs: list[list[Message]] = [[], []]  # what each store's changelog receives
+    for op, key, value in ops:
+        p = table.partition_of(key)
+        if op == "set":
+            model[key] = value
+            for s in stores:
+                s.writable(p, key)[key] = value
+        elif op == "del":
+            if key in model:
+                del model[key]
+                for s in stores:
+                    del s.writable(p, key)[key]
+            else:
+                for s in stores:
+                    with pytest.raises(KeyError):
+                        del s.writable(p, key)[key]
+        else:
+            for i, s in enumerate(stores):
+                for q, k, v in s.drain_changes():
+                    logs[i].append(Message("c", q, len(logs[i]), 0, k, v))
+            rocks.persist({0: len(logs[1]), 1: len(logs[1])})
+        for s in stores:
+            assert dict(s.items()) == model
+            assert [s[k] for k in sorted(model)] == [model[k] for k in sorted(model)]
+            assert all((k in s) == (k in model) for k in ("k0", "k5", "k11"))
+    for i, s in enumerate(stores):  # the last changes, then a rebuild from the changelog
+        for q, k, v in s.drain_changes():
+            logs[i].append(Message("c", q, len(logs[i]), 0, k, v))
+        rebuilt = table.new_store(now_ms=lambda: 0)
+        for p in (0, 1):
+            rebuilt.apply_changelog(p, [m for m in logs[i] if m.partition == p])
+        assert dict(rebuilt.items()) == model
+    rocks.aclose()
+
+
+def test_local_state_held_by_another_process_is_never_deleted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from flowkit.state import rocks
+
+    monkeypatch.setattr(rocks, "_LOCK_TRIES", 1)  # (a worker waits 2 s for the other)
+    table = flowkit.App("shop", partitions=1).table("t", default=int)
+    holder = RocksTableStore(table, data_dir=tmp_path, broker="memory://")
+    holder.assign([0])
+    holder.writable(0, "a")["a"] = 5
+    holder.drain_changes()
+    holder.persist({0: 1})
+    other = RocksTableStore(table, data_dir=tmp_path, broker="memory://")
+    with pytest.raises(flowkit.ConfigurationError, match="held by another process"):
+        other.assign([0])
+    holder.aclose()
+    other.assign([0])
+    assert other["a"] == 5 and other.local_offset(0) == 1
+    other.aclose()
+
+
+def snapshot_files(data_dir: Path) -> int:
+    return len(list(data_dir.glob("shop/totals/*/snapshot.msgpack")))
+
+
+async def test_memory_snapshots_at_checkpoints_survive_a_worker_that_never_stopped(
+    tmp_path: Path,
+) -> None:
+    # A worker that is abandoned (no clean stop, no revocation) leaves the snapshot of its
+    # last checkpoint: the next one loads it and replays only the changelog after it.
+    broker = MemoryBroker()
+    app, orders, totals = orders_app("memory+snapshots", tmp_path)
+    app.snapshot_interval = 0.001
+    driver = TestDriver(app, broker=broker)
+    await driver.__aenter__()
+    await feed(driver, orders, 70)
+    await driver.worker.checkpoint()
+    assert snapshot_files(tmp_path) == 2
+    driver.worker.state.snapshot_interval = None  # no more of them
+    await feed(driver, orders, 7)  # after the last snapshot: in the changelog only
+    await driver.worker.checkpoint()
+    driver.worker.state.snapshots = None  # from here on, as if the process had died
+    await driver.__aexit__(None, None, None)
+    app, orders, totals = orders_app("memory+snapshots", tmp_path)
+    async with TestDriver(app, broker=broker) as again:
+        await again.run_until_idle()
+        assert dict(totals.items()) == {f"c{k}": 11 for k in range(7)}
+        recovery = again.worker.state.recovery
+        assert recovery.from_local == 2 and recovery.done == 7
