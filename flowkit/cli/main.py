@@ -28,8 +28,7 @@ from ..errors import (
 from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
-from ..runtime.web_access import TOKEN_VAR, WebToken
-from ..runtime.web_limits import WebLimits
+from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import Transport, parse_broker_url, redact, transport_from_url
 from .addresses import check_web_address
 from .common import FAILED, USAGE, AppArg, BrokerOpt

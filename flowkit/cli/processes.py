@@ -23,12 +23,9 @@ import structlog
 from .._text import count
 from ..errors import ConfigurationError
 from ..runtime import Worker
-from ..runtime.process_metrics import totals
-from ..runtime.process_web import GroupWebServer
 from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
-from ..runtime.web_access import TOKEN_VAR, WebToken
 from ..runtime.web_endpoints import SECRET_VAR
-from ..runtime.web_limits import WebLimits
+from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import parse_broker_url
 
 __all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
@@ -110,8 +107,12 @@ async def _run(
     argv: list[str], env: dict[str, str], processes: int, settings: _GroupWeb | None
 ) -> tuple[int, str, str]:
     async with ProcessGroup(argv, processes, env=env) as group:
-        web = (
-            GroupWebServer(
+        web = None
+        if settings is not None:
+            # The web stack (aiohttp) is imported only by a group that serves it.
+            from ..runtime.process_web import GroupWebServer
+
+            web = GroupWebServer(
                 group,
                 settings.host,
                 settings.port,
@@ -119,9 +120,6 @@ async def _run(
                 allowed_hosts=settings.allowed_hosts,
                 limits=settings.limits,
             )
-            if settings is not None
-            else None
-        )
         if web is not None:
             await web.start()
             log.info("serving /metrics, /ready, /health and /tables for all", url=web.url)
@@ -140,6 +138,8 @@ async def _run(
 
 def summary(group: ProcessGroup) -> str:
     """One line for the group: what every process it ran did (killed ones included)."""
+    from ..runtime.process_metrics import totals  # (aiohttp: only a group's parent needs it)
+
     figures = totals(group)
     records, seconds = figures["records_in"], group.elapsed
     rate = records / seconds if seconds > 0 else 0.0

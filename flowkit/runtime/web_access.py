@@ -16,74 +16,19 @@ The token never leaves this object in clear: not in its repr, a log line or an e
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from ..errors import ConfigurationError
+from .web_settings import TOKEN_VAR, WebToken
 
 __all__ = ["PROBES", "TOKEN_VAR", "WebAccess", "WebToken", "host_name", "loopback"]
 
-TOKEN_VAR = "FLOWKIT_WEB_TOKEN"
 PROBES = frozenset({"/health", "/ready"})  # answered without the token: orchestrators' probes
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class WebToken:
-    """A bearer token, kept as its SHA-256 digest beside the text (for the children of
-    a process group); its repr and str never show it.
-
-    >>> token = WebToken("s3cret-s3cret")
-    >>> token, str(token), token.matches("Bearer s3cret-s3cret"), token.matches("Bearer x")
-    (WebToken(***), '***', True, False)
-    >>> WebToken("two words")
-    Traceback (most recent call last):
-    ...
-    flowkit.errors.ConfigurationError: the web token must be printable ASCII without spaces
-    """
-
-    __slots__ = ("_digest", "_text")
-
-    def __init__(self, text: str) -> None:
-        if not text or not text.isascii() or not text.isprintable() or " " in text:
-            # (the message never quotes the value: it is a secret)
-            raise ConfigurationError("the web token must be printable ASCII without spaces")
-        self._text = text
-        self._digest = hashlib.sha256(text.encode()).digest()
-
-    def reveal(self) -> str:
-        """The token's text, to hand to a child process or put in a request header."""
-        return self._text
-
-    def header(self) -> dict[str, str]:
-        """The request header that carries it."""
-        return {"Authorization": f"Bearer {self._text}"}
-
-    def matches(self, authorization: str | None) -> bool:
-        """True if an ``Authorization`` header value carries this token. Digests of equal
-        length are compared in constant time, so neither the token's length nor how much
-        of it a guess got right shows in the time."""
-        if authorization is None:
-            return False
-        scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        digest = hashlib.sha256(given.strip().encode("utf-8", "replace")).digest()
-        return hmac.compare_digest(digest, self._digest)
-
-    def __repr__(self) -> str:
-        return "WebToken(***)"
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __reduce__(self) -> tuple[object, ...]:  # no pickling a secret into a file
-        raise TypeError("a WebToken is not pickled")
 
 
 def loopback(host: str) -> bool:

@@ -30,20 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-import resource
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from ..errors import ConfigurationError
 from . import web_gate
 from .web_access import PROBES
 from .web_gate import (
@@ -58,6 +55,7 @@ from .web_gate import (
     probe_answer,
     reset,
 )
+from .web_settings import WebLimits
 
 __all__ = ["BoundedListener", "Pacer", "WebLimits"]
 
@@ -70,47 +68,6 @@ _BACKLOG = 128  # connections the kernel holds for us to accept
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
 _ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
-
-
-@dataclass(frozen=True)
-class WebLimits:
-    """How much of the worker a web endpoint may take (see the module's docstring).
-
-    >>> WebLimits(max_connections=0)
-    Traceback (most recent call last):
-    ...
-    flowkit.errors.ConfigurationError: web limits: max_connections must be at least 1, not 0
-    """
-
-    max_connections: int = 64
-    header_timeout: float = 10.0
-    max_body: int = 16 * 1024
-    rate: float = 50.0
-    burst: int = 20
-    max_wait: float = 5.0
-    concurrency: int = 4
-    cache_seconds: float = 1.0  # how long /metrics and /status answers are reused
-
-    def __post_init__(self) -> None:
-        for name in ("max_connections", "concurrency", "burst"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(
-                    f"web limits: {name} must be at least 1, not {getattr(self, name)}"
-                )
-        for name in ("header_timeout", "rate", "max_wait"):
-            value = getattr(self, name)
-            if not value > 0 or value == float("inf"):
-                raise ConfigurationError(f"web limits: {name} must be a positive number")
-        if self.max_body < 0 or self.cache_seconds < 0:
-            raise ConfigurationError("web limits: max_body and cache_seconds cannot be negative")
-
-    def connections(self) -> int:
-        """``max_connections``, but at most a quarter of the file descriptors the process
-        may open: the rest are the broker's, the tables' and the answers' to overflow."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY or soft <= 0:
-            return self.max_connections
-        return max(1, min(self.max_connections, soft // 4))
 
 
 class _Connection(asyncio.Protocol):
