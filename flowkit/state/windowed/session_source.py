@@ -32,7 +32,7 @@ from ...errors import NotRunningError
 from ...streamtime import FutureGuard
 from ...windows import SessionSpec
 from . import wire
-from .stage1 import NONE
+from .stage1 import NONE, idle_parts
 
 __all__ = ["Session", "SessionPart", "SessionSource", "find", "index_of", "merge_in"]
 
@@ -249,13 +249,8 @@ class SessionSource(FutureGuard):
         watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
         if idle_timeout is None:
             return
-        for p, part in self.parts.items():
-            if p not in caught_up:
-                part.active = -1.0
-            elif part.active < 0:
-                part.active = now
-            elif now - part.active >= idle_timeout:
-                self.set_wm(part, self.now_ms() - self.spec.grace_ms)
+        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
+            self.set_wm(part, self.now_ms() - self.spec.grace_ms)
 
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """Closed sessions, then watermark markers, to send: (partition, key, value)."""

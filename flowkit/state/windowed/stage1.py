@@ -18,7 +18,7 @@ sends the outbox (``drain_outbox``) and the changelog (``drain_changes``) at che
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ...errors import NotRunningError
 from ...streamtime import FutureGuard
@@ -196,17 +196,12 @@ class Stage1(FutureGuard):
         watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
         if idle_timeout is None:
             return
-        for p, part in self.parts.items():
-            if p not in caught_up:
-                part.active = -1.0
-            elif part.active < 0:
-                part.active = now
-            elif now - part.active >= idle_timeout:
-                wm = self.now_ms() - self.spec.grace_ms
-                if wm > part.wm:
-                    part.wm = wm
-                    if wm >= part.next_end:
-                        self.close_partials(part)
+        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
+            wm = self.now_ms() - self.spec.grace_ms
+            if wm > part.wm:
+                part.wm = wm
+                if wm >= part.next_end:
+                    self.close_partials(part)
 
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """Partials and watermark markers to send: (partition, key, value)."""
@@ -298,6 +293,30 @@ class Stage1(FutureGuard):
             del part.partials[start]
         part.next_end = min((s + self.size for s in part.partials), default=INF)
         part.forget_hot()
+
+
+class _Idles(Protocol):
+    active: float  # when the partition was first seen caught up and quiet (-1.0: not)
+
+
+P = TypeVar("P", bound=_Idles)
+
+
+def idle_parts(
+    parts: dict[int, P], now: float, caught_up: set[int], idle_timeout: float
+) -> list[P]:
+    """The parts of ``parts`` whose partitions have been caught up with no records for
+    ``idle_timeout`` seconds at ``now`` (the idle close of every windowed table kind);
+    each part's ``active`` keeps when its quiet began."""
+    idle: list[P] = []
+    for p, part in parts.items():
+        if p not in caught_up:
+            part.active = -1.0
+        elif part.active < 0:
+            part.active = now
+        elif now - part.active >= idle_timeout:
+            idle.append(part)
+    return idle
 
 
 def _window_first(change: tuple[int, Any]) -> int:
