@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
+from tests.conftest import ALL_CLIENTS, DriverFactory
 
 GAP, SECOND = 10_000, 1000
 Result = tuple[str, int, int, Any]  # key, start, end, value
@@ -261,14 +262,35 @@ async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> No
     closed: list[Result] = []
     app, hits, _ = session_app(closed, [], grace=0)
     async with TestDriver(app, clock=clock) as driver:
-        await driver.send_raw("sessions-visits-repartition", record, partition=0)
-        for s in (0, 100):
-            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
-        await driver.run_until_idle()
-        letters = await driver.dead_letters()
+        await forge_and_count(driver, hits, t0, record)
+    assert closed == [("a", t0, t0, [1])]  # the table goes on
+
+
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS, indirect=True)
+async def test_a_forged_repartition_record_is_a_dead_letter_on_every_broker(
+    make_driver: DriverFactory,
+) -> None:
+    # Anyone who can write the internal topic can forge its records: on Kafka through both
+    # clients too (its envelope and partition are the broker's).
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = session_app(closed, [], grace=0)
+    async with make_driver(app, clock=clock) as driver:
+        await forge_and_count(driver, hits, t0, b'["p", 0, 0, "a", 5]')
+    assert closed == [("a", t0, t0, [1])]
+
+
+async def forge_and_count(driver: TestDriver, hits: Any, t0: int, record: bytes) -> None:
+    """A forged record on the repartition topic, then records that close a session: the
+    forged one is the one dead letter, at stage decode."""
+    await driver.send_raw("sessions-visits-repartition", record, partition=0)
+    for s in (0, 100):
+        await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+    await driver.run_until_idle()
+    letters = await driver.dead_letters()
     assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
     assert [m.value for m in letters] == [record]
-    assert closed == [("a", t0, t0, [1])]  # the table goes on
 
 
 async def test_a_crash_repeats_sessions_but_changes_none() -> None:

@@ -114,11 +114,13 @@ async def test_json_schema_both_ways_with_confluents_serializers() -> None:
     [
         ("memory", flowkit.Avro),
         ("memory", flowkit.JsonSchema),
-        # On Kafka for its envelopes (a tombstone among them); one format is enough there.
+        # On Kafka for its envelopes (a tombstone among them), through both clients; one
+        # format is enough there.
         pytest.param("kafka", flowkit.Avro, marks=pytest.mark.kafka),
+        pytest.param("rdkafka", flowkit.Avro, marks=pytest.mark.kafka),
     ],
     indirect=["make_driver"],
-    ids=["memory-avro", "memory-json", "kafka-avro"],
+    ids=["memory-avro", "memory-json", "kafka-avro", "rdkafka-avro"],
 )
 async def test_undecodable_records_are_dead_lettered_at_decode(
     fmt: Any, make_driver: DriverFactory
