@@ -18,7 +18,7 @@ from flowkit.runtime import web_limits
 from flowkit.runtime.web_limits import WebLimits
 from flowkit.testing import TestDriver
 from tests.local_servers import free_port, kill, listening, spawn, wait_ready
-from tests.ops.test_web_limits import exchange, get, hold
+from tests.ops.test_web_limits import exchange, fill, get, hold
 from tests.ops.webapp import build
 
 
@@ -27,10 +27,7 @@ async def test_connections_past_the_limit_never_reach_the_worker() -> None:
     async with TestDriver(build("gatedemo"), web_port=0, web_limits=limits) as driver:
         web = driver.worker.web
         assert web is not None
-        idle = [await hold(web.port) for _ in range(3)]
-        async with asyncio.timeout(10):
-            while len(web.listener.connections) < 3:
-                await asyncio.sleep(0.01)
+        idle = await fill(web, 3)
         answers = [await exchange(web.port, get("/status")) for _ in range(30)]
         health = await exchange(web.port, get("/health"))
         assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in answers)

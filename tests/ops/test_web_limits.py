@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -46,15 +47,22 @@ async def hold(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return reader, writer
 
 
+async def fill(web: Any, places: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """``places`` connections that begin a request and hold it, once the worker's listener
+    counts them all (the places of a limit of ``places``)."""
+    idle = [await hold(web.port) for _ in range(places)]
+    async with asyncio.timeout(10):
+        while len(web.listener.connections) < places:
+            await asyncio.sleep(0.01)
+    return idle
+
+
 async def test_connections_past_the_limit_are_answered_at_once() -> None:
     limits = WebLimits(max_connections=3)
     async with TestDriver(build("fulldemo"), web_port=0, web_limits=limits) as driver:
         web = driver.worker.web
         assert web is not None
-        idle = [await hold(web.port) for _ in range(3)]
-        async with asyncio.timeout(10):
-            while len(web.listener.connections) < 3:
-                await asyncio.sleep(0.01)
+        idle = await fill(web, 3)
         busy = await exchange(web.port, get("/status"))
         assert busy.startswith(b"HTTP/1.1 503") and b"too many connections" in busy
         health = await exchange(web.port, get("/health"))
