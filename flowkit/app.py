@@ -74,6 +74,23 @@ def check_guarantee(value: str) -> ProcessingGuarantee:
     )
 
 
+def check_standby_replicas(value: object, what: str) -> int:
+    """``value`` if flowkit keeps that many standby replicas, else ``DefinitionError``.
+
+    >>> check_standby_replicas(1, "App()")
+    1
+    >>> check_standby_replicas(2, "App()")
+    Traceback (most recent call last):
+    flowkit.errors.DefinitionError: App(): standby_replicas must be 0 or 1, not int 2 (with 1, ...
+    """
+    if value in (0, 1) and type(value) is int:
+        return value
+    raise DefinitionError(
+        f"{what}: standby_replicas must be 0 or 1, not {arguments.shown(value)} (with 1, "
+        "every worker keeps a copy of every table partition it does not own)"
+    )
+
+
 class App:
     """A stream-processing application: what to run, not how.
 
@@ -92,6 +109,9 @@ class App:
     of the local state (``flowkit worker --data-dir`` overrides it; see the state-stores
     page of the docs). With a data directory, memory stores write snapshots when they give
     partitions up, and at a checkpoint every ``snapshot_interval`` seconds if given.
+    ``standby_replicas=1`` has every worker keep a warm copy of the plain tables'
+    partitions it does not own, so a partition that moves to it replays only the gap
+    (``0``, the default: none; see the state-stores page of the docs).
     """
 
     def __init__(
@@ -107,6 +127,7 @@ class App:
         store: str = "memory://",
         data_dir: str | os.PathLike[str] | None = None,
         snapshot_interval: Seconds | None = None,
+        standby_replicas: int = 0,
     ) -> None:
         arguments.name(name, "app name")
         if client_settings is not None and not isinstance(client_settings, Mapping):
@@ -135,6 +156,7 @@ class App:
             self.snapshot_interval = seconds(snapshot_interval, "snapshot_interval")
             if not 0 < self.snapshot_interval < math.inf:
                 raise DefinitionError("snapshot_interval must be a finite number of seconds > 0")
+        self.standby_replicas = check_standby_replicas(standby_replicas, "App()")
         self.topics: dict[str, Topic[Any]] = {}
         self.agents: list[Agent[Any]] = []
         self.timers: list[Timer] = []

@@ -30,6 +30,7 @@ class RecoveryProgress:
     def __init__(self) -> None:
         self.done = 0  # records read, all recoveries together
         self.from_local = 0  # table partitions restored from local state (then the tail)
+        self.from_standby = 0  # table partitions taken from a standby copy (then the gap)
         self.left = 0  # records still to read in the recovery under way
         self.active = False
         self.started = 0.0

@@ -12,6 +12,10 @@ store always has one): each partition's state carries the changelog offset it re
 (``flowkit.state.local.Stamp``), so recovery replays only the changelog after it. Local
 state that is not this partition's, or that the changelog does not reach (a new broker,
 a deleted topic), is dropped with one log line and the partition rebuilt from the start.
+
+With standby replicas (``flowkit.runtime.standby``), a partition this worker followed
+while another owned it is taken warm: only the changelog after the copy's position
+replays.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..state.rocks import RocksTableStore
 from ..state.snapshots import SnapshotFiles
 from ..transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .recovery import RecoveryProgress
+from .standby import Standbys
 
 __all__ = ["StateKeeper"]
 
@@ -64,6 +69,7 @@ class StateKeeper:
         *,
         data_dir: Path | None = None,
         sent_end: Callable[[], Mapping[tuple[str, int], int]] = dict,
+        standby_replicas: int | None = None,
     ) -> None:
         self.transport = transport
         self.clock = clock
@@ -103,6 +109,14 @@ class StateKeeper:
         self._outbox_task: asyncio.Task[None] | None = None
         self.recovery = RecoveryProgress()  # for metrics and the console
         self.changelog_written: dict[str, int] = {}  # records per table, for metrics
+        # Warm copies of the plain memory-store tables' partitions owned by other workers.
+        replicas = app.standby_replicas if standby_replicas is None else standby_replicas
+        followed = [
+            t for t in tables if isinstance(t, Table) and isinstance(self.stores[t], TableStore)
+        ]
+        self.standbys = Standbys(
+            transport, followed if replicas else [], self.now_ms, client_id=f"{app.name}-standby"
+        )
 
     def _new_store(self, app: App, table: Any) -> Any:
         if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
@@ -111,9 +125,11 @@ class StateKeeper:
         return table.new_store(self.now_ms)
 
     def _local(self, store: Any) -> bool:
-        # A store whose partitions carry the changelog offset they reflect.
+        # A store whose partitions carry the changelog offset they reflect (a standby
+        # copy needs it too: a partition given up is followed on from there).
         return isinstance(store, RocksTableStore) or (
-            self.snapshots is not None and isinstance(store, TableStore)
+            isinstance(store, TableStore)
+            and (self.snapshots is not None or store.table in self.standbys.stores)
         )
 
     def now_ms(self) -> int:
@@ -216,9 +232,22 @@ class StateKeeper:
 
     # -- partitioned tables ---------------------------------------------------------------
 
+    def start_standbys(self, spawn: Spawn) -> None:
+        """Start following other workers' partitions, where the app keeps standbys."""
+        if self.standbys:
+            spawn(self.standbys.run(), "standby")
+
+    def _stand_by(self) -> None:
+        if self.standbys:
+            self.standbys.follow({t: self.stores[t].held() for t in self.standbys.stores})
+
     async def recover(self, partitions: Iterable[int]) -> None:
-        """Rebuild the given partitions of every table: from local state and the
-        changelog after it, or from the whole changelog."""
+        """Rebuild the given partitions of every table: from a standby copy, or local
+        state, and the changelog after it, or from the whole changelog."""
+        await self._recover(partitions)
+        self._stand_by()
+
+    async def _recover(self, partitions: Iterable[int]) -> None:
         wanted = sorted(set(partitions))
         if not self.partitioned or not wanted:
             return
@@ -226,6 +255,7 @@ class StateKeeper:
         tps: dict[TopicPartition, Any] = {}
         starts: dict[TopicPartition, int] = {}
         names: set[str] = set()
+        warm: set[TopicPartition] = set()
         for table in self.partitioned:
             store = self.stores[table]
             fresh = [p for p in wanted if p < table.partitions and p not in store.held()]
@@ -234,6 +264,11 @@ class StateKeeper:
                 tp = TopicPartition(table.changelog_topic, p)
                 tps[tp] = store
                 names.add(table.name)
+                start = self._take_standby(store, p)
+                if start is not None:
+                    starts[tp] = start
+                    warm.add(tp)
+                    continue
                 start = self._open_local(store, p)
                 if start is not None:
                     starts[tp] = start
@@ -253,15 +288,32 @@ class StateKeeper:
                 self.offsets.pop((store.table, tp.partition), None)
             more, _ = await self._replay({tp: tps[tp] for tp in foreign}, {})
             total += more
-        self.recovery.from_local += len(starts) - len(foreign)
+        standby = len(warm - foreign)
+        self.recovery.from_local += len(starts) - len(foreign) - standby
+        self.recovery.from_standby += standby
         log.info(
             "tables recovered",
             tables=sorted(names),
             partitions=wanted,
             records=total,
-            from_local_state=len(starts) - len(foreign),
+            from_local_state=len(starts) - len(foreign) - standby,
+            from_standby=standby,
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def _take_standby(self, store: Any, partition: int) -> int | None:
+        """The changelog offset of the standby copy of ``partition``, now the store's
+        state, or None: no copy."""
+        if not isinstance(store, TableStore) or store.table not in self.standbys.stores:
+            return None
+        taken = self.standbys.take(store.table, partition)
+        if taken is None:
+            return None
+        data, offset, refused = taken
+        store.adopt(partition, data)
+        store.rejected.extend(refused)  # dead-lettered after the gap, as a replay would
+        self.offsets[(store.table, partition)] = offset
+        return offset
 
     def _open_local(self, store: Any, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects (loading a
@@ -344,9 +396,22 @@ class StateKeeper:
         for table in self.partitioned:
             store = self.stores[table]
             self._snapshot(store, ps)
+            self._keep_standby(store, ps)
             store.revoke(ps)
             for p in ps:
                 self.offsets.pop((table, p), None)
+        self._stand_by()
+
+    def _keep_standby(self, store: Any, partitions: Iterable[int]) -> None:
+        # As for a snapshot: only a partition with nothing changed since its checkpoint
+        # is exactly the changelog up to the offset; another one is followed from scratch.
+        if not isinstance(store, TableStore) or store.table not in self.standbys.stores:
+            return
+        for p in partitions:
+            offset = self.offsets.get((store.table, p))
+            data = store.partition_data(p)
+            if offset is not None and data is not None and not store.dirty(p):
+                self.standbys.keep(store.table, p, data, offset)
 
     def _snapshot(self, store: Any, partitions: Iterable[int]) -> None:
         # Only a partition with nothing changed since its last checkpoint: its dict is

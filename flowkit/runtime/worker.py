@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from .._text import count
-from ..app import App, ProcessingGuarantee, check_guarantee
+from ..app import App, ProcessingGuarantee, check_guarantee, check_standby_replicas
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
@@ -107,6 +107,7 @@ class Worker:
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
     ``data_dir`` overrides the app's directory of local table state (``App(data_dir=)``).
+    ``standby_replicas`` overrides the app's (``App(standby_replicas=)``).
     ``client_settings`` are Kafka client settings, over the app's and the URL's.
 
     >>> import asyncio, flowkit
@@ -146,6 +147,7 @@ class Worker:
         processing_guarantee: ProcessingGuarantee | None = None,
         transactional_id: str | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        standby_replicas: int | None = None,
     ) -> None:
         if group_id is not None and group_id != app.name:
             raise ConfigurationError(
@@ -206,6 +208,9 @@ class Worker:
             self._send_batch,
             data_dir=None if given_dir is None else Path(given_dir),
             sent_end=lambda: self.publisher.sent_end if self.publisher else {},
+            standby_replicas=None
+            if standby_replicas is None
+            else check_standby_replicas(standby_replicas, "Worker()"),
         )
         for declared in app.metrics.declared.values():  # the app's own, on this registry
             self.state.stores[declared] = declared.create(self.metrics.registry)
@@ -341,6 +346,7 @@ class Worker:
         await publisher.prepare()  # the partition counts of the topics the agents write
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
+        self.state.start_standbys(spawn)
         await run_startup_hooks(app.startup_hooks, self._context)
         self._hooks_ran = True
         for agent, source in dispatcher.sources:

@@ -130,6 +130,11 @@ class TableStore(Generic[K, V]):
         decode = getattr(value_codec, "raw_decode", None) or value_codec.decode
         data.update(zip(map(key_decode, keys), map(decode, values), strict=True))
 
+    def adopt(self, partition: int, data: dict[K, V]) -> None:
+        """Hold ``partition`` with ``data`` as its state, unchanged (a standby's copy)."""
+        self._data[partition] = data
+        self._dirty.pop(partition, None)
+
     def reset(self, partition: int) -> None:
         """Empty ``partition`` (it is rebuilt from the changelog)."""
         self._data[partition] = {}

@@ -1,0 +1,121 @@
+"""Standby replicas on the memory broker: a worker follows the changelogs of the table
+partitions it does not own, and a partition the group then gives it replays only the
+changelog its copy had not read (the gap), with the same state as a full replay."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import flowkit
+from flowkit.errors import DefinitionError
+from flowkit.runtime import required_topics
+from flowkit.runtime.state import StateKeeper
+from flowkit.testing import FakeClock, TestDriver
+from flowkit.transports import MemoryBroker, MemoryTransport
+
+
+class Order(flowkit.Record):
+    customer: str
+    amount: int
+
+
+def counting_app(standby_replicas: int) -> tuple[flowkit.App, Any, Any]:
+    app = flowkit.App("shop", partitions=2, standby_replicas=standby_replicas)
+    orders = app.topic("orders", value_type=Order)
+    totals = app.table("totals", default=int)
+
+    @app.agent(orders)
+    async def add_up(stream: flowkit.Stream[Order]) -> None:
+        async for order in stream:
+            totals[order.customer] += order.amount
+
+    return app, orders, totals
+
+
+async def wait_caught_up(state: StateKeeper, deadline: float = 10.0) -> None:
+    end = time.monotonic() + deadline
+    while state.standbys.lag() != 0:
+        assert time.monotonic() < end, f"standby lag {state.standbys.lag()} after {deadline} s"
+        await asyncio.sleep(0.01)
+
+
+async def _send(*_: object, **__: object) -> None:
+    return None
+
+
+@pytest.mark.parametrize("standby_replicas", [0, 1])
+async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
+    app, _, totals = counting_app(standby_replicas)
+    transport = MemoryTransport()
+    await transport.create_topics(required_topics(app))
+    log = transport.broker
+    for i in range(100):  # another worker owns partition 1 and writes its changelog
+        log.append(totals.changelog_topic, b"%d" % i, key=b"k%d" % i, partition=1)
+    state = StateKeeper(app, transport, FakeClock(), _send)
+    await state.recover({0})  # this worker owns partition 0, stands by for 1
+    follower = asyncio.create_task(state.standbys.run())
+    try:
+        if standby_replicas:
+            await wait_caught_up(state)
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+    # Written after the copy stopped reading: the gap (two updates, a delete, a new key).
+    for key, value in ((b"k1", b"-1"), (b"k2", b"-2"), (b"k3", None), (b"new", b"7")):
+        log.append(totals.changelog_topic, value, key=key, partition=1)
+    read, warm = state.recovery.done, state.recovery.from_standby
+    await state.recover({1})
+    replayed = (state.recovery.from_standby - warm, state.recovery.done - read)
+    expected = {f"k{i}": i for i in range(100)} | {"k1": -1, "k2": -2, "new": 7}
+    del expected["k3"]
+    assert dict(state.stores[totals].items()) == expected
+    assert replayed == ((1, 4) if standby_replicas else (0, 104))
+
+
+async def test_workers_hand_partitions_over_warm_and_counts_stay_exact() -> None:
+    broker = MemoryBroker()
+    app, orders, totals = counting_app(1)
+    customers = [f"c{k}" for k in range(20)]
+
+    async def feed(driver: TestDriver, rounds: int) -> None:
+        for _ in range(rounds):
+            for c in customers:
+                await driver.send(orders, Order(c, 1), key=c)
+        await driver.run_until_idle()
+
+    async with TestDriver(app, broker=broker) as a:
+        await feed(a, 2)
+        async with TestDriver(app, broker=broker) as b:
+            for _ in range(3):  # the group gives b one partition, a keeps the other
+                await a.run_until_idle()
+                await b.run_until_idle()
+            held = [d.store(totals).held() for d in (a, b)]
+            assert held[0] and held[1] and not held[0] & held[1]
+            await feed(a, 3)
+            await wait_caught_up(a.worker.state)
+            await wait_caught_up(b.worker.state)
+            # Each follows the partition the other owns.
+            assert a.worker.state.standbys.partitions() == 1
+            assert b.worker.state.standbys.partitions() == 1
+            read, warm = a.worker.state.recovery.done, a.worker.state.recovery.from_standby
+            await b.aclose()  # b leaves: a owns both again
+            for _ in range(3):
+                await a.run_until_idle()
+        assert a.store(totals).held() == {0, 1}
+        # b's partition came from a's copy, caught up: nothing left to replay.
+        assert a.worker.state.recovery.from_standby > warm
+        assert a.worker.state.recovery.done == read
+        await feed(a, 1)
+        assert dict(a.store(totals).items()) == {c: 6 for c in customers}
+        assert a.worker.state.standbys.partitions() == 0
+
+
+def test_standby_replicas_other_than_0_or_1_are_refused_in_one_line() -> None:
+    with pytest.raises(DefinitionError, match=r"standby_replicas must be 0 or 1, not int 2"):
+        flowkit.App("shop", standby_replicas=2)
+    with pytest.raises(DefinitionError, match=r"not bool True"):
+        flowkit.Worker(flowkit.App("shop"), standby_replicas=True)
