@@ -88,6 +88,25 @@ class WorkerCollector(Collector):
         )
         rate.add_metric([], recovery.rate())
         yield rate
+        yield from self._standby()
+
+    def _standby(self) -> Iterator[Metric]:
+        standbys = self.worker.state.standbys
+        if not standbys:
+            return
+        followed = GaugeMetricFamily(
+            "flowkit_standby_partitions", "Table partitions this worker keeps a standby copy of"
+        )
+        followed.add_metric([], standbys.partitions())
+        yield followed
+        lag = standbys.lag()
+        if lag is not None:  # (unknown until the first fetch)
+            records = GaugeMetricFamily(
+                "flowkit_standby_lag_records",
+                "Changelog records the standby copies have not read yet",
+            )
+            records.add_metric([], lag)
+            yield records
 
     def _lag(self) -> Iterator[Metric]:
         records = GaugeMetricFamily(

@@ -79,6 +79,12 @@ def status(worker: Worker) -> dict[str, Any]:
             "left": recovery.left,
             "done": recovery.done,
             "rate": round(recovery.rate(), 1),
+            "from_local": recovery.from_local,
+            "from_standby": recovery.from_standby,
+        },
+        "standby": {
+            "partitions": worker.state.standbys.partitions(),
+            "lag": worker.state.standbys.lag(),
         },
     }
 
