@@ -3,6 +3,7 @@
     python -m benchmarks.state_stores [--keys 200000] [--repeat 3]
     python -m benchmarks.state_stores --rss --keys 10000000 --store rocksdb://   # opt-in
     python -m benchmarks.state_stores --rss --keys 10000000 --store memory://
+    python -m benchmarks.state_stores --takeover [--keys 200000] [--repeat 3]
 
 On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-partition topic:
 
@@ -16,6 +17,11 @@ On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-part
   per second from start to idle on ``rocksdb://`` against ``memory://``.
 * ``--rss``: peak RSS of one worker counting ``--keys`` distinct keys on one store (run it
   once per store: each run is its own process). Not in CI.
+* ``--takeover``: two workers share the 4 partitions of a table of ``--keys`` keys; one
+  leaves, and the other takes its partitions over. Timed from the moment it left until
+  the other is ready holding every partition, in paired rounds: with standby replicas
+  (``App(standby_replicas=1)``: the gap only) against without (the partitions' whole
+  changelogs). The counts are checked.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import asyncio
 import gc
 import resource
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -40,9 +47,17 @@ APP = "stores-bench"
 PARTITIONS = 4
 
 
-def make_app(store: str, data_dir: Path | None) -> tuple[flowkit.App, Any, Any]:
+def make_app(
+    store: str, data_dir: Path | None, standby_replicas: int = 0
+) -> tuple[flowkit.App, Any, Any]:
     """A counting agent on ``store``."""
-    app = flowkit.App(APP, partitions=PARTITIONS, store=store, data_dir=data_dir)
+    app = flowkit.App(
+        APP,
+        partitions=PARTITIONS,
+        store=store,
+        data_dir=data_dir,
+        standby_replicas=standby_replicas,
+    )
     keys = app.topic(f"{APP}-keys", value_type=str)
     counts = app.table("counts", default=int, value_type=int)
 
@@ -122,6 +137,58 @@ def restart_round(keys: list[str]) -> dict[str, float]:
     return out
 
 
+async def takeover(keys: list[str], standby_replicas: int) -> float:
+    """Seconds from one of two workers leaving until the other is ready with its
+    partitions; the counts are checked."""
+    broker = MemoryBroker(retention_records=None)
+    load_keys(broker, keys)
+    app, _, counts = make_app("memory://", None, standby_replicas)
+    staying = flowkit.Worker(app, transport=MemoryTransport(broker))
+    leaving = flowkit.Worker(app, transport=MemoryTransport(broker))
+    deadline = time.perf_counter() + 3600
+
+    def wait(what: str) -> None:
+        if time.perf_counter() > deadline or staying.error or leaving.error:
+            raise SystemExit(f"{what}: {staying.error or leaving.error!r}")
+
+    async with staying:
+        await leaving.start()
+        try:
+            # Until the two share the partitions and the input is counted (and copied).
+            while not (
+                staying.ready
+                and leaving.ready
+                and staying.state.stores[counts].held()
+                and leaving.state.stores[counts].held()
+                and staying.is_idle()
+                and leaving.is_idle()
+                and staying.state.standbys.lag() == 0
+            ):
+                wait("the workers did not share the partitions")
+                await asyncio.sleep(0.001)
+        finally:
+            await leaving.aclose()
+        started = time.perf_counter()
+        await asyncio.sleep(0)
+        while not (staying.ready and len(staying.state.stores[counts].held()) == PARTITIONS):
+            wait("the partitions were not taken over")
+            await asyncio.sleep(0.0005)
+        elapsed = time.perf_counter() - started
+        table = dict(staying.state.stores[counts].items())
+    if table != {key: 1 for key in keys}:
+        raise SystemExit(f"standby_replicas={standby_replicas}: the counts are wrong")
+    return elapsed
+
+
+def takeover_round(keys: list[str]) -> dict[str, float]:
+    """One paired round of the takeover comparison."""
+    out: dict[str, float] = {}
+    for label, replicas in (("without standby", 0), ("with standby", 1)):
+        gc.collect()
+        out[label] = asyncio.run(takeover(keys, replicas))
+    return out
+
+
 def throughput_round(records: int) -> dict[str, float]:
     """One paired round: the counting agent on each store, start to idle."""
     keys = [f"user-{i % max(1, records // 10):08d}" for i in range(records)]
@@ -170,12 +237,28 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rss", action="store_true", help="peak RSS of one store (opt-in)")
     parser.add_argument("--store", default="rocksdb://", help="the store of --rss")
+    parser.add_argument(
+        "--takeover", action="store_true", help="a takeover with a standby against without"
+    )
     args = parser.parse_args()
     configure_logging("warning", "console")
     if args.rss:
         peak_rss(args.store, args.keys)
         return
     keys = [f"user-{i:08d}" for i in range(args.keys)]
+    if args.takeover:
+        print(f"takeover of a worker's partitions, {args.keys:,} keys: left to ready")
+        rounds = [takeover_round(keys) for _ in range(args.repeat)]
+        report(
+            rounds,
+            args.keys,
+            "key",
+            [("with standby / without", "with standby", "without standby")],
+        )
+        for label in rounds[0]:
+            seconds = statistics.median(r[label] for r in rounds)
+            print(f"{label}: {seconds * 1000:,.1f} ms from leaving to ready (median)")
+        return
     print(f"restart after a clean stop, {args.keys:,} keys, 1 % changed since: start to ready")
     rounds = [restart_round(keys) for _ in range(args.repeat)]
     base = "full replay (memory://)"

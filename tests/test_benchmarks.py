@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import COMPARISONS, latency, recovery
+from benchmarks import COMPARISONS, latency, recovery, state_stores
 from flowkit.transports import MemoryTransport
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -83,6 +83,12 @@ async def test_recovery_rebuilds_the_whole_table() -> None:
     assert seconds > 0 and cpu > 0
     _, _, hand_size = await recovery.hand_memory(broker, table)
     assert hand_size == 2000
+
+
+@pytest.mark.parametrize("standby_replicas", [0, 1])
+async def test_the_takeover_benchmark_checks_the_counts_taken_over(standby_replicas: int) -> None:
+    keys = [f"user-{i}" for i in range(400)]
+    assert await state_stores.takeover(keys, standby_replicas) > 0  # (SystemExit if wrong)
 
 
 async def test_latency_observes_every_output_ack() -> None:
