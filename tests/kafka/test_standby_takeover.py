@@ -4,6 +4,7 @@ changelog its copies had not read (the gap), and the counts stay exact."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -54,11 +55,21 @@ async def produce(client: Client, first: int, count: int) -> dict[int, int]:
         await producer.aclose()
 
 
+# The workers' client: aiokafka, or both with FLOWKIT_TEST_ALL_CLIENTS=1 (the standby's
+# consumer is assigned partitions by hand and seeks: each client's own code).
+CLIENTS = (
+    ["aiokafka", "rdkafka"]
+    if os.environ.get("FLOWKIT_TEST_ALL_CLIENTS", "") not in ("", "0")
+    else ["aiokafka"]
+)
+
+
 @ON_TANSU
+@pytest.mark.parametrize("kafka_client", CLIENTS)
 async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
-    kafka_server: KafkaServer, client: Client, workers: Spawn
+    kafka_server: KafkaServer, client: Client, workers: Spawn, kafka_client: str
 ) -> None:
-    url = broker_url(kafka_server.bootstrap)
+    url = broker_url(kafka_server.bootstrap, client=kafka_client)
 
     def start(name: str) -> WorkerProcess:
         return workers(name, "worker", APP, "--broker", url, "-l", "info")
