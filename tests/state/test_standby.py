@@ -9,11 +9,13 @@ import time
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 import flowkit
 from flowkit.errors import DefinitionError
 from flowkit.runtime import required_topics
 from flowkit.runtime.state import StateKeeper
+from flowkit.runtime.web_status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 
@@ -98,9 +100,12 @@ async def test_workers_hand_partitions_over_warm_and_counts_stay_exact() -> None
             await feed(a, 3)
             await wait_caught_up(a.worker.state)
             await wait_caught_up(b.worker.state)
-            # Each follows the partition the other owns.
-            assert a.worker.state.standbys.partitions() == 1
-            assert b.worker.state.standbys.partitions() == 1
+            # Each follows the partition the other owns, as /status and /metrics say.
+            assert status(a.worker)["standby"] == {"partitions": 1, "lag": 0}
+            assert status(b.worker)["standby"] == {"partitions": 1, "lag": 0}
+            scraped = generate_latest(a.worker.metrics.registry).decode()
+            assert "flowkit_standby_partitions 1.0" in scraped
+            assert "flowkit_standby_lag_records 0.0" in scraped
             read, warm = a.worker.state.recovery.done, a.worker.state.recovery.from_standby
             await b.aclose()  # b leaves: a owns both again
             for _ in range(3):
