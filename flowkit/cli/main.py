@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from .._text import count
+from ..app import check_standby_replicas
 from ..errors import (
     ConfigurationError,
     DefinitionError,
@@ -222,6 +223,16 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    standby_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--standby-replicas",
+            metavar="N",
+            help="1: keep warm copies of the table partitions other workers own, so a "
+            "takeover replays only the gap; 0: none. Default: the app's standby_replicas.",
+            show_default=False,
+        ),
+    ] = None,
     fail_fast: Annotated[
         bool,
         typer.Option(
@@ -242,6 +253,8 @@ def worker(
         if web_port:  # (0 picks a free port: nothing to check)
             check_web_address(web_host, web_port)
         token = WebToken(web_token) if web_token else None
+        if standby_replicas is not None:
+            check_standby_replicas(standby_replicas, "--standby-replicas")
         limits = WebLimits(
             max_connections=web_max_connections,
             header_timeout=web_header_timeout,
@@ -266,6 +279,7 @@ def worker(
                 web_limits=limits,
                 processing_guarantee=processing_guarantee,
                 data_dir=data_dir,
+                standby_replicas=standby_replicas,
             )
             typer.echo(summary, err=True)
             if code == FAILED:  # (one that refused its input said why itself: exit code 2)
@@ -287,6 +301,7 @@ def worker(
                 web_limits=limits,
                 processing_guarantee=processing_guarantee,
                 data_dir=data_dir,
+                standby_replicas=standby_replicas,
                 # A process of a group keeps its transactional id across restarts, so the
                 # next one aborts what a killed one left open at once.
                 transactional_id=None if child is None else f"{the_app.name}-p{child}",

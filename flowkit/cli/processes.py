@@ -67,6 +67,7 @@ def run_group(
     web_limits: WebLimits | None = None,
     processing_guarantee: str | None = None,
     data_dir: str | None = None,
+    standby_replicas: int | None = None,
 ) -> tuple[int, str, str]:
     """Run ``processes`` workers of ``app`` until a signal stops them: the exit code, the
     summary line of the whole group, and which processes did not stop cleanly."""
@@ -76,6 +77,8 @@ def run_group(
         argv += ["--processing-guarantee", processing_guarantee]
     if data_dir is not None:  # one for the group: a partition that moves finds its state
         argv += ["--data-dir", data_dir]
+    if standby_replicas is not None:
+        argv += ["--standby-replicas", str(standby_replicas)]
     if web_port is not None:  # each child serves on a private port the parent asks
         argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
     env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password

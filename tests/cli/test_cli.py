@@ -660,3 +660,9 @@ def test_a_bad_web_token_is_one_line_that_does_not_show_it(where: str) -> None:
 def test_the_web_limits_are_checked_before_the_worker_starts() -> None:
     code, _, err = invoke("worker", "ok_app:app", "--web-port", "0", "--web-rate", "0")
     assert code == 2 and "--web-rate" in err and len(err.strip().splitlines()) == 1
+
+
+def test_standby_replicas_are_checked_before_the_worker_starts() -> None:
+    code, _, err = invoke("worker", "ok_app:app", "--standby-replicas", "2")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--standby-replicas: standby_replicas must be 0 or 1, not int 2" in err
