@@ -389,7 +389,7 @@ function show(status) {
   document.getElementById("recovery").textContent = r.active
     ? `${r.done} read, ${r.left} left, ${Math.round(r.rate)} records/s`
     : `idle (${r.done} records read in all)`;
-  const s = status.standby;
+  const s = status.standby || { partitions: 0 };
   document.getElementById("standby").textContent = s.partitions
     ? `${s.partitions} partitions, lag ${s.lag === null ? "unknown" : s.lag} records`
     : "none";
