@@ -122,6 +122,10 @@ class OffsetTracker:
         """Note a successful commit."""
         self._committed.update(offsets)
 
+    def last_committed(self) -> dict[TopicPartition, int]:
+        """The offsets of the last commit, per partition still held."""
+        return dict(self._committed)
+
     def in_flight(self, tps: Iterable[TopicPartition] | None = None) -> int:
         """How many dispatched batches are not done yet."""
         count = 0

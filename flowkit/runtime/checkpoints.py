@@ -124,7 +124,10 @@ class Checkpointer:
                 )
                 self._report()
                 started = self.clock.monotonic()
-                await producer.commit_transaction(offsets, consumer)  # or abort, and raise
+                # Outputs alone (windows closed by time) carry the last commit's offsets
+                # again, so that the broker checks this worker's generation all the same.
+                fence = None if offsets else self.tracker.last_committed()
+                await producer.commit_transaction(offsets, consumer, fence=fence)
                 log.debug("transaction: committed")
                 self.state.persist()  # the changelog writes count only now
             except TransportError as exc:

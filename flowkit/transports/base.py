@@ -168,13 +168,20 @@ class TransactionalProducer(Producer, Protocol):
     """
 
     async def commit_transaction(
-        self, offsets: Mapping[TopicPartition, int], consumer: Consumer
+        self,
+        offsets: Mapping[TopicPartition, int],
+        consumer: Consumer,
+        *,
+        fence: Mapping[TopicPartition, int] | None = None,
     ) -> None:
         """Commit the open transaction with ``offsets`` as the committed offsets of
         ``consumer``'s group, atomically: both count, or neither.
 
         The commit is checked against ``consumer``'s group generation: a worker whose
-        partitions the group gave to another member (a zombie) is fenced. On any failure
+        partitions the group gave to another member (a zombie) is fenced. The broker checks
+        the generation of offsets only, so a transaction of outputs alone (windows closed
+        by time) carries ``fence`` instead, offsets already committed, sent again: a
+        zombie's outputs are refused even when it read nothing new. On any failure
         the transaction is aborted and ``TransactionAborted`` raised (``fenced=True`` for a
         zombie); the producer is usable again afterwards, unless fenced.
         """

@@ -97,3 +97,27 @@ async def test_committed_offsets_wait_while_a_transaction_holds_new_ones(
     await kafka.commit_transaction()
     async with asyncio.timeout(30):
         assert await asked == 9
+
+
+async def test_outputs_alone_of_a_generation_the_group_left_are_refused(
+    transport: KafkaTransport,
+) -> None:
+    # A transaction with no new input offsets (windows closed by time) carries the last
+    # commit's offsets again (``fence``), so that the coordinator checks the generation.
+    name = f"gen-{uuid.uuid4().hex[:8]}"
+    await transport.create_topics([TopicSpec(f"{name}-in", 1), TopicSpec(f"{name}-out", 1)])
+    producer = transport.transactional_producer(transactional_id=name)
+    consumer = await member(transport, f"{name}-in", name)
+    tp = TopicPartition(f"{name}-in", 0)
+    await producer.send(f"{name}-out", b"first")
+    await producer.commit_transaction({tp: 5}, consumer)
+    await producer.send(f"{name}-out", b"closed by time")
+    await producer.commit_transaction({}, consumer, fence={tp: 5})  # a member in the group
+    assert consumer.generation is not None
+    generation, member_id = consumer.generation
+    consumer.generation = (generation - 1, member_id)  # a member paused through a rebalance
+    await producer.send(f"{name}-out", b"closed by a zombie")
+    with pytest.raises(TransactionAborted) as refused:
+        await producer.commit_transaction({}, consumer, fence={tp: 5})
+    assert refused.value.fenced
+    assert await consumer.committed(tp) == 5

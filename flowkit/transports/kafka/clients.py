@@ -601,7 +601,11 @@ class KafkaTransactionalProducer(KafkaProducer):
         return await super().send_batch(topic, partition, records)
 
     async def commit_transaction(
-        self, offsets: Mapping[TopicPartition, int], consumer: Any
+        self,
+        offsets: Mapping[TopicPartition, int],
+        consumer: Any,
+        *,
+        fence: Mapping[TopicPartition, int] | None = None,
     ) -> None:
         """Commit the open transaction with ``offsets`` for ``consumer``'s group (a
         ``KafkaConsumer``), after checking that the group still counts the consumer in its
@@ -611,6 +615,8 @@ class KafkaTransactionalProducer(KafkaProducer):
         async with self._lock:
             self._ending = True
             try:
+                if not offsets and fence and self._open:
+                    offsets = fence  # outputs alone: the generation is checked all the same
                 await self._commit(offsets, consumer)
             finally:
                 self._ending = False

@@ -268,7 +268,11 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
         self._open = True
 
     async def commit_transaction(
-        self, offsets: Mapping[TopicPartition, int], consumer: Any
+        self,
+        offsets: Mapping[TopicPartition, int],
+        consumer: Any,
+        *,
+        fence: Mapping[TopicPartition, int] | None = None,
     ) -> None:
         """Commit the open transaction with ``offsets`` for ``consumer``'s group (an
         ``RdkafkaConsumer``: its group metadata goes with them); on any failure abort it
@@ -276,6 +280,8 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
         async with self._txn_lock:
             self._ending = True
             try:
+                if not offsets and fence and self._open:
+                    offsets = fence  # outputs alone: the generation is checked all the same
                 await self._commit(offsets, consumer)
             finally:
                 self._ending = False
