@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowkit
+from flowkit.runtime.web_status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
 
@@ -169,6 +170,9 @@ async def test_the_windows_of_a_few_records() -> None:
         assert recent["a"].value(t0 + 30_000) == []  # none: the table's default
         await driver.send(hits, Hit("b", t0 + 100 * SECOND), key="b")
         await driver.run_until_idle()
+        # a's records have left (closed and expired); b's wait for its window to close.
+        figures = status(driver.worker)["tables"]["recent"]
+        assert (figures["keys"], figures["closed_windows"]) == (1, 5)
     assert [c[1:] for c in closed if c[0] == "a"] == [
         (t0 - 10_000, t0, [1]),
         (t0 - 6000, t0 + 4000, [1, 2]),
@@ -263,3 +267,39 @@ async def test_state_is_empty_once_every_window_closed_and_expired() -> None:
         assert list(recent) == []
     assert late  # with no grace, much of this disorder is late: counted, not lost
     assert {key for key, *_ in closed} == {f"u{i}" for i in range(20)}
+
+
+async def test_a_crash_repeats_windows_but_changes_none() -> None:
+    """Killed after a checkpoint, with windows closed and emitted since: the successor
+    replays from the checkpoint. Every window it emits is one of the reference's, with its
+    exact value; only those emitted after the checkpoint may come twice."""
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    times = [0, 16, 40, 8, 60, 75, 30, 100, 95, 120, 180, 150, 170, 300, 310, 290, 600]
+    records = [("a" if i % 3 else "b", t0 + s * SECOND, [i]) for i, s in enumerate(times)]
+    expected, _ = reference(records, SIZE, 30 * SECOND)
+    closed: list[Result] = []
+    app, hits, _ = sliding_app(closed, [], grace=30)
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    for user, ts, value in records[:6]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    await driver.worker.checkpoint()
+    before = len(closed)
+    for user, ts, value in records[6:12]:
+        await driver.send(hits, Hit(user, ts, value[0]), key=user)
+    await driver.run_until_idle()
+    since = closed[before:]
+    assert since  # windows closed after the checkpoint, before the crash
+    driver.worker._error = RuntimeError("simulated crash")  # no final flush or commit
+    await driver.aclose()
+    app, hits, _ = sliding_app(closed, [], grace=30)
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        for user, ts, value in records[12:]:
+            await again.send(hits, Hit(user, ts, value[0]), key=user)
+        await again.run_until_idle()
+    distinct = [c for i, c in enumerate(closed) if c not in closed[:i]]
+    assert sorted(distinct) == expected
+    repeated = [c for c in distinct if closed.count(c) > 1]
+    assert all(c in since for c in repeated)

@@ -104,6 +104,11 @@ class SlidingStore(SlidingSource):
         self.owners.recovered(owner, partition)
         self.recovered(part)
 
+    def keys_held(self, partition: int) -> int:
+        """Keys whose records owner partition ``partition`` holds here (for metrics)."""
+        owner = self.owners.owners.get(partition)
+        return 0 if owner is None else len(owner.records)
+
     # -- reads ----------------------------------------------------------------------------
 
     def records(self, key: Any) -> list[list[Any]]:
