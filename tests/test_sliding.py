@@ -80,7 +80,12 @@ def reference(
 
 
 def sliding_app(
-    closed: list[Result], late: list[tuple[str, int]], *, grace: float, partitions: int = 1
+    closed: list[Result],
+    late: list[tuple[str, int]],
+    *,
+    grace: float,
+    partitions: int = 1,
+    size: int = SIZE,
 ) -> tuple[flowkit.App, Any, Any]:
     app = flowkit.App("sliding", partitions=partitions)
     hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
@@ -92,7 +97,7 @@ def sliding_app(
         late.append((key, window.end))
 
     recent = app.table("recent", default=list).sliding(
-        SIZE / 1000,
+        size / 1000,
         grace=grace,
         combine=operator.add,
         time=lambda h: h.t,
@@ -147,6 +152,28 @@ async def test_every_window_emitted_matches_the_reference(
             await driver.run_until_idle()
     assert sorted(closed) == expected, (closed, expected)
     assert sorted(late) == expected_late
+
+
+async def test_kafka_streams_own_example() -> None:
+    """``KStreamSlidingWindowAggregateTest.testAggregateSmallInput`` with emit-final:
+    10 ms windows, 5 ms grace; the windows that have closed at stream time 30 ms."""
+    records = [("A", ts, [n]) for n, ts in enumerate((10, 10, 14, 15, 20, 22, 30), 1)]
+    kafka = [
+        ("A", 0, 10, [1, 2]),
+        ("A", 4, 14, [1, 2, 3]),
+        ("A", 5, 15, [1, 2, 3, 4]),
+        ("A", 10, 20, [1, 2, 3, 4, 5]),
+        ("A", 11, 21, [3, 4, 5]),
+        ("A", 12, 22, [3, 4, 5, 6]),
+    ]
+    assert reference(records, 10, 5) == (kafka, [])
+    closed: list[Result] = []
+    app, hits, _ = sliding_app(closed, [], grace=0.005, size=10)
+    async with TestDriver(app, clock=FakeClock(), fail_fast=True) as driver:
+        for key, ts, value in records:
+            await driver.send(hits, Hit(key, ts, value[0]), key=key)
+        await driver.run_until_idle()
+    assert closed == kafka
 
 
 async def test_the_windows_of_a_few_records() -> None:
@@ -303,3 +330,23 @@ async def test_a_crash_repeats_windows_but_changes_none() -> None:
     assert sorted(distinct) == expected
     repeated = [c for c in distinct if closed.count(c) > 1]
     assert all(c in since for c in repeated)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [b'["p", 0, 0, "a", 5]', b'["p", 0, 0, "a", [[1], 0, 0]]', b'["p", 0, 0, "a", [[1], "x", 1]]'],
+)
+async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = sliding_app(closed, [], grace=0)
+    async with TestDriver(app, clock=clock) as driver:
+        await driver.send_raw("sliding-recent-repartition", record, partition=0)
+        for s in (0, 100):
+            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
+    assert [m.value for m in letters] == [record]
+    assert closed == [("a", t0 - SIZE, t0, [1])]  # the table goes on
