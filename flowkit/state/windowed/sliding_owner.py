@@ -64,11 +64,21 @@ _TS = itemgetter(0)
 class SlidingOwner:
     """Stage-2 state of one owning partition of a sliding table."""
 
-    __slots__ = ("closing", "dirty", "expiring", "logged", "records", "seen", "source_wm")
+    __slots__ = (
+        "close_time",
+        "closing",
+        "dirty",
+        "expiring",
+        "logged",
+        "records",
+        "seen",
+        "source_wm",
+    )
 
     def __init__(self, sources: int) -> None:
         self.records: dict[Any, list[list[Any]]] = {}  # key -> [[time, value], ...] by time
         self.source_wm: list[int] = [NONE] * sources
+        self.close_time = NONE  # the least of source_wm: windows ending before it closed
         self.seen: list[int] = [0] * sources  # per source: the last sequence number applied
         self.logged: list[tuple[int, int] | None] = [None] * sources
         # (end, n, key, t): the window ending at record time t when end == t, else the one
@@ -189,7 +199,10 @@ class SlidingOwners:
                     # What the source's watermark had closed when it added the record
                     # closes here first, as it had there.
                     owner.source_wm[src] = wm
-                    self._close(owner, out)
+                    close_time = min(owner.source_wm)
+                    if close_time > owner.close_time:
+                        owner.close_time = close_time
+                        self._close(owner, out)
             if kind == "p":
                 owner.seen[src] = seq
                 self._insert(owner, key, ts, amount)
@@ -216,7 +229,7 @@ class SlidingOwners:
                 records[i][1] = self.combine(records[i][1], amount)
                 return
             records.insert(i, [ts, amount])
-        close_time = min(owner.source_wm)
+        close_time = owner.close_time
         # Only windows still open: one that ends before the close time is never created.
         if ts >= close_time:
             heapq.heappush(owner.closing, (ts, next(self._n), key, ts))
@@ -225,7 +238,7 @@ class SlidingOwners:
             heapq.heappush(owner.closing, (end, next(self._n), key, ts))
 
     def _close(self, owner: SlidingOwner, out: list[Emission]) -> None:
-        close_time = min(owner.source_wm)
+        close_time = owner.close_time
         closing = owner.closing
         size, combine = self.size, self.combine
         while closing and closing[0][0] < close_time:
@@ -298,7 +311,7 @@ class SlidingOwners:
             for src, wm in enumerate(owner.source_wm):
                 if wm != NONE and not self.guard.trusts(wm, partition):
                     owner.source_wm[src] = NONE
-        close_time = min(owner.source_wm)
+        close_time = owner.close_time = min(owner.source_wm)
         n, size = self._n, self.size
         owner.closing = [
             (end, next(n), key, t)
