@@ -59,6 +59,7 @@ __all__ = ["SlidingOwner", "SlidingOwners", "windows_of"]
 log = structlog.get_logger(__name__)
 
 _TS = itemgetter(0)
+_MISSING: Any = object()
 
 
 class SlidingOwner:
@@ -86,7 +87,9 @@ class SlidingOwner:
         self.closing: list[tuple[int, int, Any, int]] = []
         # (when the key's earliest record expires, n, key): one entry per key.
         self.expiring: list[tuple[int, int, Any]] = []
-        self.dirty: set[Any] = set()  # keys whose records changed since the last flush
+        # (key, time) of the records changed since the last flush: the changelog holds a
+        # record per key and time, so a flush writes what changed, not a key's every record.
+        self.dirty: set[tuple[Any, int]] = set()
 
 
 def fold(records: list[list[Any]], start: int, end: int, combine: Callable[..., Any]) -> Any:
@@ -220,7 +223,7 @@ class SlidingOwners:
         if records is None:
             records = owner.records[key] = []
             heapq.heappush(owner.expiring, (ts + self.keep, next(self._n), key))
-        owner.dirty.add(key)
+        owner.dirty.add((key, ts))
         if not records or records[-1][0] < ts:  # the common case: time moves forward
             records.append([ts, amount])
         else:
@@ -269,8 +272,8 @@ class SlidingOwners:
                 continue
             gone = bisect.bisect_left(records, close_time - keep, key=_TS)
             if gone:
+                owner.dirty.update((key, r[0]) for r in records[:gone])
                 del records[:gone]
-                owner.dirty.add(key)
             if records:
                 heapq.heappush(expiring, (records[0][0] + keep, next(self._n), key))
             else:
@@ -280,12 +283,23 @@ class SlidingOwners:
 
     def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append partition ``q``'s changelog records since the last drain: each changed
-        key's records whole (None when none are left), and per source its watermark and
+        record of a key and time (None once it has left), and per source its watermark and
         the last sequence number applied."""
         owner = self.owners[q]
-        for key in owner.dirty:
+        for key, ts in owner.dirty:
+            value = _MISSING
             records = owner.records.get(key)
-            out.append((q, wire.encode(("R", key)), wire.encode(records) if records else None))
+            if records:
+                i = bisect.bisect_left(records, ts, key=_TS)
+                if i < len(records) and records[i][0] == ts:
+                    value = records[i][1]
+            out.append(
+                (
+                    q,
+                    wire.encode(("R", key, ts)),
+                    None if value is _MISSING else wire.encode((value,)),
+                )
+            )
         owner.dirty.clear()
         for src, state in enumerate(zip(owner.source_wm, owner.seen, strict=True)):
             if state != owner.logged[src]:
@@ -299,11 +313,19 @@ class SlidingOwners:
             owner.source_wm[src], owner.seen[src] = value if value is not None else (NONE, 0)
             owner.logged[src] = (owner.source_wm[src], owner.seen[src])
             return
-        key = wire.key_from_json(parts[1])
-        if value is None:
-            owner.records.pop(key, None)
-        else:
-            owner.records[key] = [list(r) for r in value]
+        key, ts = wire.key_from_json(parts[1]), parts[2]
+        records = owner.records.setdefault(key, [])
+        i = bisect.bisect_left(records, ts, key=_TS)
+        held = i < len(records) and records[i][0] == ts
+        if value is not None:  # [value]: the value of the key's records at ts
+            if held:
+                records[i][1] = value[0]
+            else:
+                records.insert(i, [ts, value[0]])
+        elif held:
+            del records[i]
+        if not records:
+            del owner.records[key]
 
     def recovered(self, owner: SlidingOwner, partition: int) -> None:
         """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
