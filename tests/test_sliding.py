@@ -350,3 +350,24 @@ async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> No
     assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
     assert [m.value for m in letters] == [record]
     assert closed == [("a", t0 - SIZE, t0, [1])]  # the table goes on
+
+
+async def test_current_reads_the_last_size_at_each_record_inside_the_agent() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    app = flowkit.App("slidingreads", partitions=1)
+    hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+    recent = app.table("recent", default=list).sliding(10.0, time=lambda h: h.t)
+    seen: list[Any] = []
+
+    @app.agent(hits)
+    async def collect(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            recent.add(hit.user, [hit.n])
+            seen.append(recent[hit.user].current())  # added, not yet sent to the owner
+
+    async with TestDriver(app, clock=clock) as driver:
+        for s, n in ((0, 1), (4, 2), (12, 3), (12, 4), (13, 5)):
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+        await driver.run_until_idle()
+    assert seen == [[1], [1, 2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]  # [3 s, 13 s] holds 4 s

@@ -45,7 +45,18 @@ __all__ = ["SlidingPart", "SlidingSource"]
 class SlidingPart:
     """Stage-1 state of one source partition of a sliding table."""
 
-    __slots__ = ("active", "logged", "max_ts", "number", "outbox", "sent_wm", "seq", "wm")
+    __slots__ = (
+        "active",
+        "indexed",
+        "logged",
+        "max_ts",
+        "number",
+        "outbox",
+        "sent_wm",
+        "seq",
+        "unsent",
+        "wm",
+    )
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -57,6 +68,24 @@ class SlidingPart:
         self.logged: tuple[int, ...] | None = None
         # (key, ts, amount, watermark, seq) added since the last flush, in order.
         self.outbox: list[tuple[Any, int, Any, int, int]] = []
+        # For reads: the outbox by key, brought up to date when read (``unsent``), so an
+        # add does nothing more and a read costs the records added since the last read.
+        self.unsent: dict[Any, list[list[Any]]] = {}
+        self.indexed = 0
+
+    def unsent_of(self, key: Any) -> list[list[Any]]:
+        """``key``'s records in the outbox, ``[time, value]`` in the order they were added."""
+        outbox = self.outbox
+        if self.indexed < len(outbox):
+            unsent = self.unsent
+            for k, ts, amount, _, _ in outbox[self.indexed :]:
+                found = unsent.get(k)
+                if found is None:
+                    unsent[k] = [[ts, amount]]
+                else:
+                    found.append([ts, amount])
+            self.indexed = len(outbox)
+        return self.unsent.get(key, [])
 
 
 class SlidingSource(FutureGuard):
@@ -149,6 +178,8 @@ class SlidingSource(FutureGuard):
                 value = wire.partial(ts, p, key, [amount, wm, seq])
                 self._outbox.append((partition_of(key), encode_key(key), value))
             part.outbox.clear()
+            part.unsent.clear()
+            part.indexed = 0
             if self._announce(part):
                 part.sent_wm = part.wm
                 marker = wire.marker(part.wm, p)

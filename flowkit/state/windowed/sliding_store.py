@@ -116,9 +116,7 @@ class SlidingStore(SlidingSource):
         is here) and those not yet sent to it, values of one time combined."""
         owner = self.owners.owners.get(self.table.partition_of(key))
         held = list(owner.records.get(key, ())) if owner is not None else []
-        unsent = [
-            [ts, v] for part in self.parts.values() for k, ts, v, _, _ in part.outbox if k == key
-        ]
+        unsent = [r for part in self.parts.values() for r in part.unsent_of(key)]
         if not unsent:
             return held
         merged: dict[int, Any] = {}
