@@ -27,7 +27,7 @@ class Payment(flowkit.Record):
 
 
 app = flowkit.App("cards", partitions=4)
-payments = app.topic("payments", value_type=Payment)
+payments = app.topic("payments", value_type=Payment, external=True)
 flagged: list[tuple[str, flowkit.Window, int]] = []
 
 
