@@ -23,6 +23,7 @@ COMPARISONS = (
     "joins",
     "formats",
     "sessions",
+    "sliding",
     # on Kafka
     "ysb_kafka",
     "ysb_clients",

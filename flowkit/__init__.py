@@ -56,13 +56,24 @@ from .routing import Field, Filter, Transform, all_of, any_of, field
 from .runtime import Worker
 from .schemas import Avro, JsonSchema, SchemaRegistry
 from .sinks import CallableSink, Sink
-from .state import GlobalTable, Joined, SessionTable, StreamJoin, Table, WindowedTable, WindowSet
+from .state import (
+    GlobalTable,
+    Joined,
+    SessionTable,
+    SlidingTable,
+    StreamJoin,
+    Table,
+    WindowedTable,
+    WindowSet,
+)
 from .streams import Stream
 from .topics import Repartition, Topic
 from .windows import (
     HoppingWindow,
     SessionSpec,
     SessionWindow,
+    SlidingSpec,
+    SlidingWindow,
     TumblingWindow,
     Window,
     WindowResult,
@@ -130,6 +141,9 @@ __all__ = [
     "SessionWindow",
     "Sink",
     "SinkError",
+    "SlidingSpec",
+    "SlidingTable",
+    "SlidingWindow",
     "StrCodec",
     "Stream",
     "StreamJoin",

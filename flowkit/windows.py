@@ -25,6 +25,8 @@ __all__ = [
     "HoppingWindow",
     "SessionSpec",
     "SessionWindow",
+    "SlidingSpec",
+    "SlidingWindow",
     "TumblingWindow",
     "Window",
     "WindowResult",
@@ -223,3 +225,67 @@ def SessionWindow(
     grace_ms = gap_ms if grace is None else _ms(grace, "grace")
     expires_ms = gap_ms + grace_ms if expires is None else _ms(expires, "expires")
     return SessionSpec(gap_ms, gap_ms, grace_ms, expires_ms, max_future_ms(max_future, "window"))
+
+
+@dataclass(frozen=True)
+class SlidingSpec(WindowSpec):
+    """Size, grace and expiry of sliding windows, in milliseconds (``step_ms`` is 1: a
+    window may start at any millisecond).
+
+    A sliding window is ``[start, end]`` with ``end - start == size``, both bounds
+    included, as in Kafka Streams' ``SlidingWindows``: one ends at each record (the last
+    ``size`` up to it) and one starts just after each record that has a later one within
+    ``size`` (the last ``size`` just after it left).
+    """
+
+    @property
+    def requires_merge(self) -> bool:
+        """True: a window's value is its records' values merged on the owning partition."""
+        return True
+
+    @property
+    def kind(self) -> str:
+        """``"sliding"``."""
+        return "sliding"
+
+    def starts(self, ts: int) -> list[int]:
+        """The start of the window that ends at ``ts``."""
+        return [ts - self.size_ms]
+
+    def window(self, start: int) -> Window:
+        """The window ``[start, start + size]``."""
+        return Window(start, start + self.size_ms)
+
+    def describe(self) -> dict[str, object]:
+        """The spec as graph attributes (seconds)."""
+        return {
+            "window": "sliding",
+            "size": self.size_ms / 1000,
+            "grace": self.grace_ms / 1000,
+            "expires": self.expires_ms / 1000,
+        }
+
+
+def SlidingWindow(
+    size: Seconds,
+    *,
+    grace: Seconds | None = None,
+    expires: Seconds | None = None,
+    max_future: Seconds = DEFAULT_MAX_FUTURE,
+) -> SlidingSpec:
+    """Sliding windows of ``size`` seconds whose bounds are set by the records: for every
+    record, the window of the ``size`` before it, so "the last ``size``" is exact at each
+    record. A window closes when stream time minus ``grace`` passes its end.
+
+    ``grace`` defaults to ``size`` (a replay interleaves partitions' event times);
+    ``expires``, how long a closed window's records stay readable, to ``size + grace``.
+
+    >>> SlidingWindow(30.0, grace=5).describe()
+    {'window': 'sliding', 'size': 30.0, 'grace': 5.0, 'expires': 35.0}
+    """
+    size_ms = _ms(size, "size")
+    if size_ms <= 0:
+        raise DefinitionError("a sliding window's size must be > 0 seconds")
+    grace_ms = size_ms if grace is None else _ms(grace, "grace")
+    expires_ms = size_ms + grace_ms if expires is None else _ms(expires, "expires")
+    return SlidingSpec(size_ms, 1, grace_ms, expires_ms, max_future_ms(max_future, "window"))

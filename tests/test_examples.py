@@ -29,6 +29,7 @@ async def run_for(app: flowkit.App, seconds: float) -> TestDriver:
         "examples.router",
         "examples.payments",
         "examples.schema_registry",
+        "examples.card_spend",
     ],
 )
 def test_examples_declare_valid_graphs(module: str) -> None:
@@ -113,3 +114,13 @@ async def test_schema_registry_example_reads_their_avro_and_writes_its_own() -> 
         {"customer": "bob", "total_cents": 100},
         {"customer": "ann", "total_cents": 300},
     ]
+
+
+async def test_card_spend_flags_the_burst_across_a_minute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from examples import card_spend
+
+    module = importlib.reload(card_spend)  # fresh module-level state
+    await module.main()
+    assert capsys.readouterr().out == "card a: 110.00 between 10 s and 70 s\n"

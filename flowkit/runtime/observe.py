@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..errors import TransportError
-from ..state import SessionStore, Table, WindowedStore, WindowedTable
+from ..state import SessionStore, SlidingStore, Table, WindowedStore, WindowedTable
 from ..state.windowed.stage1 import NONE
 
 if TYPE_CHECKING:
@@ -152,6 +152,12 @@ class WorkerCollector(Collector):
                     if part.wm != NONE:
                         watermark.add_metric([table.name, str(p)], part.wm / 1000)
                     keys.add_metric([table.name, str(p)], sum(map(len, part.partials.values())))
+            elif isinstance(table, WindowedTable) and isinstance(store, SlidingStore):
+                closed.add_metric([table.name], store.closed_windows)
+                for p, part in sorted(store.parts.items()):
+                    if part.wm != NONE:
+                        watermark.add_metric([table.name, str(p)], part.wm / 1000)
+                    keys.add_metric([table.name, str(p)], store.keys_held(p))
         written = CounterMetricFamily(
             "flowkit_changelog_records", "Records written to a table's changelog", labels=["table"]
         )

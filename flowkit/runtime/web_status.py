@@ -14,7 +14,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..state import SessionStore, WindowedStore, WindowedTable
+from ..state import SessionStore, SlidingStore, WindowedStore, WindowedTable
 from ..state.windowed.stage1 import NONE
 from .observe import partition_lag
 
@@ -98,6 +98,13 @@ def _tables(worker: Worker) -> dict[str, dict[str, Any]]:
             marks = [part.wm for part in parts if part.wm != NONE]
             out[table.name] = {
                 "keys": sum(len(w) for part in parts for w in part.partials.values()),
+                "watermark": min(marks) if marks else None,
+                "closed_windows": store.closed_windows,
+            }
+        elif isinstance(table, WindowedTable) and isinstance(store, SlidingStore):
+            marks = [part.wm for part in store.parts.values() if part.wm != NONE]
+            out[table.name] = {
+                "keys": sum(store.keys_held(p) for p in store.parts),
                 "watermark": min(marks) if marks else None,
                 "closed_windows": store.closed_windows,
             }

@@ -24,7 +24,14 @@ import structlog
 from aiohttp import web
 
 from ..codecs import DECODE_FAILURES
-from ..state import GlobalTable, SessionStore, Table, WindowedStore, WindowedTable
+from ..state import (
+    GlobalTable,
+    SessionStore,
+    SlidingStore,
+    Table,
+    WindowedStore,
+    WindowedTable,
+)
 from ..transports import Ack, TopicSpec
 from .web_endpoints import (
     SECRET_VAR,
@@ -184,7 +191,9 @@ class TableQueries:
         if isinstance(table, GlobalTable):
             return self._value(name, key, None, store)
         partition = table.partition_of(key)
-        if isinstance(table, WindowedTable) and isinstance(store, WindowedStore | SessionStore):
+        if isinstance(table, WindowedTable) and isinstance(
+            store, WindowedStore | SessionStore | SlidingStore
+        ):
             if partition in store.owners.owners:
                 return self._windows(name, key, partition, store, request.query.get("at"))
         elif isinstance(table, Table) and partition in store.held():
@@ -215,7 +224,7 @@ class TableQueries:
         name: str,
         key: Any,
         partition: int,
-        store: WindowedStore | SessionStore,
+        store: WindowedStore | SessionStore | SlidingStore,
         at: str | None,
     ) -> web.Response:
         windows = store.windows(key)
@@ -224,8 +233,9 @@ class TableQueries:
                 ms = int(at)
             except ValueError:
                 return _error(400, f"at={at!r} is not a time in milliseconds")
-            # A session's end is its last record's time, included.
-            last = 1 if isinstance(store, SessionStore) else 0
+            # A session's end is its last record's time, and a sliding window's end is
+            # included too.
+            last = 1 if isinstance(store, SessionStore | SlidingStore) else 0
             windows = {w: v for w, v in windows.items() if w.start <= ms < w.end + last}
         listed = [{"start": w.start, "end": w.end, "value": v} for w, v in windows.items()]
         body = {"table": name, "key": key, "partition": partition, "windows": listed}

@@ -7,7 +7,15 @@ from .base import TableBase
 from .joins import Joined, JoinStore, StreamJoin
 from .stores import GlobalStore, TableStore
 from .tables import GlobalTable, Table
-from .windowed import SessionStore, SessionTable, WindowedStore, WindowedTable, WindowSet
+from .windowed import (
+    SessionStore,
+    SessionTable,
+    SlidingStore,
+    SlidingTable,
+    WindowedStore,
+    WindowedTable,
+    WindowSet,
+)
 
 __all__ = [
     "GlobalStore",
@@ -16,6 +24,8 @@ __all__ = [
     "Joined",
     "SessionStore",
     "SessionTable",
+    "SlidingStore",
+    "SlidingTable",
     "StreamJoin",
     "Table",
     "TableBase",

@@ -25,12 +25,13 @@ from ..durations import Seconds
 from ..errors import DefinitionError
 from ..scope import current_scope, require_scope
 from ..streamtime import DEFAULT_MAX_FUTURE
-from ..windows import HoppingWindow, SessionWindow, TumblingWindow, WindowSpec
+from ..windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
 from .base import TableBase
 from .local import StoreKind, check_store
 from .stores import GlobalStore, TableStore
 from .windowed import WindowedTable
 from .windowed.session_table import SessionTable
+from .windowed.sliding_table import SlidingTable
 
 if TYPE_CHECKING:
     from ..topics import Topic
@@ -120,6 +121,22 @@ class Table(TableBase[K, V]):
             )
         table = self._windowed(spec, kind=SessionTable, **options)
         assert isinstance(table, SessionTable)
+        return table
+
+    def sliding(
+        self,
+        size: Seconds,
+        *,
+        grace: Seconds | None = None,
+        expires: Seconds | None = None,
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
+        **options: Any,
+    ) -> SlidingTable[K, V]:
+        """This table as sliding windows of ``size`` seconds, set by the records: the
+        value over the last ``size`` at every record (see ``SlidingTable``)."""
+        spec = SlidingWindow(size, grace=grace, expires=expires, max_future=max_future)
+        table = self._windowed(spec, kind=SlidingTable, **options)
+        assert isinstance(table, SlidingTable)
         return table
 
     def _windowed(
