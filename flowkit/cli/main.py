@@ -29,7 +29,7 @@ from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
 from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
-from ..transports import Transport, parse_broker_url, redact, transport_from_url
+from ..transports import Transport, parse_broker_url, redact
 from .addresses import check_web_address
 from .common import FAILED, USAGE, AppArg, BrokerOpt
 from .common import describe as _describe
@@ -40,6 +40,7 @@ from .devbroker import dev_broker
 from .dlq import dlq
 from .loader import load_app
 from .offsets import offsets
+from .operator import open_transport
 from .placeholders import plain_arguments
 from .processes import child_index, parse_processes, run_group, serve_child
 from .send import send
@@ -375,7 +376,7 @@ def topics(
         url = broker or the_app.broker
         parse_broker_url(url)
         needed = required_topics(the_app)
-        transport = transport_from_url(url)
+        transport = open_transport(the_app, url)
         try:
             existing = asyncio.run(_partition_counts(transport, [s.name for s in needed]))
         except FlowkitError as exc:
