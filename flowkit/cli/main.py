@@ -7,6 +7,7 @@ one ``Error: ...`` line on stderr and exit code 2; a worker that dies is one lin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sys
 import traceback
@@ -42,7 +43,7 @@ from .loader import load_app
 from .offsets import offsets
 from .operator import open_transport
 from .placeholders import plain_arguments
-from .processes import child_index, parse_processes, run_group, serve_child
+from .processes import child_index, child_token, parse_processes, run_group, serve_child
 from .send import send
 from .stdio import stop_when_stdout_closes
 from .tables import tables
@@ -248,6 +249,10 @@ def worker(
             header_timeout=web_header_timeout,
             rate=web_rate,
         )
+        if child_index() is not None:  # a process of a group
+            token = child_token()  # from its parent, over a pipe (if it has one)
+            # Only its parent asks it, behind the group's one gate (the parent's).
+            limits = dataclasses.replace(limits, gate=False)
         configure_logging(log_level, log_format)
         the_graph = the_app.graph()
         if child_index() is None and not the_graph.check():  # (problems: the worker says)

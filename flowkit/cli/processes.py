@@ -23,12 +23,12 @@ import structlog
 from .._text import count
 from ..errors import ConfigurationError
 from ..runtime import Worker
-from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup, inherited_secrets
 from ..runtime.web_endpoints import SECRET_VAR
 from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import parse_broker_url
 
-__all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
+__all__ = ["child_index", "child_token", "parse_processes", "run_group", "serve_child"]
 
 log = structlog.get_logger("flowkit.cli")
 
@@ -84,14 +84,15 @@ def run_group(
         # other, and believe no one else's adverts.
         env[SECRET_VAR] = secrets.token_hex(32)
     env.pop(TOKEN_VAR, None)
-    if web_token is not None:  # the children want it too, and the parent sends it to them
-        env[TOKEN_VAR] = web_token.reveal()
+    # The children want the token too (and the parent sends it to them): over a pipe, not
+    # in their environment.
+    given = {TOKEN_VAR: web_token.reveal()} if web_token is not None else {}
     web = (
         _GroupWeb(web_host, web_port, web_token, web_allowed_hosts, web_limits)
         if web_port is not None
         else None
     )
-    return asyncio.run(_run(argv, env, processes, web))
+    return asyncio.run(_run(argv, env, given, processes, web))
 
 
 @dataclass
@@ -104,9 +105,13 @@ class _GroupWeb:
 
 
 async def _run(
-    argv: list[str], env: dict[str, str], processes: int, settings: _GroupWeb | None
+    argv: list[str],
+    env: dict[str, str],
+    secrets: dict[str, str],
+    processes: int,
+    settings: _GroupWeb | None,
 ) -> tuple[int, str, str]:
-    async with ProcessGroup(argv, processes, env=env) as group:
+    async with ProcessGroup(argv, processes, env=env, secrets=secrets) as group:
         web = None
         if settings is not None:
             # The web stack (aiohttp) is imported only by a group that serves it.
@@ -159,6 +164,12 @@ def child_index() -> int | None:
     """This process's index in its group, when a parent started it (else None)."""
     value = os.environ.get(INDEX_VAR)
     return int(value) if value and value.isdigit() and os.environ.get(DIR_VAR) else None
+
+
+def child_token() -> WebToken | None:
+    """The web token the parent of this process's group passed it, if any."""
+    text = inherited_secrets().get(TOKEN_VAR)
+    return WebToken(text) if text else None
 
 
 async def serve_child(
