@@ -14,10 +14,12 @@ from ..app import App
 from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import ConfigurationError
 from ..runtime.deadletters import (
+    Marks,
     mark_replayed,
     read_dead_letters,
     read_replayed,
     replay_dead_letters,
+    replayed,
 )
 from ..transports import Transport, parse_broker_url
 from .common import AppArg, BrokerOpt, errors
@@ -131,7 +133,7 @@ def dlq_replay(
                 f"({', '.join(sorted(declared)) or 'none'}); --force sends there anyway"
             )
 
-        async def read() -> tuple[list[DeadLetter], set[tuple[int, int]]]:
+        async def read() -> tuple[list[DeadLetter], Marks]:
             transport = open_transport(the_app, url)
             try:
                 return await read_dead_letters(transport, name), await read_replayed(
@@ -179,7 +181,7 @@ class _Plan:
 
 def _plan(
     letters: list[DeadLetter],
-    marked: set[tuple[int, int]],
+    marked: Marks,
     filters: dict[str, str],
     to: str | None,
     declared: set[str],
@@ -190,7 +192,7 @@ def _plan(
     for letter in letters:
         if not letter.matches(filters):
             continue
-        if not force and (letter.message.partition, letter.message.offset) in marked:
+        if not force and replayed(letter, marked):
             plan.replayed += 1
         elif not (to or letter.source_topic):
             plan.nowhere += 1
