@@ -43,7 +43,14 @@ from .loader import load_app
 from .offsets import offsets
 from .operator import open_transport
 from .placeholders import plain_arguments
-from .processes import child_index, child_token, parse_processes, run_group, serve_child
+from .processes import (
+    child_broker,
+    child_index,
+    child_token,
+    parse_processes,
+    run_group,
+    serve_child,
+)
 from .send import send
 from .stdio import stop_when_stdout_closes
 from .tables import tables
@@ -236,6 +243,8 @@ def worker(
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
         the_app = load_app(app)
+        if child_index() is not None:  # a process of a group: its parent says where
+            broker = child_broker() or broker
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
         wanted = parse_processes(processes, url) if processes is not None else 1
