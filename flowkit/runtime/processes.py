@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -57,9 +58,13 @@ def inherited_secrets() -> dict[str, str]:
     global _inherited
     if _inherited is None:
         _inherited = {}
-        fd = os.environ.get(SECRETS_VAR, "")
+        # Taken out of the environment: a process this one starts has no such pipe, and
+        # the number may then be one of its other files.
+        fd = os.environ.pop(SECRETS_VAR, "")
         if fd.isdigit():
             try:
+                if not stat.S_ISFIFO(os.fstat(int(fd)).st_mode):
+                    return _inherited
                 with os.fdopen(int(fd), "rb") as pipe:
                     data = json.loads(pipe.read())
                 if isinstance(data, dict):
