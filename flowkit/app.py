@@ -171,6 +171,16 @@ class App:
     def __repr__(self) -> str:
         return f"<App {self.name!r} broker={redact_url(self.broker)!r}>"
 
+    def client_settings_for(self, url: str) -> dict[str, Any]:
+        """The client settings for a broker at ``url``: the app's own on Kafka, none on
+        ``memory://`` (the same app runs there too).
+
+        >>> app = App("demo", client_settings={"client_id": "demo-1"})
+        >>> app.client_settings_for("kafka://h:9092"), app.client_settings_for("memory://")
+        ({'client_id': 'demo-1'}, {})
+        """
+        return dict(self.client_settings) if url.lower().startswith("kafka://") else {}
+
     @property
     def tables(self) -> dict[str, TableBase[Any, Any]]:
         """The declared tables by name (a windowed table in the place of its base)."""

@@ -14,15 +14,17 @@ from ..app import App
 from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import ConfigurationError
 from ..runtime.deadletters import (
+    Marks,
     mark_replayed,
     read_dead_letters,
     read_replayed,
     replay_dead_letters,
+    replayed,
 )
-from ..transports import parse_broker_url, transport_from_url
+from ..transports import Transport, parse_broker_url
 from .common import AppArg, BrokerOpt, errors
 from .loader import load_app
-from .operator import group_topics
+from .operator import group_topics, open_transport
 
 __all__ = ["dlq"]
 
@@ -69,8 +71,8 @@ def dlq_show(
 ) -> None:
     """Print APP's dead letters: when, stage, source, agent, error and a value preview."""
     with errors():
-        _, url, name, filters = _dlq_args(app, broker, topic, where)
-        letters = asyncio.run(_read_letters(url, name))
+        the_app, url, name, filters = _dlq_args(app, broker, topic, where)
+        letters = asyncio.run(_read_letters(open_transport(the_app, url), name))
     matching = [letter for letter in letters if letter.matches(filters)]
     chosen = matching[-limit:]
     if where:  # say how many matched, not only how many there are
@@ -131,8 +133,8 @@ def dlq_replay(
                 f"({', '.join(sorted(declared)) or 'none'}); --force sends there anyway"
             )
 
-        async def read() -> tuple[list[DeadLetter], set[tuple[int, int]]]:
-            transport = transport_from_url(url)
+        async def read() -> tuple[list[DeadLetter], Marks]:
+            transport = open_transport(the_app, url)
             try:
                 return await read_dead_letters(transport, name), await read_replayed(
                     transport, name
@@ -148,7 +150,7 @@ def dlq_replay(
             for letter in plan.chosen:
                 typer.echo(_would_send(letter, to))
         elif plan.chosen:
-            asyncio.run(_replay(url, name, plan.chosen, to))
+            asyncio.run(_replay(open_transport(the_app, url), name, plan.chosen, to))
     done = "would replay" if dry_run else "replayed"
     sent = len(plan.chosen)
     if where:
@@ -179,7 +181,7 @@ class _Plan:
 
 def _plan(
     letters: list[DeadLetter],
-    marked: set[tuple[int, int]],
+    marked: Marks,
     filters: dict[str, str],
     to: str | None,
     declared: set[str],
@@ -190,7 +192,7 @@ def _plan(
     for letter in letters:
         if not letter.matches(filters):
             continue
-        if not force and (letter.message.partition, letter.message.offset) in marked:
+        if not force and replayed(letter, marked):
             plan.replayed += 1
         elif not (to or letter.source_topic):
             plan.nowhere += 1
@@ -248,8 +250,9 @@ def _would_send(letter: DeadLetter, to: str | None) -> str:
     )
 
 
-async def _replay(url: str, dlq_topic: str, letters: list[DeadLetter], to: str | None) -> None:
-    transport = transport_from_url(url)
+async def _replay(
+    transport: Transport, dlq_topic: str, letters: list[DeadLetter], to: str | None
+) -> None:
     try:
         await replay_dead_letters(transport, letters, to)
         # Marked once the broker has every replayed record: a replay cut short before
@@ -282,8 +285,7 @@ def _dlq_args(
     return the_app, url, topic or dead_letter_topic(the_app.name), filters
 
 
-async def _read_letters(url: str, topic: str) -> list[DeadLetter]:
-    transport = transport_from_url(url)
+async def _read_letters(transport: Transport, topic: str) -> list[DeadLetter]:
     try:
         return await read_dead_letters(transport, topic)
     finally:

@@ -7,6 +7,7 @@ one ``Error: ...`` line on stderr and exit code 2; a worker that dies is one lin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sys
 import traceback
@@ -30,7 +31,7 @@ from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
 from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
-from ..transports import Transport, parse_broker_url, redact, transport_from_url
+from ..transports import Transport, parse_broker_url, redact
 from .addresses import check_web_address
 from .common import FAILED, USAGE, AppArg, BrokerOpt
 from .common import describe as _describe
@@ -41,8 +42,16 @@ from .devbroker import dev_broker
 from .dlq import dlq
 from .loader import load_app
 from .offsets import offsets
+from .operator import open_transport
 from .placeholders import plain_arguments
-from .processes import child_index, parse_processes, run_group, serve_child
+from .processes import (
+    child_broker,
+    child_index,
+    child_token,
+    parse_processes,
+    run_group,
+    serve_child,
+)
 from .send import send
 from .stdio import stop_when_stdout_closes
 from .tables import tables
@@ -245,6 +254,8 @@ def worker(
     """Run APP until Ctrl+C (or SIGTERM): once to stop gracefully, twice to force."""
     with _errors():
         the_app = load_app(app)
+        if child_index() is not None:  # a process of a group: its parent says where
+            broker = child_broker() or broker
         url = broker or the_app.broker
         parse_broker_url(url)  # a bad URL fails here, before anything starts
         wanted = parse_processes(processes, url) if processes is not None else 1
@@ -260,6 +271,10 @@ def worker(
             header_timeout=web_header_timeout,
             rate=web_rate,
         )
+        if child_index() is not None:  # a process of a group
+            token = child_token()  # from its parent, over a pipe (if it has one)
+            # Only its parent asks it, behind the group's one gate (the parent's).
+            limits = dataclasses.replace(limits, gate=False)
         configure_logging(log_level, log_format)
         the_graph = the_app.graph()
         if child_index() is None and not the_graph.check():  # (problems: the worker says)
@@ -390,7 +405,7 @@ def topics(
         url = broker or the_app.broker
         parse_broker_url(url)
         needed = required_topics(the_app)
-        transport = transport_from_url(url)
+        transport = open_transport(the_app, url)
         try:
             existing = asyncio.run(_partition_counts(transport, [s.name for s in needed]))
         except FlowkitError as exc:

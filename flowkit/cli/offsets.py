@@ -20,9 +20,8 @@ from typer.core import TyperGroup
 from ..app import App
 from ..errors import ConfigurationError
 from ..records import TopicPartition
-from ..transports import transport_from_url
 from .common import FAILED, AppArg, BrokerOpt, errors, fail
-from .operator import group_topics, kafka_app
+from .operator import group_topics, kafka_app, open_transport
 
 __all__ = ["offsets"]
 
@@ -126,7 +125,7 @@ async def _partitions(transport: Any, app: App) -> list[TopicPartition]:
 
 
 async def _offsets(url: str, app: App) -> list[tuple[TopicPartition, int | None, int]]:
-    transport: Any = transport_from_url(url)
+    transport: Any = open_transport(app, url)
     log_ends = _groups(transport).log_ends
     try:
         tps = await _partitions(transport, app)
@@ -147,7 +146,7 @@ async def _plan(
     url: str, app: App, target: str | int
 ) -> dict[TopicPartition, tuple[int | None, int]]:
     """Each partition's committed offset and the one ``target`` names."""
-    transport: Any = transport_from_url(url)
+    transport: Any = open_transport(app, url)
     try:
         groups = _groups(transport)
         await _no_live_members(transport, app)
@@ -172,7 +171,7 @@ async def _plan(
 
 
 async def _commit(url: str, app: App, offsets: dict[TopicPartition, int]) -> None:
-    transport: Any = transport_from_url(url)
+    transport: Any = open_transport(app, url)
     try:
         await _no_live_members(transport, app)  # asked again: one may have started since
         group = transport.consumer(group_id=app.name, client_id="flowkit-offsets")

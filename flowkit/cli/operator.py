@@ -15,10 +15,10 @@ from ..app import App
 from ..codecs import DECODE_FAILURES, decode_error_message
 from ..errors import ConfigurationError
 from ..state import WindowedTable
-from ..transports import parse_broker_url
+from ..transports import Transport, parse_broker_url, transport_from_url
 from .loader import load_app
 
-__all__ = ["group_topics", "kafka_app", "parse_typed"]
+__all__ = ["group_topics", "kafka_app", "open_transport", "parse_typed"]
 
 
 def kafka_app(app: str, broker: str | None, what: str) -> tuple[App, str]:
@@ -32,6 +32,13 @@ def kafka_app(app: str, broker: str | None, what: str) -> tuple[App, str]:
             "(--broker kafka://... or $FLOWKIT_BROKER)"
         )
     return the_app, url
+
+
+def open_transport(app: App, url: str) -> Transport:
+    """The transport to ``url`` with the app's own client settings, as its workers use
+    (security settings declared on the App included); a bad one is a
+    ``ConfigurationError`` before anything connects."""
+    return transport_from_url(url, **app.client_settings_for(url))
 
 
 def group_topics(app: App) -> list[str]:

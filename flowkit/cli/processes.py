@@ -23,14 +23,23 @@ import structlog
 from .._text import count
 from ..errors import ConfigurationError
 from ..runtime import Worker
-from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup, inherited_secrets
 from ..runtime.web_endpoints import SECRET_VAR
 from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import parse_broker_url
 
-__all__ = ["child_index", "parse_processes", "run_group", "serve_child"]
+__all__ = [
+    "child_broker",
+    "child_index",
+    "child_token",
+    "parse_processes",
+    "run_group",
+    "serve_child",
+]
 
 log = structlog.get_logger("flowkit.cli")
+
+BROKER_VAR = "FLOWKIT_BROKER"
 
 
 def parse_processes(value: str, broker: str) -> int:
@@ -81,20 +90,25 @@ def run_group(
         argv += ["--standby-replicas", str(standby_replicas)]
     if web_port is not None:  # each child serves on a private port the parent asks
         argv += ["--web-port", "0", "--web-host", "127.0.0.1"]
-    env = {**os.environ, "FLOWKIT_BROKER": broker}  # not in argv: a URL may hold a password
-    if web_port is not None and not env.get(SECRET_VAR):
-        # The children sign their web adverts with it: they redirect table reads to each
-        # other, and believe no one else's adverts.
-        env[SECRET_VAR] = secrets.token_hex(32)
-    env.pop(TOKEN_VAR, None)
-    if web_token is not None:  # the children want it too, and the parent sends it to them
-        env[TOKEN_VAR] = web_token.reveal()
+    # What may be secret goes to the children over a pipe, not in their environment (which
+    # their user's other processes can read) nor in argv (which anyone's can): the broker
+    # URL (its settings may hold a password), the web token (the parent sends it with
+    # what it asks them too) and the secret they sign their web adverts with.
+    env = dict(os.environ)
+    given = {BROKER_VAR: broker}
+    for name in (BROKER_VAR, TOKEN_VAR, SECRET_VAR):
+        env.pop(name, None)
+    if web_token is not None:
+        given[TOKEN_VAR] = web_token.reveal()
+    if web_port is not None:
+        # They redirect table reads to each other, and believe no one else's adverts.
+        given[SECRET_VAR] = os.environ.get(SECRET_VAR) or secrets.token_hex(32)
     web = (
         _GroupWeb(web_host, web_port, web_token, web_allowed_hosts, web_limits)
         if web_port is not None
         else None
     )
-    return asyncio.run(_run(argv, env, processes, web))
+    return asyncio.run(_run(argv, env, given, processes, web))
 
 
 @dataclass
@@ -107,9 +121,13 @@ class _GroupWeb:
 
 
 async def _run(
-    argv: list[str], env: dict[str, str], processes: int, settings: _GroupWeb | None
+    argv: list[str],
+    env: dict[str, str],
+    secrets: dict[str, str],
+    processes: int,
+    settings: _GroupWeb | None,
 ) -> tuple[int, str, str]:
-    async with ProcessGroup(argv, processes, env=env) as group:
+    async with ProcessGroup(argv, processes, env=env, secrets=secrets) as group:
         web = None
         if settings is not None:
             # The web stack (aiohttp) is imported only by a group that serves it.
@@ -162,6 +180,17 @@ def child_index() -> int | None:
     """This process's index in its group, when a parent started it (else None)."""
     value = os.environ.get(INDEX_VAR)
     return int(value) if value and value.isdigit() and os.environ.get(DIR_VAR) else None
+
+
+def child_token() -> WebToken | None:
+    """The web token the parent of this process's group passed it, if any."""
+    text = inherited_secrets().get(TOKEN_VAR)
+    return WebToken(text) if text else None
+
+
+def child_broker() -> str | None:
+    """The broker URL the parent of this process's group passed it."""
+    return inherited_secrets().get(BROKER_VAR)
 
 
 async def serve_child(

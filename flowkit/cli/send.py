@@ -11,9 +11,9 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ConfigurationError
-from ..transports import Ack, TopicSpec, transport_from_url
+from ..transports import Ack, TopicSpec, Transport
 from .common import AppArg, BrokerOpt, errors
-from .operator import kafka_app, parse_typed
+from .operator import kafka_app, open_transport, parse_typed
 
 __all__ = ["send"]
 
@@ -51,7 +51,8 @@ def send(
         if key is not None:
             raw_key = declared.encode_key(parse_typed(key, declared.key_type, "--key"))
         spec = TopicSpec(topic, declared.partitions, compacted=declared.compacted)
-        ack = asyncio.run(_send(url, spec, declared.encode(decoded), raw_key, partition))
+        transport = open_transport(the_app, url)
+        ack = asyncio.run(_send(transport, spec, declared.encode(decoded), raw_key, partition))
     typer.echo(f"sent to {ack.topic}/{ack.partition}@{ack.offset}")
 
 
@@ -59,8 +60,9 @@ def _partitions(n: int) -> str:
     return "1 partition (0)" if n == 1 else f"{n} partitions (0-{n - 1})"
 
 
-async def _send(url: str, spec: TopicSpec, value: bytes, key: bytes | None, partition: Any) -> Ack:
-    transport = transport_from_url(url)
+async def _send(
+    transport: Transport, spec: TopicSpec, value: bytes, key: bytes | None, partition: Any
+) -> Ack:
     try:
         # As a worker would: the topic gets the declared partitions (or the counts differ:
         # a one-line error), rather than whatever a broker's auto-creation gives it.

@@ -17,9 +17,9 @@ import typer
 from .._printable import printable, printable_json
 from ..errors import ConfigurationError
 from ..state import WindowedTable
-from ..transports import read_topic, transport_from_url
+from ..transports import Transport, read_topic
 from .common import FAILED, AppArg, BrokerOpt, errors, fail
-from .operator import kafka_app, parse_typed
+from .operator import kafka_app, open_transport, parse_typed
 
 __all__ = ["tables"]
 
@@ -53,7 +53,7 @@ def show(
             known = ", ".join(sorted(the_app.tables)) or "none"
             raise ConfigurationError(f"app {the_app.name!r} declares no table {table!r} ({known})")
         wanted = None if key is None else parse_typed(key, declared.key_type, "KEY")
-        store = asyncio.run(_load(url, declared))
+        store = asyncio.run(_load(open_transport(the_app, url), declared))
     rows = _rows(declared, store, wanted)
     if key is not None and not rows:
         fail(f"table {table!r} has no key {key!r}", FAILED)
@@ -81,9 +81,8 @@ def as_json_text(value: Any) -> str:
     return printable_json(msgspec.json.encode(value).decode())
 
 
-async def _load(url: str, table: Any) -> Any:
+async def _load(transport: Transport, table: Any) -> Any:
     store = table.new_store(lambda: int(time.time() * 1000))
-    transport = transport_from_url(url)
     try:
         await read_topic(
             transport,

@@ -13,8 +13,9 @@ given; each child serves its own endpoint on a private port of 127.0.0.1 (listed
   group is asked of that child; any other redirect is answered as it is, never fetched.
 
 The parent applies the same token, Host allow-list and limits as a worker's endpoint
-(``web_access``, ``web_limits``); its children get the token through their environment,
-and the parent sends it with what it asks them.
+(``web_access``, ``web_limits``), behind the group's one web gate (``web_gate``): the
+children, which only the parent asks, accept in their own event loops. They get the token
+over a pipe (``processes``), and the parent sends it with what it asks them.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class GroupWebServer:
         self.port = port
         self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
         self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, self._probe)
+        self.listener = BoundedListener(self.limits, self._probe, gate=self.limits.gate)
         token_ = self.access.token
         self._logs = ServerLogs([token_.reveal()] if token_ is not None else [])
         self.collector = GroupCollector(group)

@@ -14,6 +14,11 @@ endpoint) and ``PROMETHEUS_MULTIPROC_DIR``, where prometheus-client's multiproce
 keeps its counters, gauges and histograms in files that outlive it. The parent owns that
 directory and removes it when it is done. A child also reads its stdin, a pipe from the
 parent: when the parent dies, the pipe closes and the child stops too.
+
+Secrets (``secrets=``, such as the web token) are not put in a child's environment, which
+its user's other processes may read (``/proc/PID/environ``) and its own children inherit:
+each child inherits the read end of a pipe holding them, whose number is in
+``FLOWKIT_PROCESS_SECRETS_FD``, and reads them once with ``inherited_secrets()``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +39,7 @@ from typing import Any
 import structlog
 from prometheus_client import multiprocess as _multiprocess
 
-__all__ = ["Child", "ProcessGroup", "describe_exit"]
+__all__ = ["Child", "ProcessGroup", "describe_exit", "inherited_secrets"]
 
 log = structlog.get_logger(__name__)
 multiprocess: Any = _multiprocess  # prometheus-client's multiprocess module has no types
@@ -42,6 +48,30 @@ USAGE = 2  # a child's exit code for bad input: starting it again cannot help
 INDEX_VAR = "FLOWKIT_PROCESS"
 DIR_VAR = "FLOWKIT_PROCESS_DIR"
 METRICS_VAR = "PROMETHEUS_MULTIPROC_DIR"
+SECRETS_VAR = "FLOWKIT_PROCESS_SECRETS_FD"
+_inherited: dict[str, str] | None = None
+
+
+def inherited_secrets() -> dict[str, str]:
+    """The secrets the parent of this process's group passed it (see the module's
+    docstring); empty when it has none. The pipe is read at the first call and closed."""
+    global _inherited
+    if _inherited is None:
+        _inherited = {}
+        # Taken out of the environment: a process this one starts has no such pipe, and
+        # the number may then be one of its other files.
+        fd = os.environ.pop(SECRETS_VAR, "")
+        if fd.isdigit():
+            try:
+                if not stat.S_ISFIFO(os.fstat(int(fd)).st_mode):
+                    return _inherited
+                with os.fdopen(int(fd), "rb") as pipe:
+                    data = json.loads(pipe.read())
+                if isinstance(data, dict):
+                    _inherited = {str(k): str(v) for k, v in data.items()}
+            except (OSError, ValueError):
+                pass  # not ours (a copy of the variable outside a group): no secrets
+    return _inherited
 
 
 @dataclass
@@ -105,11 +135,13 @@ class ProcessGroup:
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         stable_after: float = 60.0,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         if count < 1:
             raise ValueError("a process group needs at least one process")
         self.argv = list(argv)
         self.env = dict(os.environ if env is None else env)
+        self._secrets = json.dumps(dict(secrets or {})).encode()
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.stable_after = stable_after
@@ -240,11 +272,24 @@ class ProcessGroup:
             DIR_VAR: str(self.directory),
             METRICS_VAR: str(self.metrics_dir),
         }
-        # A session of its own: a terminal's Ctrl-C reaches the parent, which passes it on
-        # once; otherwise each child would get it twice and force its stop.
-        return await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True
-        )
+        # The secrets wait in a pipe the child inherits (a few bytes: the pipe's buffer
+        # holds them, so this write does not block).
+        read, write = os.pipe()
+        try:
+            os.write(write, self._secrets)
+            os.close(write)
+            env[SECRETS_VAR] = str(read)
+            # A session of its own: a terminal's Ctrl-C reaches the parent, which passes it
+            # on once; otherwise each child would get it twice and force its stop.
+            return await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                pass_fds=(read,),
+            )
+        finally:
+            os.close(read)
 
     async def aclose(self) -> None:
         """Kill what still runs (only after a failure in the parent) and remove the

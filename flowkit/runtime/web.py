@@ -75,7 +75,7 @@ class WebServer:
         self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
         self.access.page = self._page_response
         self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, self.probe, gate=True)
+        self.listener = BoundedListener(self.limits, self.probe, gate=self.limits.gate)
         self.tables = TableQueries(worker, self)
         self._runner: web.AppRunner | None = None
         secrets = [self.access.token.reveal()] if self.access.token else []

@@ -43,6 +43,7 @@ from ..codecs import DECODE_FAILURES
 from ..records import Headers, Message, TopicPartition
 from ..transports import Consumer, Transport
 from .logbudget import LogBudget
+from .processes import inherited_secrets
 
 __all__ = [
     "SECRET_VAR",
@@ -91,8 +92,10 @@ _decode = msgspec.json.Decoder(Advert).decode
 
 
 def secret_from_env() -> bytes | None:
-    """The group's signing secret from ``FLOWKIT_WEB_SECRET``, None when unset or empty."""
-    value = os.environ.get(SECRET_VAR, "")
+    """The group's signing secret: the one a process group's parent passed this process
+    (``processes.inherited_secrets``), else ``FLOWKIT_WEB_SECRET``; None when unset or
+    empty."""
+    value = inherited_secrets().get(SECRET_VAR) or os.environ.get(SECRET_VAR, "")
     return value.encode() if value else None
 
 

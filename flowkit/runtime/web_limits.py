@@ -256,7 +256,11 @@ class BoundedListener:
         command += [str(self.max_connections), str(self.max_overflow), str(_ANSWER_LIFE)]
         try:
             self._gate = subprocess.Popen(
-                command, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+                command,
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env={},  # it needs none, and the worker's may hold secrets
             )
         except (OSError, ValueError) as exc:  # no interpreter to run it, say
             ours.close()

@@ -89,6 +89,9 @@ class WebLimits:
     max_wait: float = 5.0
     concurrency: int = 4
     cache_seconds: float = 1.0  # how long /metrics and /status answers are reused
+    # Accept and refuse connections in a gate process (``web_gate``); False: in the
+    # serving process's own event loop (a group's children: only their parent asks them).
+    gate: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "concurrency", "burst"):

@@ -170,9 +170,7 @@ class Worker:
         )
         self._own_transport = transport is None
         url = broker or app.broker
-        # The app's Kafka settings are for Kafka: the same app runs on memory:// too.
-        kafka = app.client_settings if url.lower().startswith("kafka://") else {}
-        settings = {**kafka, **(client_settings or {})}
+        settings = {**app.client_settings_for(url), **(client_settings or {})}
         self.transport = transport or transport_from_url(url, **settings)
         # Exactly-once: made here, so a broker without transactions is refused at once.
         self.transactions: TransactionalProducer | None = None

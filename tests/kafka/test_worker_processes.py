@@ -93,6 +93,11 @@ def records_in(metrics_text: str) -> float:
     )
 
 
+def environ_names(pid: int) -> set[str]:
+    variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return {v.split(b"=")[0].decode() for v in variables}
+
+
 def gone(path: str) -> bool:
     return not Path(path).exists()
 
@@ -133,6 +138,8 @@ async def test_two_processes_share_the_work_survive_a_kill_and_stop_together(
     state = await wait_ready(web, 200, deadline=30)
     assert [p["ready"] for p in state["processes"]] == [True, True]
     pids = [p["pid"] for p in state["processes"]]
+    for pid in pids:  # what may be secret came over a pipe, not in their environment
+        assert not environ_names(pid) & {"FLOWKIT_BROKER", "FLOWKIT_WEB_SECRET"}
 
     # 1. They consume a topic to completion with exact results.
     acks = await client.produce(ITEMS, items(0, 1_500))

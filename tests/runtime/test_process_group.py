@@ -7,6 +7,7 @@ codes are checked in a second; ``tests/kafka/test_worker_processes.py`` runs rea
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
@@ -107,3 +108,25 @@ async def test_a_child_that_stops_by_itself_is_not_restarted() -> None:
         assert await asyncio.wait_for(group.run(), 20) == 0
         assert [child.exits for child in group.children] == [[0], [0]]
         assert all(child.restarts == 0 for child in group.children)
+
+
+# Reads its secrets twice, and starts a process that looks for their pipe.
+SECRETS = """
+import json, os, pathlib, subprocess
+from flowkit.runtime.processes import inherited_secrets
+first, again = inherited_secrets(), inherited_secrets()
+look = "echo ${FLOWKIT_PROCESS_SECRETS_FD-none}"
+below = subprocess.run(["sh", "-c", look], capture_output=True, text=True).stdout.strip()
+out = pathlib.Path(os.environ["FLOWKIT_PROCESS_DIR"], "secrets")
+out.write_text(json.dumps([first, again, below]))
+"""
+
+
+async def test_secrets_reach_the_child_once_and_no_further() -> None:
+    argv = [sys.executable, "-c", SECRETS]
+    secrets = {"FLOWKIT_WEB_TOKEN": "t0ken-4411"}
+    async with ProcessGroup(argv, 1, secrets=secrets) as group:
+        async with asyncio.timeout(60):
+            assert await group.run() == 0
+        seen = json.loads((group.directory / "secrets").read_text())
+        assert seen == [secrets, secrets, "none"]

@@ -1,12 +1,14 @@
 """The ``--processes`` parent's endpoint with a token: it enforces it, and sends it to its
-children, which enforce it too. The children are real workers, each on a memory broker of
-its own (the group's supervision does not care which broker they use)."""
+children, which enforce it too. They get it over a pipe, not in their environment; the
+group has one web gate, the parent's. The children are real workers, each on a memory
+broker of its own (the group's supervision does not care which broker they use)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 import aiohttp
 
@@ -17,6 +19,27 @@ from flowkit.runtime.web_access import TOKEN_VAR
 TOKEN = "group-token-5e1d0c9b"
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, children first."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *descendants(int(child))]
+    return found
+
+
+def environ(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def gates(pid: int) -> list[int]:
+    """The web gates among ``pid``'s children."""
+    gate = b"web_gate.py"
+    own = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+           for child in (task / "children").read_text().split()]  # fmt: skip
+    return [child for child in own if gate in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
 async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     async with aiohttp.ClientSession() as http, http.get(url, headers=headers or {}) as response:
         return response.status, await response.text()
@@ -25,8 +48,9 @@ async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str
 async def test_the_parent_enforces_the_token_and_its_children_get_it() -> None:
     argv = [sys.executable, "-m", "flowkit.cli", "worker", "tests.ops.cli_app:app"]
     argv += ["--web-port", "0", "--broker", "memory://", "--log-level", "warning"]
-    env = {**os.environ, TOKEN_VAR: TOKEN}
-    async with ProcessGroup(argv, 2, env=env) as group:
+    env = {**os.environ}
+    env.pop(TOKEN_VAR, None)
+    async with ProcessGroup(argv, 2, env=env, secrets={TOKEN_VAR: TOKEN}) as group:
         running = asyncio.create_task(group.run())
         web = GroupWebServer(group, "127.0.0.1", 0, token=TOKEN)
         await web.start()
@@ -37,6 +61,13 @@ async def test_the_parent_enforces_the_token_and_its_children_get_it() -> None:
                     await asyncio.sleep(0.1)
             urls = [child.url() for child in group.children]
             assert all(urls)
+            pids = [child.pid for child in group.children]
+            for pid in pids:  # the token reached them, but not through their environment
+                assert pid is not None
+                for process in [pid, *descendants(pid)]:
+                    assert TOKEN.encode() not in environ(process), process
+                assert gates(pid) == []  # the parent's gate is the group's
+            assert len(gates(os.getpid())) == 1
             for url in urls:  # the children want the token too
                 assert (await get(f"{url}/metrics"))[0] == 401
                 assert (await get(f"{url}/metrics", right))[0] == 200
