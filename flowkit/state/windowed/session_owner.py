@@ -26,19 +26,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 
-from ...errors import DecodeError, NotRunningError
+from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SessionSpec, Window
 from . import wire
-from .owner import Emission
 from .session_source import index_of
-from .stage1 import NONE
+from .stages import NONE, Change, Emission, OwnersBase
 
 __all__ = ["OpenSession", "SessionOwner", "SessionOwners"]
 
@@ -56,6 +55,7 @@ class SessionOwner:
         "closing",
         "dirty",
         "dirty_closed",
+        "emitted_through",
         "expiring",
         "logged_wm",
         "open",
@@ -72,6 +72,7 @@ class SessionOwner:
         # Keys whose open, or closed, sessions changed since the last changelog flush.
         self.dirty: set[Any] = set()
         self.dirty_closed: set[Any] = set()
+        self.emitted_through = -1  # as Owner's
 
 
 def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
@@ -83,12 +84,11 @@ def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
     return total
 
 
-class SessionOwners:
-    """One worker's stage-2 state of one session table: the partitions it owns."""
+class SessionOwners(OwnersBase[SessionOwner]):
+    """One worker's stage-2 state of one session table: the partitions it owns
+    (``OwnersBase``), each a ``SessionOwner`` of its keys' sessions."""
 
-    # Not for sessions yet: running updates, and marking the results a restart emits again
-    # (a session table's changelog holds its sessions only).
-    updates = False
+    # Not for sessions yet: marking the results a restart emits again.
     marks_replays = False
 
     def __init__(
@@ -100,44 +100,20 @@ class SessionOwners:
         name: str = "table",
         guard: FutureGuard | None = None,
     ) -> None:
+        super().__init__(SessionOwner, sources=sources, name=name, guard=guard)
         self.spec = spec
         self.gap = spec.gap_ms
-        self.guard = guard
-        self.sources = sources
         self.combine = combine
-        self.name = name
-        self.owners: dict[int, SessionOwner] = {}
-        self.closed_windows = 0
-        self.replays_ignored = 0
-        self.rejected: list[tuple[Message, Exception]] = []
         self._n = itertools.count()
 
     def replayed(self, q: int, messages: Sequence[Message]) -> int:
         """None of a session table's results is marked as replayed (see ``Owners``)."""
         return 0
 
-    def take_rejected(self) -> list[tuple[Message, Exception]]:
-        """The records ``receive`` refused since the last call."""
-        rejected, self.rejected = self.rejected, []
-        return rejected
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start owning these partitions."""
-        for p in partitions:
-            if p not in self.owners:
-                self.owners[p] = SessionOwner(self.sources)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.owners.pop(p, None)
-
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply pieces and markers that arrived on repartition partition ``q``; return
         the sessions that closed, earliest end first."""
-        owner = self.owners.get(q)
-        if owner is None:
-            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        owner = self.owner_of(q)
         out: list[Emission] = []
         moved = False  # a piece was merged: it may close at once
         replays = future = 0
@@ -252,11 +228,14 @@ class SessionOwners:
             owner.dirty_closed.add(key)
         return out
 
-    def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
-        """Append partition ``q``'s changelog records since the last drain: each changed
-        key's open and closed sessions whole (None when none are left), and the sources'
-        watermarks."""
-        owner = self.owners[q]
+    def drain_changes_into(self, out: list[Change]) -> None:
+        """Append stage 2's changelog records since the last drain to ``out``: each
+        changed key's open and closed sessions whole (None when none are left), and the
+        sources' watermarks."""
+        for q, owner in self.owners.items():
+            self._drain_owner(q, owner, out)
+
+    def _drain_owner(self, q: int, owner: SessionOwner, out: list[Change]) -> None:
         for key in owner.dirty:
             sessions = owner.open.get(key)
             opened = None
@@ -300,10 +279,7 @@ class SessionOwners:
 
     def recovered(self, owner: SessionOwner, partition: int) -> None:
         """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
-        if self.guard is not None:
-            for src, wm in enumerate(owner.source_wm):
-                if wm != NONE and not self.guard.trusts(wm, partition):
-                    owner.source_wm[src] = NONE
+        self.trust_watermarks(owner, partition)
         owner.closing = [
             (s[1], next(self._n), key, s[0]) for key, ss in owner.open.items() for s in ss
         ]

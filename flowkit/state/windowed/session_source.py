@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from ...errors import NotRunningError
-from ...streamtime import FutureGuard
 from ...windows import SessionSpec
 from . import wire
-from .stage1 import NONE, idle_parts
+from .stages import NONE, Sources
 
 __all__ = ["Session", "SessionPart", "SessionSource", "find", "index_of", "merge_in"]
 
@@ -55,7 +53,7 @@ class SessionPart:
         "wm",
     )
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
         self.partials: dict[Any, list[Session]] = {}  # key -> its sessions, by start
         self.wm = NONE  # stream time minus grace
@@ -110,8 +108,9 @@ def merge_in(
     return merged
 
 
-class SessionSource(FutureGuard):
-    """One worker's stage-1 state of one session table: its source partitions."""
+class SessionSource(Sources[SessionPart]):
+    """One worker's stage-1 state of one session table: its source partitions
+    (``Sources``), each a ``SessionPart`` of its keys' open sessions."""
 
     def __init__(
         self,
@@ -124,35 +123,20 @@ class SessionSource(FutureGuard):
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
     ) -> None:
-        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
-        self.spec = spec
+        super().__init__(
+            spec,
+            SessionPart,
+            partitions=partitions,
+            partition_of=partition_of,
+            encode_key=encode_key,
+            now_ms=now_ms,
+            name=name,
+        )
         self.gap = spec.gap_ms
         self.combine = combine
-        self.partitions = partitions
-        self.name = name
-        self._partition_of = partition_of
-        self._encode_key = encode_key
-        self.parts: dict[int, SessionPart] = {}
-        self._outbox: list[tuple[int, bytes | None, bytes]] = []
         self._n = itertools.count()
 
     # -- adds -----------------------------------------------------------------------------
-
-    def part_of_batch(self, batch: Any) -> SessionPart:
-        """The state of ``batch``'s partition."""
-        part = self.parts.get(batch.tp.partition)
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
-
-    def part_of_key(self, key: Any) -> SessionPart:
-        """The state of the partition that owns ``key`` (adds outside an agent)."""
-        part = self.parts.get(self._partition_of(key))
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
 
     def add(self, part: SessionPart, key: Any, ts: int, amount: Any) -> bool:
         """Put a record of ``key`` at ``ts`` into its session; False when it is late (its
@@ -233,50 +217,12 @@ class SessionSource(FutureGuard):
 
     # -- the worker's side ----------------------------------------------------------------
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these source partitions."""
-        for p in partitions:
-            if p not in self.parts:
-                self.parts[p] = SessionPart(p)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.parts.pop(p, None)
-
-    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
-        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
-        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
-        if idle_timeout is None:
-            return
-        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
-            self.set_wm(part, self.now_ms() - self.spec.grace_ms)
-
-    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
-        """Closed sessions, then watermark markers, to send: (partition, key, value)."""
-        for p, part in self.parts.items():
-            if self._announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
-        out, self._outbox = self._outbox, []
-        return out
-
-    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
-        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
-        self._outbox[:0] = items
-
-    def has_outbox(self) -> bool:
-        """True when sessions or markers wait to be sent."""
-        return bool(self._outbox) or any(self._announce(part) for part in self.parts.values())
-
-    def _announce(self, part: SessionPart) -> bool:
+    @property
+    def marker_step(self) -> int:
         # A marker when the watermark has moved into a new span of ``gap``: owners learn
         # a source's exact watermark with each session it sends them, and the others'
         # at most one gap late, at one marker per gap of stream time, not per flush.
-        if part.wm == NONE:
-            return False
-        return part.sent_wm == NONE or part.wm // self.gap > part.sent_wm // self.gap
+        return self.gap
 
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``: each
@@ -289,17 +235,12 @@ class SessionSource(FutureGuard):
                     (p, wire.encode(("S", key)), None if not sessions else wire.encode(sessions))
                 )
             part.dirty.clear()
-            state = (part.wm, part.max_ts, part.sent_wm)
-            if part.wm != NONE and part.logged != state:
-                part.logged = state
-                out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
+            self.log_watermark(part, out)
 
     def apply_record(self, part: SessionPart, kind: str, parts: list[Any], value: Any) -> None:
         """Apply one decoded changelog record of stage 1 (``kind`` "w" or "S")."""
         if kind == "w":
-            if value is not None:
-                part.wm, part.max_ts, part.sent_wm = value
-                part.logged = tuple(value)
+            self.apply_watermark(part, value)
             return
         key = wire.key_from_json(parts[1])
         if value is None:
@@ -310,9 +251,7 @@ class SessionSource(FutureGuard):
     def recovered(self, part: SessionPart) -> None:
         """Rebuild ``part``'s close order after its changelog was applied; a stream time
         beyond ``max_future`` starts again."""
-        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
-            part.wm = part.max_ts = part.sent_wm = NONE
-            part.logged = None
+        self.trust_watermark(part)
         part.closing = [
             (s[1], next(self._n), key, s[0]) for key, ss in part.partials.items() for s in ss
         ]
