@@ -7,7 +7,7 @@ with up to three marked lines filled in:
 
 * the lift: ``amount = 1`` for a count, ``amount = amount.price`` for ``Sum("price")``,
   inlined where the time is known, so a declared count takes the tumbling sum's fast path
-  and costs what a hand-written ``add(key, 1)`` does;
+  and costs what a hand-written ``add(key, 1)`` does (the record is kept for ``late=``);
 * the fold: ``add(acc, value)`` of an aggregation that is not a merge of lifted values
   (mean, last, collect, distinct, user-defined), with ``initial()`` for a key's first value;
 * running updates: the ``(window, key)`` each add changed, for the worker's next flush.
@@ -34,6 +34,7 @@ __all__ = ["specialised"]
 _LIFT = "# (here a declared aggregation's lift of amount"
 _FOLD = "partial[key] = amount if old is _MISSING else self.combine(old, amount)"
 _CHANGED = "# (here running updates mark the key changed"
+_LATE = "self._late("
 
 
 def specialised(
@@ -50,12 +51,17 @@ def specialised(
     lines = src.splitlines()
     out: list[str] = []
     ts = ", ts" if aggregation is not None and aggregation.timed else ""
+    lifts = aggregation is not None and aggregation.lifted and bool(aggregation.lift)
     for line in lines:
         body = line.strip()
         indent = line[: len(line) - len(line.lstrip())]
         if body.startswith(_LIFT):
-            if aggregation is not None and aggregation.lifted and aggregation.lift:
-                line = f"{indent}amount = {aggregation.lift}"
+            if lifts:
+                # The record stays at hand for late=, which gets it as on a plain table.
+                assert aggregation is not None
+                line = f"{indent}record = amount\n{indent}amount = {aggregation.lift}"
+        elif lifts and body.startswith(_LATE) and body.endswith(", amount)"):
+            line = line[: -len(", amount)")] + ", record)"
         elif body == _FOLD:
             if aggregation is not None and not aggregation.lifted:
                 line = (
