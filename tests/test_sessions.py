@@ -4,7 +4,7 @@ plain-Python reference on random streams, across restarts, and for bounded state
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -27,13 +27,18 @@ class Hit(flowkit.Record):
 
 
 def reference(
-    records: Iterable[tuple[str, int, Any]], gap: int, grace: int
+    records: Iterable[tuple[str, int, Any]],
+    gap: int,
+    grace: int,
+    merge: Callable[[Any, Any], Any] = operator.add,
+    states: list[list[Result]] | None = None,
 ) -> tuple[list[Result], list[tuple[str, int]]]:
     """Kafka Streams' session aggregation over one partition, in plain Python: the
     sessions emitted when they close, and the late records. A session is [start, end,
     value]; a record joins the sessions within ``gap`` of it (bounds included), merging
-    them (their values in time order, then the record's); a session closes once it ends
-    before stream time - grace - gap, and a record whose session would is late."""
+    them (their values in time order, then the record's, with ``merge``); a session
+    closes once it ends before stream time - grace - gap, and a record whose session
+    would is late. ``states`` gets the open sessions after each record."""
     stream_time = -(2**62)
     open_: dict[str, list[list[Any]]] = {}
     closed: list[Result] = []
@@ -53,11 +58,13 @@ def reference(
         total: Any = None
         for s in found:
             sessions.remove(s)
-            total = s[2] if total is None else total + s[2]
+            total = s[2] if total is None else merge(total, s[2])
         start = min([ts, *(s[0] for s in found)])
         end = max([ts, *(s[1] for s in found)])
-        sessions.append([start, end, value if total is None else total + value])
-        sessions.sort()
+        sessions.append([start, end, value if total is None else merge(total, value)])
+        sessions.sort(key=lambda s: s[0])
+        if states is not None:
+            states.append([(k, s[0], s[1], s[2]) for k, ss in open_.items() for s in ss])
     return sorted(closed), sorted(late)
 
 
@@ -128,6 +135,103 @@ async def test_every_session_emitted_matches_the_reference(
     assert sorted(late) == expected_late
 
 
+AGGREGATIONS = {
+    "count": flowkit.Count(),
+    "sum": flowkit.Sum("n"),
+    "max": flowkit.Max("n"),
+    "mean": flowkit.Mean("n"),
+    "last": flowkit.Last("n"),
+    "collect": flowkit.Collect("n", limit=3),  # order-sensitive, and bounded
+    "distinct": flowkit.DistinctCount("n"),
+}
+Update = tuple[str, int, int, Any, bool]  # key, start, end, value, final
+
+
+def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
+    """A record's accumulator, as a session table makes it before merging."""
+    if aggregation.timed:
+        return aggregation.add(aggregation.initial(), hit, hit.t)
+    return aggregation.add(aggregation.initial(), hit)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stream=streams,
+    grace=st.sampled_from([0, 5, 30]),
+    name=st.sampled_from(sorted(AGGREGATIONS)),
+    emit_on=st.sampled_from(["close", "update"]),
+    flush_every=st.sampled_from([1, 3, 100]),
+)
+async def test_aggregations_and_running_updates_match_the_reference(
+    stream: list[tuple[str, int]], grace: int, name: str, emit_on: str, flush_every: int
+) -> None:
+    aggregation = AGGREGATIONS[name]
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    hits = [Hit(user, t0 + s * SECOND, i % 4) for i, (user, s) in enumerate(stream)]
+    hits.append(Hit("end", t0 + 2000 * SECOND, 0))
+    states: list[list[Result]] = []
+    records = [(h.user, h.t, one(aggregation, h)) for h in hits]
+    closed_acc, expected_late = reference(
+        records,
+        GAP,
+        grace * SECOND,
+        aggregation.merge,
+        states,  # type: ignore[arg-type]
+    )
+    expected = sorted((k, s, e, aggregation.finish(v)) for k, s, e, v in closed_acc)
+    app = flowkit.App("sessions", partitions=1)
+    topic: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+    closed: list[Result] = []
+    updates: list[Update] = []
+    late: list[Any] = []
+    table = app.table("visits").session(
+        GAP / 1000,
+        grace=grace,
+        aggregate=aggregation,
+        emit_on=emit_on,
+        time=lambda h: h.t,
+        on_close=lambda key, w, value: closed.append((key, w.start, w.end, value)),
+        on_update=(
+            (lambda key, w, value, final: updates.append((key, w.start, w.end, value, final)))
+            if emit_on == "update"
+            else None
+        ),
+        late=lambda key, w, record: late.append((key, record.t)),
+    )
+
+    @app.agent(topic)
+    async def visit(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            table.add(hit.user, hit)
+
+    async with TestDriver(app, clock=clock, fail_fast=True) as driver:
+        for i, hit in enumerate(hits):
+            await driver.send(topic, hit, key=hit.user)
+            if i % flush_every == flush_every - 1:
+                await driver.run_until_idle()
+        await driver.run_until_idle()
+    assert sorted(closed) == expected, (closed, expected)
+    assert sorted(late) == expected_late  # late= gets the record
+    if emit_on == "close":
+        return
+    assert sorted(u[:4] for u in updates if u[4]) == expected  # each final once
+    # Every running update is a session as it stood after some prefix of the stream,
+    # the prefixes in order; and no update repeats the one before it for the same key.
+    finished = [[(k, s, e, aggregation.finish(v)) for k, s, e, v in state] for state in states]
+    m, last = 0, {}
+    for key, start, end, value, final in updates:
+        if final:
+            last.pop(key, None)
+            continue
+        while m < len(finished) and (key, start, end, value) not in finished[m]:
+            m += 1
+        assert m < len(finished), ("not a session of the stream", key, start, end, value)
+        assert last.get(key) != (start, end, value), ("a repeated update", key, start, end)
+        last[key] = (start, end, value)
+    assert any(not u[4] for u in updates)
+
+
 async def test_a_record_that_bridges_two_sessions_merges_them() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -158,11 +262,13 @@ def test_session_needs_combine_and_refuses_assignment() -> None:
         app.table("v0", default=int).session(0, combine=operator.add)
     with pytest.raises(flowkit.DefinitionError, match="has no option 'size'"):
         app.table("v1", default=int).session(1, combine=operator.add, size=3)
-    for option, value in (("aggregate", flowkit.Count()), ("emit_on", "update")):
-        with pytest.raises(flowkit.DefinitionError, match=f"do not take {option}= yet"):
-            app.table(f"v-{option}", default=int).session(
-                1, combine=operator.add, **{option: value}
-            )
+    no_merge = flowkit.Aggregation(initial=list, add=lambda acc, v: [*acc, v])
+    with pytest.raises(flowkit.DefinitionError, match="session windows merge accumulators"):
+        app.table("v-nomerge").session(1, aggregate=no_merge)
+    with pytest.raises(flowkit.DefinitionError, match="give aggregate= or combine=, not both"):
+        app.table("v-both").session(1, aggregate=flowkit.Count(), combine=max)
+    counted = app.table("v-count").session(1, aggregate=flowkit.Count(), emit_on="update")
+    assert (counted.describe()["aggregate"], counted.describe()["emit_on"]) == ("count", "update")
     visits = app.table("v2", default=int).session(30.0, combine=operator.add)
     with pytest.raises(flowkit.DefinitionError, match=r"use v2\.add"):
         visits["k"] = 3

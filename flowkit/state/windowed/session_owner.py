@@ -2,7 +2,9 @@
 closed, and closes the merged sessions.
 
 Each source partition sends a session of a key when it closed there, as a piece
-``(source, start) -> [end, value]``, with the watermark that closed it. The owner merges
+``(source, start) -> [end, value]``, with the lowest watermark that closes it (``end +
+gap + 1``; the pieces a source closes go in end order); with running updates it also
+sends its open sessions at every flush, with its watermark then. The owner merges
 a piece with the key's open sessions within ``gap`` of it (a key's records may come from
 several partitions), and closes a
 session once every source's watermark minus ``gap`` has passed its end: its value (the
@@ -88,9 +90,6 @@ class SessionOwners(OwnersBase[SessionOwner]):
     """One worker's stage-2 state of one session table: the partitions it owns
     (``OwnersBase``), each a ``SessionOwner`` of its keys' sessions."""
 
-    # Not for sessions yet: marking the results a restart emits again.
-    marks_replays = False
-
     def __init__(
         self,
         spec: SessionSpec,
@@ -99,16 +98,13 @@ class SessionOwners(OwnersBase[SessionOwner]):
         combine: Callable[[Any, Any], Any],
         name: str = "table",
         guard: FutureGuard | None = None,
+        updates: bool = False,
     ) -> None:
-        super().__init__(SessionOwner, sources=sources, name=name, guard=guard)
+        super().__init__(SessionOwner, sources=sources, name=name, guard=guard, updates=updates)
         self.spec = spec
         self.gap = spec.gap_ms
         self.combine = combine
         self._n = itertools.count()
-
-    def replayed(self, q: int, messages: Sequence[Message]) -> int:
-        """None of a session table's results is marked as replayed (see ``Owners``)."""
-        return 0
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply pieces and markers that arrived on repartition partition ``q``; return
@@ -118,6 +114,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
         moved = False  # a piece was merged: it may close at once
         replays = future = 0
         guard = self.guard
+        touched: dict[tuple[Any, int], None] = {}  # (key, start) of sessions that changed
         for m in messages:
             if m.value is None:
                 continue
@@ -138,8 +135,11 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 replays += 1
                 continue
             if kind == "p":
-                self._merge(owner, key, src, a, end, piece)
-                moved = True
+                merged = self._merge(owner, key, src, a, end, piece)
+                if merged is not None:
+                    moved = True
+                    if self.updates:
+                        touched[key, merged] = None
             if wm > owner.source_wm[src]:
                 if guard is not None and wm > guard.future_limit and not guard.admits(wm):
                     future += 1
@@ -162,32 +162,56 @@ class SessionOwners(OwnersBase[SessionOwner]):
             )
         if moved:
             out.extend(self._close(owner))
+        if touched:
+            # After the closes: a session that closed in this batch has its final value
+            # out, and no running update; one merged into another since is that one's.
+            combine = self.combine
+            for key, start in touched:
+                sessions = owner.open.get(key)
+                k = -1 if sessions is None else index_of(sessions, start)
+                if k >= 0:
+                    s = sessions[k]  # type: ignore[index]
+                    self._updates.append((key, Window(s[0], s[1]), value_of(s, combine)))
         return out
 
-    def _merge(self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any) -> None:
+    def _merge(
+        self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any
+    ) -> int | None:
+        """Merge a piece into ``key``'s open sessions; the start of the session that holds
+        it, or None when it only replaced an equal piece (nothing changed)."""
         gap = self.gap
         sessions = owner.open.setdefault(key, [])
         owner.dirty.add(key)
-        piece_id = (src, start)
-        for session in sessions:
-            if piece_id in session[2]:  # sent again: the same piece, replaced
-                session[2][piece_id] = [end, v]
-                session[0], session[1] = min(session[0], start), max(session[1], end)
-                return
         i = 0
         while i < len(sessions) and sessions[i][1] + gap < start:
             i += 1
         j = i
-        pieces: dict[tuple[int, int], list[Any]] = {piece_id: [end, v]}
-        lo, hi = start, end
+        pieces: dict[tuple[int, int], list[Any]] = {}
         while j < len(sessions) and sessions[j][0] - gap <= end:
-            lo, hi = min(lo, sessions[j][0]), max(hi, sessions[j][1])
             pieces.update(sessions[j][2])
             j += 1
+        # A piece of the same source that overlaps this one is an earlier version of it
+        # (a replay, or a running update of a session still open there): a source's
+        # sessions of one key never overlap, and each only grows until it closes.
+        older = [
+            pid
+            for pid, (pe, _) in pieces.items()
+            if pid[0] == src and pid[1] <= end and start <= pe
+        ]
+        unchanged = j == i + 1 and older == [(src, start)] and pieces[older[0]] == [end, v]
+        for pid in older:
+            del pieces[pid]
+        pieces[(src, start)] = [end, v]
+        if unchanged:
+            sessions[i][2] = pieces
+            return None
+        lo = min(ps for _, ps in pieces)
+        hi = max(pe for pe, _ in pieces.values())
         before = sessions[i][0] if i < j else None
         sessions[i:j] = [[lo, hi, pieces]]
         if lo != before:
             heapq.heappush(owner.closing, (hi, next(self._n), key, lo))
+        return lo
 
     def _close(self, owner: SessionOwner) -> list[Emission]:
         close_time = min(owner.source_wm) - self.gap
@@ -258,7 +282,10 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 out.append((q, wire.source_key(src), wire.encode(wm)))
 
     def apply_record(self, owner: SessionOwner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "s", "O" or "C")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "s", "e", "O" or "C")."""
+        if kind == "e":
+            self.apply_emitted(owner, value)
+            return
         if kind == "s":
             owner.source_wm[parts[1]] = value if value is not None else NONE
             owner.logged_wm[parts[1]] = owner.source_wm[parts[1]]

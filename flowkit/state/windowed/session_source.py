@@ -18,7 +18,7 @@ True
 True
 True
 >>> [wire.decode(v) for _, _, v in src.drain_outbox()][0]   # [0, 5 s] closed at 30 s
-['p', 0, 0, 'k', [5000, 2, 30000]]
+['p', 0, 0, 'k', [5000, 2, 15001]]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class SessionPart:
 
     __slots__ = (
         "active",
+        "changed",
         "closing",
         "dirty",
         "logged",
@@ -55,6 +56,9 @@ class SessionPart:
 
     def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
+        # With running updates: the keys added to since the last flush, whose open
+        # sessions go to their owners then; None when the table emits on close only.
+        self.changed: set[Any] | None = set() if updates else None
         self.partials: dict[Any, list[Session]] = {}  # key -> its sessions, by start
         self.wm = NONE  # stream time minus grace
         self.max_ts = NONE
@@ -122,6 +126,7 @@ class SessionSource(Sources[SessionPart]):
         encode_key: Callable[[Any], bytes] = wire.encode,
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
+        updates: bool = False,
     ) -> None:
         super().__init__(
             spec,
@@ -131,6 +136,7 @@ class SessionSource(Sources[SessionPart]):
             encode_key=encode_key,
             now_ms=now_ms,
             name=name,
+            updates=updates,
         )
         self.gap = spec.gap_ms
         self.combine = combine
@@ -190,9 +196,9 @@ class SessionSource(Sources[SessionPart]):
 
     def _close(self, part: SessionPart, close_time: int) -> None:
         closing = part.closing
-        p, wm = part.number, part.wm
+        p, gap = part.number, self.gap
         while closing and closing[0][0] < close_time:
-            _, _, key, start = heapq.heappop(closing)
+            due, _, key, start = heapq.heappop(closing)
             sessions = part.partials.get(key)
             if not sessions:
                 continue
@@ -201,7 +207,9 @@ class SessionSource(Sources[SessionPart]):
                 continue  # merged into an earlier session, which has an entry of its own
             session = sessions[k]
             end = session[1]
-            if end >= close_time:  # it grew since: look again when its end is due
+            if end != due:
+                # It grew since: look again when its end is due, so that sessions close
+                # in the order of their ends (the owner relies on it).
                 heapq.heappush(closing, (end, next(self._n), key, start))
                 continue
             del sessions[k]
@@ -209,11 +217,11 @@ class SessionSource(Sources[SessionPart]):
                 del part.partials[key]
             part.dirty.add(key)
             q = self._partition_of(key)
-            self._outbox.append(
-                # With the watermark that closed it: the owner learns it with the session,
-                # before any session this source closes later (see session_owner.py).
-                (q, self._encode_key(key), wire.partial(start, p, key, [end, session[2], wm]))
-            )
+            # With the lowest watermark that closes it (at most this partition's): the
+            # owner learns it with the session, so it closes there no sooner than here,
+            # and not before this, its last version, has arrived (session_owner.py).
+            piece = wire.partial(start, p, key, [end, session[2], end + gap + 1])
+            self._outbox.append((q, self._encode_key(key), piece))
 
     # -- the worker's side ----------------------------------------------------------------
 
@@ -223,6 +231,26 @@ class SessionSource(Sources[SessionPart]):
         # a source's exact watermark with each session it sends them, and the others'
         # at most one gap late, at one marker per gap of stream time, not per flush.
         return self.gap
+
+    def ship_updates(self) -> None:
+        # Running updates: each open session of a key added to since the last flush, as
+        # it is now, once per flush however many records changed it. The owner takes a
+        # piece that overlaps an earlier one of the same source as its newer version.
+        for p, part in self.parts.items():
+            changed = part.changed
+            if not changed:
+                continue
+            wm = part.wm
+            for key in sorted(changed, key=repr):
+                sessions = part.partials.get(key)
+                if not sessions:
+                    continue  # closed since, and shipped as such
+                q = self._partition_of(key)
+                encoded = self._encode_key(key)
+                for start, end, value in sessions:
+                    piece = wire.partial(start, p, key, [end, value, wm])
+                    self._outbox.append((q, encoded, piece))
+            changed.clear()
 
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``: each

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...windows import SessionSpec, Window
-from .session_owner import SessionOwners, value_of
+from .session_owner import SessionOwners
 from .session_source import SessionPart, SessionSource
 from .stages import TwoStages
 
@@ -39,10 +39,16 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
             encode_key=table.encode_key,
             now_ms=now_ms,
             name=table.name,
+            updates=table.emit_on == "update",
         )
         self.table = table
         self.owners: SessionOwners = SessionOwners(
-            spec, sources=table.partitions, combine=table.combine, name=table.name, guard=self
+            spec,
+            sources=table.partitions,
+            combine=table.combine,
+            name=table.name,
+            guard=self,
+            updates=table.emit_on == "update",
         )
         self.start_counters()
 
@@ -54,14 +60,19 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
         combine = self.combine
         out: dict[Window, Any] = {}
         opened: list[list[Any]] = []
+        local = {p: part.partials.get(key, ()) for p, part in self.parts.items()}
         owner = self.owners.owners.get(self.table.partition_of(key))
         if owner is not None:
             for start, end, value in owner.closed.get(key, ()):
                 out[Window(start, end)] = value
             for session in owner.open.get(key, ()):
-                opened.append([session[0], session[1], value_of(session, combine)])
-        for part in self.parts.values():
-            opened.extend(list(s) for s in part.partials.get(key, ()))
+                for (src, ps), (pe, value) in session[2].items():
+                    # A session still open on a source held here is newest there (a
+                    # running update that reached the owner may be older).
+                    if not any(s[0] <= pe and ps <= s[1] for s in local.get(src, ())):
+                        opened.append([ps, pe, value])
+        for sessions in local.values():
+            opened.extend(list(s) for s in sessions)
         opened.sort(key=lambda s: s[0])
         merged: list[list[Any]] = []
         for s in opened:
@@ -73,6 +84,10 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
                 merged.append(s)
         for start, end, value in merged:
             out[Window(start, end)] = value
+        aggregation = self.table.aggregation
+        if aggregation is not None and aggregation.result is not None:
+            finish = aggregation.result
+            return {w: finish(acc) for w, acc in sorted(out.items())}
         return dict(sorted(out.items()))
 
     def latest(self, key: Any, ts: int) -> Any:

@@ -184,12 +184,6 @@ class Stage1(Sources[Part]):
                     )
             changed.clear()
 
-    def has_outbox(self) -> bool:
-        """True when partials or markers wait to be sent."""
-        if self.updates and any(part.changed for part in self.parts.values()):
-            return True
-        return super().has_outbox()
-
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``."""
         for p, start, keys in self._shipped:

@@ -46,6 +46,8 @@ class SourcePart(Protocol):
     sent_wm: int  # the watermark last announced to the owners
     active: float  # when the partition was first seen caught up and quiet (-1.0: not)
     logged: tuple[int, int, int] | None  # (wm, max_ts, sent_wm) as the changelog has them
+    # With running updates, what changed since the last flush (None: no updates).
+    changed: set[Any] | None
 
 
 P = TypeVar("P", bound=SourcePart)
@@ -143,8 +145,12 @@ class Sources(FutureGuard, Generic[P]):
         self._outbox[:0] = items
 
     def has_outbox(self) -> bool:
-        """True when records or markers wait to be sent."""
-        return bool(self._outbox) or any(self.announce(part) for part in self.parts.values())
+        """True when records, running updates or markers wait to be sent."""
+        if self._outbox:
+            return True
+        if self.updates and any(part.changed for part in self.parts.values()):
+            return True
+        return any(self.announce(part) for part in self.parts.values())
 
     def announce(self, part: P) -> bool:
         """True when ``part``'s watermark is to be announced: it moved into a new step of
