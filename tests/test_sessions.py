@@ -433,3 +433,51 @@ async def test_a_crash_repeats_sessions_but_changes_none() -> None:
     assert sorted(distinct) == expected
     repeated = [c for c in distinct if closed.count(c) > 1]
     assert all(c in since for c in repeated)
+
+
+async def test_a_session_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    closed: list[tuple[str, int, int, Any, bool]] = []
+
+    def make_app() -> tuple[flowkit.App, flowkit.Topic[Hit]]:
+        app = flowkit.App("sessions", partitions=1)
+        hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+
+        def report(key: str, w: flowkit.Window, value: Any, replayed: bool = False) -> None:
+            closed.append((key, w.start - t0, w.end - t0, value, replayed))
+
+        visits = app.table("visits").session(
+            GAP / 1000,
+            grace=0,
+            aggregate=flowkit.Mean("n"),
+            time=lambda h: h.t,
+            idle_timeout=None,
+            on_close=report,
+        )
+
+        @app.agent(hits)
+        async def visit(stream: flowkit.Stream[Hit]) -> None:
+            async for hit in stream:
+                visits.add(hit.user, hit)
+
+        return app, hits
+
+    async def feed(driver: TestDriver, hits: Any, times: list[tuple[int, int]]) -> None:
+        for s, n in times:
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+            await driver.run_until_idle()
+
+    app, hits = make_app()
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    await feed(driver, hits, [(0, 1), (5, 2), (30, 6)])
+    assert closed == [("a", 0, 5000, 1.5, False)]
+    driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
+    await driver.aclose()
+    # The successor reads every record again: the first session closes a second time.
+    app, hits = make_app()
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        await again.run_until_idle()
+        await feed(again, hits, [(60, 0)])  # closes the second session: new
+    assert closed[1:] == [("a", 0, 5000, 1.5, True), ("a", 30_000, 30_000, 6.0, False)]

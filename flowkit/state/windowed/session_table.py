@@ -2,7 +2,9 @@
 
 A key's records closer than ``gap`` in event time form one session; a record that bridges
 two sessions merges them, their values joined with the table's ``combine`` (required:
-there is no safe default for merging two values). The semantics are Kafka Streams'
+there is no safe default for merging two values), or the ``merge`` of its declared
+aggregation (``aggregate=``; each record becomes an accumulator of its own first). The
+semantics are Kafka Streams'
 ``SessionWindows``: a session is ``[start, end]``, the times of its first and last record;
 on its partition it closes when stream time passes ``end + gap + grace``, and a record
 whose session would end before ``stream time - grace - gap`` is late (dead-lettered,
@@ -13,7 +15,8 @@ partition keeps its own sessions) and combines on the partition that owns the ke
 source sends a session when it closes there, and the owner merges the sessions of every
 source within ``gap`` of each other, closing a merged session once every source's
 watermark has passed it. Each closed session goes once to ``on_close`` and ``to=``, with
-its final bounds.
+its final bounds. With ``emit_on="update"``, sources also send their open sessions that
+changed at every flush, and the owner emits each session as it stands (``on_update``).
 """
 
 from __future__ import annotations
