@@ -4,6 +4,7 @@ plain-Python reference on random streams, across restarts, and for bounded state
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -69,7 +70,12 @@ def reference(
 
 
 def session_app(
-    closed: list[Result], late: list[tuple[str, int]], *, grace: float, partitions: int = 1
+    closed: list[Result],
+    late: list[tuple[str, int]],
+    *,
+    grace: float,
+    partitions: int = 1,
+    emit_on: str = "close",
 ) -> tuple[flowkit.App, Any, Any]:
     app = flowkit.App("sessions", partitions=partitions)
     hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
@@ -87,6 +93,7 @@ def session_app(
         time=lambda h: h.t,
         on_close=on_close,
         late=on_late,
+        emit_on=emit_on,
     )
 
     @app.agent(hits)
@@ -154,7 +161,11 @@ def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
     return aggregation.add(aggregation.initial(), hit)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("FLOWKIT_SESSION_EXAMPLES", "20")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     stream=streams,
     grace=st.sampled_from([0, 5, 30]),
@@ -344,11 +355,12 @@ async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> 
     ]
 
 
-async def test_sessions_from_several_partitions_merge_on_the_owner() -> None:
+@pytest.mark.parametrize("emit_on", ["close", "update"])
+async def test_sessions_from_several_partitions_merge_on_the_owner(emit_on: str) -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
     closed: list[Result] = []
-    app, hits, _ = session_app(closed, [], grace=0, partitions=2)
+    app, hits, _ = session_app(closed, [], grace=0, partitions=2, emit_on=emit_on)
     async with TestDriver(app, clock=clock) as driver:
         # The key's records on both partitions: [0, 5 s] on one, [12 s] on the other,
         # 7 s apart: one session once the owner has both.
@@ -399,17 +411,19 @@ async def forge_and_count(driver: TestDriver, hits: Any, t0: int, record: bytes)
     assert [m.value for m in letters] == [record]
 
 
-async def test_a_crash_repeats_sessions_but_changes_none() -> None:
+@pytest.mark.parametrize("emit_on", ["close", "update"])
+async def test_a_crash_repeats_sessions_but_changes_none(emit_on: str) -> None:
     """Killed after a checkpoint, with sessions merged, closed and emitted since: the
     successor replays from the checkpoint. Every session it emits is one of the reference's,
-    with its exact value; only those emitted after the checkpoint may come twice."""
+    with its exact value; only those emitted after the checkpoint may come twice. With
+    running updates too: the open sessions the owner had are replaced, not added to."""
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
     times = [0, 16, 40, 8, 60, 75, 30, 100, 95, 120, 180, 150, 170, 300, 310, 290, 600]
     records = [("a" if i % 3 else "b", t0 + s * SECOND, [i]) for i, s in enumerate(times)]
     expected, _ = reference(records, GAP, 30 * SECOND)
     closed: list[Result] = []
-    app, hits, _ = session_app(closed, [], grace=30)
+    app, hits, _ = session_app(closed, [], grace=30, emit_on=emit_on)
     driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
     await driver.__aenter__()
     for user, ts, value in records[:6]:
@@ -424,7 +438,7 @@ async def test_a_crash_repeats_sessions_but_changes_none() -> None:
     assert since  # sessions closed after the checkpoint, before the crash
     driver.worker._error = RuntimeError("simulated crash")  # no final flush or commit
     await driver.aclose()
-    app, hits, _ = session_app(closed, [], grace=30)
+    app, hits, _ = session_app(closed, [], grace=30, emit_on=emit_on)
     async with TestDriver(app, broker=broker, clock=clock) as again:
         for user, ts, value in records[12:]:
             await again.send(hits, Hit(user, ts, value[0]), key=user)
