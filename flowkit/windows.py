@@ -185,6 +185,11 @@ class SessionSpec(WindowSpec):
         """``"session"``."""
         return "session"
 
+    @property
+    def requires_merge(self) -> bool:
+        """True: a record that bridges two sessions merges their accumulators."""
+        return True
+
     def starts(self, ts: int) -> list[int]:
         """A session starts where its first record is: at ``ts`` for a new one."""
         return [ts]

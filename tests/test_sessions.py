@@ -4,7 +4,8 @@ plain-Python reference on random streams, across restarts, and for bounded state
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -27,13 +28,18 @@ class Hit(flowkit.Record):
 
 
 def reference(
-    records: Iterable[tuple[str, int, Any]], gap: int, grace: int
+    records: Iterable[tuple[str, int, Any]],
+    gap: int,
+    grace: int,
+    merge: Callable[[Any, Any], Any] = operator.add,
+    states: list[list[Result]] | None = None,
 ) -> tuple[list[Result], list[tuple[str, int]]]:
     """Kafka Streams' session aggregation over one partition, in plain Python: the
     sessions emitted when they close, and the late records. A session is [start, end,
     value]; a record joins the sessions within ``gap`` of it (bounds included), merging
-    them (their values in time order, then the record's); a session closes once it ends
-    before stream time - grace - gap, and a record whose session would is late."""
+    them (their values in time order, then the record's, with ``merge``); a session
+    closes once it ends before stream time - grace - gap, and a record whose session
+    would is late. ``states`` gets the open sessions after each record."""
     stream_time = -(2**62)
     open_: dict[str, list[list[Any]]] = {}
     closed: list[Result] = []
@@ -53,16 +59,23 @@ def reference(
         total: Any = None
         for s in found:
             sessions.remove(s)
-            total = s[2] if total is None else total + s[2]
+            total = s[2] if total is None else merge(total, s[2])
         start = min([ts, *(s[0] for s in found)])
         end = max([ts, *(s[1] for s in found)])
-        sessions.append([start, end, value if total is None else total + value])
-        sessions.sort()
+        sessions.append([start, end, value if total is None else merge(total, value)])
+        sessions.sort(key=lambda s: s[0])
+        if states is not None:
+            states.append([(k, s[0], s[1], s[2]) for k, ss in open_.items() for s in ss])
     return sorted(closed), sorted(late)
 
 
 def session_app(
-    closed: list[Result], late: list[tuple[str, int]], *, grace: float, partitions: int = 1
+    closed: list[Result],
+    late: list[tuple[str, int]],
+    *,
+    grace: float,
+    partitions: int = 1,
+    emit_on: str = "close",
 ) -> tuple[flowkit.App, Any, Any]:
     app = flowkit.App("sessions", partitions=partitions)
     hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
@@ -80,6 +93,7 @@ def session_app(
         time=lambda h: h.t,
         on_close=on_close,
         late=on_late,
+        emit_on=emit_on,
     )
 
     @app.agent(hits)
@@ -128,6 +142,107 @@ async def test_every_session_emitted_matches_the_reference(
     assert sorted(late) == expected_late
 
 
+AGGREGATIONS = {
+    "count": flowkit.Count(),
+    "sum": flowkit.Sum("n"),
+    "max": flowkit.Max("n"),
+    "mean": flowkit.Mean("n"),
+    "last": flowkit.Last("n"),
+    "collect": flowkit.Collect("n", limit=3),  # order-sensitive, and bounded
+    "distinct": flowkit.DistinctCount("n"),
+}
+Update = tuple[str, int, int, Any, bool]  # key, start, end, value, final
+
+
+def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
+    """A record's accumulator, as a session table makes it before merging."""
+    if aggregation.timed:
+        return aggregation.add(aggregation.initial(), hit, hit.t)
+    return aggregation.add(aggregation.initial(), hit)
+
+
+@settings(
+    max_examples=int(os.environ.get("FLOWKIT_SESSION_EXAMPLES", "20")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    stream=streams,
+    grace=st.sampled_from([0, 5, 30]),
+    name=st.sampled_from(sorted(AGGREGATIONS)),
+    emit_on=st.sampled_from(["close", "update"]),
+    flush_every=st.sampled_from([1, 3, 100]),
+)
+async def test_aggregations_and_running_updates_match_the_reference(
+    stream: list[tuple[str, int]], grace: int, name: str, emit_on: str, flush_every: int
+) -> None:
+    aggregation = AGGREGATIONS[name]
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    hits = [Hit(user, t0 + s * SECOND, i % 4) for i, (user, s) in enumerate(stream)]
+    hits.append(Hit("end", t0 + 2000 * SECOND, 0))
+    states: list[list[Result]] = []
+    records = [(h.user, h.t, one(aggregation, h)) for h in hits]
+    closed_acc, expected_late = reference(
+        records,
+        GAP,
+        grace * SECOND,
+        aggregation.merge,
+        states,  # type: ignore[arg-type]
+    )
+    expected = sorted((k, s, e, aggregation.finish(v)) for k, s, e, v in closed_acc)
+    app = flowkit.App("sessions", partitions=1)
+    topic: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+    closed: list[Result] = []
+    updates: list[Update] = []
+    late: list[Any] = []
+    table = app.table("visits").session(
+        GAP / 1000,
+        grace=grace,
+        aggregate=aggregation,
+        emit_on=emit_on,
+        time=lambda h: h.t,
+        on_close=lambda key, w, value: closed.append((key, w.start, w.end, value)),
+        on_update=(
+            (lambda key, w, value, final: updates.append((key, w.start, w.end, value, final)))
+            if emit_on == "update"
+            else None
+        ),
+        late=lambda key, w, record: late.append((key, record.t)),
+    )
+
+    @app.agent(topic)
+    async def visit(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            table.add(hit.user, hit)
+
+    async with TestDriver(app, clock=clock, fail_fast=True) as driver:
+        for i, hit in enumerate(hits):
+            await driver.send(topic, hit, key=hit.user)
+            if i % flush_every == flush_every - 1:
+                await driver.run_until_idle()
+        await driver.run_until_idle()
+    assert sorted(closed) == expected, (closed, expected)
+    assert sorted(late) == expected_late  # late= gets the record
+    if emit_on == "close":
+        return
+    assert sorted(u[:4] for u in updates if u[4]) == expected  # each final once
+    # Every running update is a session as it stood after some prefix of the stream,
+    # the prefixes in order; and no update repeats the one before it for the same key.
+    finished = [[(k, s, e, aggregation.finish(v)) for k, s, e, v in state] for state in states]
+    m, last = 0, {}
+    for key, start, end, value, final in updates:
+        if final:
+            last.pop(key, None)
+            continue
+        while m < len(finished) and (key, start, end, value) not in finished[m]:
+            m += 1
+        assert m < len(finished), ("not a session of the stream", key, start, end, value)
+        assert last.get(key) != (start, end, value), ("a repeated update", key, start, end)
+        last[key] = (start, end, value)
+    assert any(not u[4] for u in updates)
+
+
 async def test_a_record_that_bridges_two_sessions_merges_them() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -158,11 +273,13 @@ def test_session_needs_combine_and_refuses_assignment() -> None:
         app.table("v0", default=int).session(0, combine=operator.add)
     with pytest.raises(flowkit.DefinitionError, match="has no option 'size'"):
         app.table("v1", default=int).session(1, combine=operator.add, size=3)
-    for option, value in (("aggregate", flowkit.Count()), ("emit_on", "update")):
-        with pytest.raises(flowkit.DefinitionError, match=f"do not take {option}= yet"):
-            app.table(f"v-{option}", default=int).session(
-                1, combine=operator.add, **{option: value}
-            )
+    no_merge = flowkit.Aggregation(initial=list, add=lambda acc, v: [*acc, v])
+    with pytest.raises(flowkit.DefinitionError, match="session windows merge accumulators"):
+        app.table("v-nomerge").session(1, aggregate=no_merge)
+    with pytest.raises(flowkit.DefinitionError, match="give aggregate= or combine=, not both"):
+        app.table("v-both").session(1, aggregate=flowkit.Count(), combine=max)
+    counted = app.table("v-count").session(1, aggregate=flowkit.Count(), emit_on="update")
+    assert (counted.describe()["aggregate"], counted.describe()["emit_on"]) == ("count", "update")
     visits = app.table("v2", default=int).session(30.0, combine=operator.add)
     with pytest.raises(flowkit.DefinitionError, match=r"use v2\.add"):
         visits["k"] = 3
@@ -238,11 +355,12 @@ async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> 
     ]
 
 
-async def test_sessions_from_several_partitions_merge_on_the_owner() -> None:
+@pytest.mark.parametrize("emit_on", ["close", "update"])
+async def test_sessions_from_several_partitions_merge_on_the_owner(emit_on: str) -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
     closed: list[Result] = []
-    app, hits, _ = session_app(closed, [], grace=0, partitions=2)
+    app, hits, _ = session_app(closed, [], grace=0, partitions=2, emit_on=emit_on)
     async with TestDriver(app, clock=clock) as driver:
         # The key's records on both partitions: [0, 5 s] on one, [12 s] on the other,
         # 7 s apart: one session once the owner has both.
@@ -293,17 +411,19 @@ async def forge_and_count(driver: TestDriver, hits: Any, t0: int, record: bytes)
     assert [m.value for m in letters] == [record]
 
 
-async def test_a_crash_repeats_sessions_but_changes_none() -> None:
+@pytest.mark.parametrize("emit_on", ["close", "update"])
+async def test_a_crash_repeats_sessions_but_changes_none(emit_on: str) -> None:
     """Killed after a checkpoint, with sessions merged, closed and emitted since: the
     successor replays from the checkpoint. Every session it emits is one of the reference's,
-    with its exact value; only those emitted after the checkpoint may come twice."""
+    with its exact value; only those emitted after the checkpoint may come twice. With
+    running updates too: the open sessions the owner had are replaced, not added to."""
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
     times = [0, 16, 40, 8, 60, 75, 30, 100, 95, 120, 180, 150, 170, 300, 310, 290, 600]
     records = [("a" if i % 3 else "b", t0 + s * SECOND, [i]) for i, s in enumerate(times)]
     expected, _ = reference(records, GAP, 30 * SECOND)
     closed: list[Result] = []
-    app, hits, _ = session_app(closed, [], grace=30)
+    app, hits, _ = session_app(closed, [], grace=30, emit_on=emit_on)
     driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
     await driver.__aenter__()
     for user, ts, value in records[:6]:
@@ -318,7 +438,7 @@ async def test_a_crash_repeats_sessions_but_changes_none() -> None:
     assert since  # sessions closed after the checkpoint, before the crash
     driver.worker._error = RuntimeError("simulated crash")  # no final flush or commit
     await driver.aclose()
-    app, hits, _ = session_app(closed, [], grace=30)
+    app, hits, _ = session_app(closed, [], grace=30, emit_on=emit_on)
     async with TestDriver(app, broker=broker, clock=clock) as again:
         for user, ts, value in records[12:]:
             await again.send(hits, Hit(user, ts, value[0]), key=user)
@@ -327,3 +447,51 @@ async def test_a_crash_repeats_sessions_but_changes_none() -> None:
     assert sorted(distinct) == expected
     repeated = [c for c in distinct if closed.count(c) > 1]
     assert all(c in since for c in repeated)
+
+
+async def test_a_session_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    closed: list[tuple[str, int, int, Any, bool]] = []
+
+    def make_app() -> tuple[flowkit.App, flowkit.Topic[Hit]]:
+        app = flowkit.App("sessions", partitions=1)
+        hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+
+        def report(key: str, w: flowkit.Window, value: Any, replayed: bool = False) -> None:
+            closed.append((key, w.start - t0, w.end - t0, value, replayed))
+
+        visits = app.table("visits").session(
+            GAP / 1000,
+            grace=0,
+            aggregate=flowkit.Mean("n"),
+            time=lambda h: h.t,
+            idle_timeout=None,
+            on_close=report,
+        )
+
+        @app.agent(hits)
+        async def visit(stream: flowkit.Stream[Hit]) -> None:
+            async for hit in stream:
+                visits.add(hit.user, hit)
+
+        return app, hits
+
+    async def feed(driver: TestDriver, hits: Any, times: list[tuple[int, int]]) -> None:
+        for s, n in times:
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+            await driver.run_until_idle()
+
+    app, hits = make_app()
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    await feed(driver, hits, [(0, 1), (5, 2), (30, 6)])
+    assert closed == [("a", 0, 5000, 1.5, False)]
+    driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
+    await driver.aclose()
+    # The successor reads every record again: the first session closes a second time.
+    app, hits = make_app()
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        await again.run_until_idle()
+        await feed(again, hits, [(60, 0)])  # closes the second session: new
+    assert closed[1:] == [("a", 0, 5000, 1.5, True), ("a", 30_000, 30_000, 6.0, False)]

@@ -112,12 +112,14 @@ class Table(TableBase[K, V]):
         **options: Any,
     ) -> SessionTable[K, V]:
         """This table as session windows: a key's records closer than ``gap`` seconds
-        form one session (see ``SessionTable``). ``combine=`` is required."""
+        form one session (see ``SessionTable``). ``combine=`` or ``aggregate=`` is
+        required."""
         spec = SessionWindow(gap, grace=grace, expires=expires, max_future=max_future)
-        if options.get("combine") is None:
+        if options.get("combine") is None and options.get("aggregate") is None:
             raise DefinitionError(
                 f"table {self.name!r}: session windows merge sessions, so session() needs "
-                "combine=, a function of two values (operator.add for counts and sums)"
+                "combine=, a function of two values (operator.add for counts and sums), "
+                "or aggregate= (flowkit.Count() and others)"
             )
         table = self._windowed(spec, kind=SessionTable, **options)
         assert isinstance(table, SessionTable)

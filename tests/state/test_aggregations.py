@@ -215,3 +215,46 @@ async def test_a_record_without_the_field_is_a_dead_letter() -> None:
     headers = dict(letters[0].headers)
     assert headers["flowkit.error.type"] == b"AttributeError"
     assert b"price" in headers["flowkit.error.message"]
+
+
+@pytest.mark.parametrize("tumbling", [True, False], ids=["tumbling", "hopping"])
+async def test_a_late_callable_gets_the_record_not_the_extracted_value(tumbling: bool) -> None:
+    # As on a plain table, late= gets what the agent passed to add(), whatever the
+    # aggregation takes from it: for Sum("cents") the sale, not its cents.
+    app = flowkit.App("agglate", partitions=1)
+    sales = app.topic("sales", value_type=Sale)
+    late: dict[str, list[Any]] = {}
+    window = (10.0,) if tumbling else (10.0, 5.0)
+    tables: dict[str, Any] = {}
+    for name, aggregate in (
+        ("count", flowkit.Count()),
+        ("sum", flowkit.Sum("cents")),
+        ("min", flowkit.Min("cents")),
+        ("max", flowkit.Max("cents")),
+        ("mean", flowkit.Mean("cents")),
+    ):
+        declare_window = app.table(name).tumbling if tumbling else app.table(name).hopping
+        tables[name] = declare_window(
+            *window,
+            grace=0.0,
+            time=lambda s: s.t,
+            idle_timeout=None,
+            aggregate=aggregate,
+            late=lambda key, w, record, name=name: late.setdefault(name, []).append(record),
+        )
+
+    @app.agent(sales)
+    async def add(stream: flowkit.Stream[Sale]) -> None:
+        async for sale in stream:
+            for table in tables.values():
+                table.add(sale.shop, sale)
+
+    clock = FakeClock()
+    now = int(clock.time() * 1000) - 600_000
+    async with TestDriver(app, clock=clock) as driver:
+        for t, cents in ((0, 4), (30_000, 5), (1, 6)):  # the last is late
+            await driver.send(sales, Sale("s", now + t, cents), key="s")
+        await driver.run_until_idle()
+    late_sale = Sale("s", now + 1, 6)
+    hits = 1 if tumbling else 2  # a hopping record is late in each of its windows
+    assert late == {name: [late_sale] * hits for name in tables}

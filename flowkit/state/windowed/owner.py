@@ -22,19 +22,16 @@ from typing import Any
 
 import structlog
 
-from ...errors import DecodeError, NotRunningError
+from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
-from ...windows import Window, WindowSpec
+from ...windows import WindowSpec
 from . import wire
-from .stage1 import NONE
+from .stages import NONE, Emission, OwnersBase
 
 __all__ = ["Emission", "Owner", "Owners", "fold", "fold_sources"]
 
 log = structlog.get_logger(__name__)
-
-Emission = tuple[Any, Window, Any]
-"""(key, window, final value) of a closed window."""
 
 
 class Owner:
@@ -51,10 +48,9 @@ class Owner:
         self.emitted_through = -1
 
 
-class Owners:
-    """One worker's stage-2 state of one windowed table: the partitions it owns."""
-
-    marks_replays = True
+class Owners(OwnersBase[Owner]):
+    """One worker's stage-2 state of one tumbling or hopping table: the partitions it
+    owns (``OwnersBase``), each an ``Owner`` of open windows' partials."""
 
     def __init__(
         self,
@@ -66,71 +62,15 @@ class Owners:
         guard: FutureGuard | None = None,
         updates: bool = False,
     ) -> None:
+        super().__init__(Owner, sources=sources, name=name, guard=guard, updates=updates)
         self.spec = spec
-        # Running updates (emit_on="update"): each change of a key's combined value in an
-        # open window, collected by receive() for the worker (take_updates).
-        self.updates = updates
-        self._updates: list[Emission] = []
-        # The table's guard on stream time: a marker beyond it is not trusted (a source's
-        # watermark comes from the internal topic, which anyone with produce rights can
-        # write). None: markers are taken as they come.
-        self.guard = guard
-        self.sources = sources
         self.combine = combine
-        self.name = name
-        self.owners: dict[int, Owner] = {}
-        self.closed_windows = 0
-        self.replays_ignored = 0
         self._changes: list[tuple[int, bytes, bytes | None]] = []
-        # Records of the repartition topic that flowkit did not write, with why: the
-        # worker dead-letters them (``take_rejected``), and nothing else sees them.
-        self.rejected: list[tuple[Message, Exception]] = []
-
-    def take_updates(self) -> list[Emission]:
-        """The running updates ``receive`` found since the last call, oldest first."""
-        updates, self._updates = self._updates, []
-        return updates
-
-    def take_rejected(self) -> list[tuple[Message, Exception]]:
-        """The records ``receive`` refused since the last call."""
-        rejected, self.rejected = self.rejected, []
-        return rejected
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start owning these partitions."""
-        for p in partitions:
-            if p not in self.owners:
-                self.owners[p] = Owner(self.sources)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.owners.pop(p, None)
-
-    def replayed(self, q: int, messages: Sequence[Message]) -> int:
-        """How many of ``messages`` (from partition ``q``, in offset order) an earlier run
-        read and closed windows with: the windows they close are emitted again, and marked
-        so. The rest closes windows for the first time."""
-        owner = self.owners.get(q)
-        if owner is None or not messages or messages[0].offset > owner.emitted_through:
-            return 0
-        return sum(1 for m in messages if m.offset <= owner.emitted_through)
-
-    def emitting(self, q: int, offset: int) -> tuple[bytes, bytes]:
-        """The changelog record (key, value) that says records of ``q`` up to ``offset``
-        closed windows: acknowledged before their results go out, so a result the broker
-        has is marked when a restart emits it again."""
-        owner = self.owners.get(q)
-        if owner is not None:
-            owner.emitted_through = offset
-        return wire.EMITTED_KEY, wire.encode(offset)
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply partials and markers that arrived on repartition partition ``q``; return
         the windows that closed, oldest first."""
-        owner = self.owners.get(q)
-        if owner is None:
-            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        owner = self.owner_of(q)
         size = self.spec.size_ms
         changed_wm = False
         replays = future = 0
@@ -223,7 +163,7 @@ class Owners:
             owner.source_wm[parts[1]] = value if value is not None else NONE
             return
         if kind == "e":
-            owner.emitted_through = value if type(value) is int else -1  # not a bool either
+            self.apply_emitted(owner, value)
             return
         start, key = parts[1], wire.key_from_json(parts[2])
         if kind == "o":
@@ -240,10 +180,7 @@ class Owners:
         """Tidy ``owner`` after its changelog was applied. A source's watermark there
         beyond ``max_future`` is not trusted: the owner waits for that source's next
         marker instead."""
-        if self.guard is not None:
-            for src, wm in enumerate(owner.source_wm):
-                if wm != NONE and not self.guard.trusts(wm, partition):
-                    owner.source_wm[src] = NONE
+        self.trust_watermarks(owner, partition)
         for d in (owner.open, owner.closed):
             for start in [s for s, v in d.items() if not v]:
                 del d[start]

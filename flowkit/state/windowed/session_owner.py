@@ -2,7 +2,9 @@
 closed, and closes the merged sessions.
 
 Each source partition sends a session of a key when it closed there, as a piece
-``(source, start) -> [end, value]``, with the watermark that closed it. The owner merges
+``(source, start) -> [end, value]``, with the lowest watermark that closes it (``end +
+gap + 1``; the pieces a source closes go in end order); with running updates it also
+sends its open sessions at every flush, with its watermark then. The owner merges
 a piece with the key's open sessions within ``gap`` of it (a key's records may come from
 several partitions), and closes a
 session once every source's watermark minus ``gap`` has passed its end: its value (the
@@ -26,19 +28,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 
-from ...errors import DecodeError, NotRunningError
+from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SessionSpec, Window
 from . import wire
-from .owner import Emission
 from .session_source import index_of
-from .stage1 import NONE
+from .stages import NONE, Change, Emission, OwnersBase
 
 __all__ = ["OpenSession", "SessionOwner", "SessionOwners"]
 
@@ -56,6 +57,7 @@ class SessionOwner:
         "closing",
         "dirty",
         "dirty_closed",
+        "emitted_through",
         "expiring",
         "logged_wm",
         "open",
@@ -72,6 +74,7 @@ class SessionOwner:
         # Keys whose open, or closed, sessions changed since the last changelog flush.
         self.dirty: set[Any] = set()
         self.dirty_closed: set[Any] = set()
+        self.emitted_through = -1  # as Owner's
 
 
 def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
@@ -83,13 +86,9 @@ def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
     return total
 
 
-class SessionOwners:
-    """One worker's stage-2 state of one session table: the partitions it owns."""
-
-    # Not for sessions yet: running updates, and marking the results a restart emits again
-    # (a session table's changelog holds its sessions only).
-    updates = False
-    marks_replays = False
+class SessionOwners(OwnersBase[SessionOwner]):
+    """One worker's stage-2 state of one session table: the partitions it owns
+    (``OwnersBase``), each a ``SessionOwner`` of its keys' sessions."""
 
     def __init__(
         self,
@@ -99,49 +98,23 @@ class SessionOwners:
         combine: Callable[[Any, Any], Any],
         name: str = "table",
         guard: FutureGuard | None = None,
+        updates: bool = False,
     ) -> None:
+        super().__init__(SessionOwner, sources=sources, name=name, guard=guard, updates=updates)
         self.spec = spec
         self.gap = spec.gap_ms
-        self.guard = guard
-        self.sources = sources
         self.combine = combine
-        self.name = name
-        self.owners: dict[int, SessionOwner] = {}
-        self.closed_windows = 0
-        self.replays_ignored = 0
-        self.rejected: list[tuple[Message, Exception]] = []
         self._n = itertools.count()
-
-    def replayed(self, q: int, messages: Sequence[Message]) -> int:
-        """None of a session table's results is marked as replayed (see ``Owners``)."""
-        return 0
-
-    def take_rejected(self) -> list[tuple[Message, Exception]]:
-        """The records ``receive`` refused since the last call."""
-        rejected, self.rejected = self.rejected, []
-        return rejected
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start owning these partitions."""
-        for p in partitions:
-            if p not in self.owners:
-                self.owners[p] = SessionOwner(self.sources)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.owners.pop(p, None)
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply pieces and markers that arrived on repartition partition ``q``; return
         the sessions that closed, earliest end first."""
-        owner = self.owners.get(q)
-        if owner is None:
-            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        owner = self.owner_of(q)
         out: list[Emission] = []
         moved = False  # a piece was merged: it may close at once
         replays = future = 0
         guard = self.guard
+        touched: dict[tuple[Any, int], None] = {}  # (key, start) of sessions that changed
         for m in messages:
             if m.value is None:
                 continue
@@ -162,8 +135,11 @@ class SessionOwners:
                 replays += 1
                 continue
             if kind == "p":
-                self._merge(owner, key, src, a, end, piece)
-                moved = True
+                merged = self._merge(owner, key, src, a, end, piece)
+                if merged is not None:
+                    moved = True
+                    if self.updates:
+                        touched[key, merged] = None
             if wm > owner.source_wm[src]:
                 if guard is not None and wm > guard.future_limit and not guard.admits(wm):
                     future += 1
@@ -186,32 +162,56 @@ class SessionOwners:
             )
         if moved:
             out.extend(self._close(owner))
+        if touched:
+            # After the closes: a session that closed in this batch has its final value
+            # out, and no running update; one merged into another since is that one's.
+            combine = self.combine
+            for key, start in touched:
+                sessions = owner.open.get(key)
+                k = -1 if sessions is None else index_of(sessions, start)
+                if k >= 0:
+                    s = sessions[k]  # type: ignore[index]
+                    self._updates.append((key, Window(s[0], s[1]), value_of(s, combine)))
         return out
 
-    def _merge(self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any) -> None:
+    def _merge(
+        self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any
+    ) -> int | None:
+        """Merge a piece into ``key``'s open sessions; the start of the session that holds
+        it, or None when it only replaced an equal piece (nothing changed)."""
         gap = self.gap
         sessions = owner.open.setdefault(key, [])
         owner.dirty.add(key)
-        piece_id = (src, start)
-        for session in sessions:
-            if piece_id in session[2]:  # sent again: the same piece, replaced
-                session[2][piece_id] = [end, v]
-                session[0], session[1] = min(session[0], start), max(session[1], end)
-                return
         i = 0
         while i < len(sessions) and sessions[i][1] + gap < start:
             i += 1
         j = i
-        pieces: dict[tuple[int, int], list[Any]] = {piece_id: [end, v]}
-        lo, hi = start, end
+        pieces: dict[tuple[int, int], list[Any]] = {}
         while j < len(sessions) and sessions[j][0] - gap <= end:
-            lo, hi = min(lo, sessions[j][0]), max(hi, sessions[j][1])
             pieces.update(sessions[j][2])
             j += 1
+        # A piece of the same source that overlaps this one is an earlier version of it
+        # (a replay, or a running update of a session still open there): a source's
+        # sessions of one key never overlap, and each only grows until it closes.
+        older = [
+            pid
+            for pid, (pe, _) in pieces.items()
+            if pid[0] == src and pid[1] <= end and start <= pe
+        ]
+        unchanged = j == i + 1 and older == [(src, start)] and pieces[older[0]] == [end, v]
+        for pid in older:
+            del pieces[pid]
+        pieces[(src, start)] = [end, v]
+        if unchanged:
+            sessions[i][2] = pieces
+            return None
+        lo = min(ps for _, ps in pieces)
+        hi = max(pe for pe, _ in pieces.values())
         before = sessions[i][0] if i < j else None
         sessions[i:j] = [[lo, hi, pieces]]
         if lo != before:
             heapq.heappush(owner.closing, (hi, next(self._n), key, lo))
+        return lo
 
     def _close(self, owner: SessionOwner) -> list[Emission]:
         close_time = min(owner.source_wm) - self.gap
@@ -252,11 +252,14 @@ class SessionOwners:
             owner.dirty_closed.add(key)
         return out
 
-    def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
-        """Append partition ``q``'s changelog records since the last drain: each changed
-        key's open and closed sessions whole (None when none are left), and the sources'
-        watermarks."""
-        owner = self.owners[q]
+    def drain_changes_into(self, out: list[Change]) -> None:
+        """Append stage 2's changelog records since the last drain to ``out``: each
+        changed key's open and closed sessions whole (None when none are left), and the
+        sources' watermarks."""
+        for q, owner in self.owners.items():
+            self._drain_owner(q, owner, out)
+
+    def _drain_owner(self, q: int, owner: SessionOwner, out: list[Change]) -> None:
         for key in owner.dirty:
             sessions = owner.open.get(key)
             opened = None
@@ -279,7 +282,10 @@ class SessionOwners:
                 out.append((q, wire.source_key(src), wire.encode(wm)))
 
     def apply_record(self, owner: SessionOwner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "s", "O" or "C")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "s", "e", "O" or "C")."""
+        if kind == "e":
+            self.apply_emitted(owner, value)
+            return
         if kind == "s":
             owner.source_wm[parts[1]] = value if value is not None else NONE
             owner.logged_wm[parts[1]] = owner.source_wm[parts[1]]
@@ -300,10 +306,7 @@ class SessionOwners:
 
     def recovered(self, owner: SessionOwner, partition: int) -> None:
         """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
-        if self.guard is not None:
-            for src, wm in enumerate(owner.source_wm):
-                if wm != NONE and not self.guard.trusts(wm, partition):
-                    owner.source_wm[src] = NONE
+        self.trust_watermarks(owner, partition)
         owner.closing = [
             (s[1], next(self._n), key, s[0]) for key, ss in owner.open.items() for s in ss
         ]

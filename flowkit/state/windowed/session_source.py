@@ -18,21 +18,19 @@ True
 True
 True
 >>> [wire.decode(v) for _, _, v in src.drain_outbox()][0]   # [0, 5 s] closed at 30 s
-['p', 0, 0, 'k', [5000, 2, 30000]]
+['p', 0, 0, 'k', [5000, 2, 15001]]
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from ...errors import NotRunningError
-from ...streamtime import FutureGuard
 from ...windows import SessionSpec
 from . import wire
-from .stage1 import NONE, idle_parts
+from .stages import NONE, Sources
 
 __all__ = ["Session", "SessionPart", "SessionSource", "find", "index_of", "merge_in"]
 
@@ -45,6 +43,7 @@ class SessionPart:
 
     __slots__ = (
         "active",
+        "changed",
         "closing",
         "dirty",
         "logged",
@@ -55,8 +54,11 @@ class SessionPart:
         "wm",
     )
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
+        # With running updates: the keys added to since the last flush, whose open
+        # sessions go to their owners then; None when the table emits on close only.
+        self.changed: set[Any] | None = set() if updates else None
         self.partials: dict[Any, list[Session]] = {}  # key -> its sessions, by start
         self.wm = NONE  # stream time minus grace
         self.max_ts = NONE
@@ -110,8 +112,9 @@ def merge_in(
     return merged
 
 
-class SessionSource(FutureGuard):
-    """One worker's stage-1 state of one session table: its source partitions."""
+class SessionSource(Sources[SessionPart]):
+    """One worker's stage-1 state of one session table: its source partitions
+    (``Sources``), each a ``SessionPart`` of its keys' open sessions."""
 
     def __init__(
         self,
@@ -123,36 +126,23 @@ class SessionSource(FutureGuard):
         encode_key: Callable[[Any], bytes] = wire.encode,
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
+        updates: bool = False,
     ) -> None:
-        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
-        self.spec = spec
+        super().__init__(
+            spec,
+            SessionPart,
+            partitions=partitions,
+            partition_of=partition_of,
+            encode_key=encode_key,
+            now_ms=now_ms,
+            name=name,
+            updates=updates,
+        )
         self.gap = spec.gap_ms
         self.combine = combine
-        self.partitions = partitions
-        self.name = name
-        self._partition_of = partition_of
-        self._encode_key = encode_key
-        self.parts: dict[int, SessionPart] = {}
-        self._outbox: list[tuple[int, bytes | None, bytes]] = []
         self._n = itertools.count()
 
     # -- adds -----------------------------------------------------------------------------
-
-    def part_of_batch(self, batch: Any) -> SessionPart:
-        """The state of ``batch``'s partition."""
-        part = self.parts.get(batch.tp.partition)
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
-
-    def part_of_key(self, key: Any) -> SessionPart:
-        """The state of the partition that owns ``key`` (adds outside an agent)."""
-        part = self.parts.get(self._partition_of(key))
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
 
     def add(self, part: SessionPart, key: Any, ts: int, amount: Any) -> bool:
         """Put a record of ``key`` at ``ts`` into its session; False when it is late (its
@@ -206,9 +196,9 @@ class SessionSource(FutureGuard):
 
     def _close(self, part: SessionPart, close_time: int) -> None:
         closing = part.closing
-        p, wm = part.number, part.wm
+        p, gap = part.number, self.gap
         while closing and closing[0][0] < close_time:
-            _, _, key, start = heapq.heappop(closing)
+            due, _, key, start = heapq.heappop(closing)
             sessions = part.partials.get(key)
             if not sessions:
                 continue
@@ -217,7 +207,9 @@ class SessionSource(FutureGuard):
                 continue  # merged into an earlier session, which has an entry of its own
             session = sessions[k]
             end = session[1]
-            if end >= close_time:  # it grew since: look again when its end is due
+            if end != due:
+                # It grew since: look again when its end is due, so that sessions close
+                # in the order of their ends (the owner relies on it).
                 heapq.heappush(closing, (end, next(self._n), key, start))
                 continue
             del sessions[k]
@@ -225,58 +217,40 @@ class SessionSource(FutureGuard):
                 del part.partials[key]
             part.dirty.add(key)
             q = self._partition_of(key)
-            self._outbox.append(
-                # With the watermark that closed it: the owner learns it with the session,
-                # before any session this source closes later (see session_owner.py).
-                (q, self._encode_key(key), wire.partial(start, p, key, [end, session[2], wm]))
-            )
+            # With the lowest watermark that closes it (at most this partition's): the
+            # owner learns it with the session, so it closes there no sooner than here,
+            # and not before this, its last version, has arrived (session_owner.py).
+            piece = wire.partial(start, p, key, [end, session[2], end + gap + 1])
+            self._outbox.append((q, self._encode_key(key), piece))
 
     # -- the worker's side ----------------------------------------------------------------
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these source partitions."""
-        for p in partitions:
-            if p not in self.parts:
-                self.parts[p] = SessionPart(p)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.parts.pop(p, None)
-
-    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
-        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
-        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
-        if idle_timeout is None:
-            return
-        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
-            self.set_wm(part, self.now_ms() - self.spec.grace_ms)
-
-    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
-        """Closed sessions, then watermark markers, to send: (partition, key, value)."""
-        for p, part in self.parts.items():
-            if self._announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
-        out, self._outbox = self._outbox, []
-        return out
-
-    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
-        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
-        self._outbox[:0] = items
-
-    def has_outbox(self) -> bool:
-        """True when sessions or markers wait to be sent."""
-        return bool(self._outbox) or any(self._announce(part) for part in self.parts.values())
-
-    def _announce(self, part: SessionPart) -> bool:
+    @property
+    def marker_step(self) -> int:
         # A marker when the watermark has moved into a new span of ``gap``: owners learn
         # a source's exact watermark with each session it sends them, and the others'
         # at most one gap late, at one marker per gap of stream time, not per flush.
-        if part.wm == NONE:
-            return False
-        return part.sent_wm == NONE or part.wm // self.gap > part.sent_wm // self.gap
+        return self.gap
+
+    def ship_updates(self) -> None:
+        # Running updates: each open session of a key added to since the last flush, as
+        # it is now, once per flush however many records changed it. The owner takes a
+        # piece that overlaps an earlier one of the same source as its newer version.
+        for p, part in self.parts.items():
+            changed = part.changed
+            if not changed:
+                continue
+            wm = part.wm
+            for key in sorted(changed, key=repr):
+                sessions = part.partials.get(key)
+                if not sessions:
+                    continue  # closed since, and shipped as such
+                q = self._partition_of(key)
+                encoded = self._encode_key(key)
+                for start, end, value in sessions:
+                    piece = wire.partial(start, p, key, [end, value, wm])
+                    self._outbox.append((q, encoded, piece))
+            changed.clear()
 
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``: each
@@ -289,17 +263,12 @@ class SessionSource(FutureGuard):
                     (p, wire.encode(("S", key)), None if not sessions else wire.encode(sessions))
                 )
             part.dirty.clear()
-            state = (part.wm, part.max_ts, part.sent_wm)
-            if part.wm != NONE and part.logged != state:
-                part.logged = state
-                out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
+            self.log_watermark(part, out)
 
     def apply_record(self, part: SessionPart, kind: str, parts: list[Any], value: Any) -> None:
         """Apply one decoded changelog record of stage 1 (``kind`` "w" or "S")."""
         if kind == "w":
-            if value is not None:
-                part.wm, part.max_ts, part.sent_wm = value
-                part.logged = tuple(value)
+            self.apply_watermark(part, value)
             return
         key = wire.key_from_json(parts[1])
         if value is None:
@@ -310,9 +279,7 @@ class SessionSource(FutureGuard):
     def recovered(self, part: SessionPart) -> None:
         """Rebuild ``part``'s close order after its changelog was applied; a stream time
         beyond ``max_future`` starts again."""
-        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
-            part.wm = part.max_ts = part.sent_wm = NONE
-            part.logged = None
+        self.trust_watermark(part)
         part.closing = [
             (s[1], next(self._n), key, s[0]) for key, ss in part.partials.items() for s in ss
         ]

@@ -2,7 +2,9 @@
 
 A key's records closer than ``gap`` in event time form one session; a record that bridges
 two sessions merges them, their values joined with the table's ``combine`` (required:
-there is no safe default for merging two values). The semantics are Kafka Streams'
+there is no safe default for merging two values), or the ``merge`` of its declared
+aggregation (``aggregate=``; each record becomes an accumulator of its own first). The
+semantics are Kafka Streams'
 ``SessionWindows``: a session is ``[start, end]``, the times of its first and last record;
 on its partition it closes when stream time passes ``end + gap + grace``, and a record
 whose session would end before ``stream time - grace - gap`` is late (dead-lettered,
@@ -13,14 +15,17 @@ partition keeps its own sessions) and combines on the partition that owns the ke
 source sends a session when it closes there, and the owner merges the sessions of every
 source within ``gap`` of each other, closing a merged session once every source's
 watermark has passed it. Each closed session goes once to ``on_close`` and ``to=``, with
-its final bounds.
+its final bounds. With ``emit_on="update"``, sources also send their open sessions that
+changed at every flush, and the owner emits each session as it stands (``on_update``).
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ...aggregations import Aggregation
 from ...errors import DefinitionError
 from ...scope import current_scope, require_scope
 from ...windows import SessionSpec, Window
@@ -45,28 +50,27 @@ class SessionTable(WindowedTable[K, V]):
     ('session', 1800000)
     """
 
+    # A running update notes the key: its open sessions go to their owner (_adds.py).
+    changed_entry = "key"
+
     def __init__(
         self,
         name: str,
         *,
         spec: SessionSpec,
         combine: Callable[[V, V], V] | None = None,
+        aggregate: Aggregation | None = None,
         **kwargs: Any,
     ) -> None:
         if combine is None:
-            raise DefinitionError(
-                f"table {name!r}: session windows merge sessions, so session() needs "
-                "combine=, a function of two values (operator.add for counts and sums)"
-            )
-        # Declared aggregations and running updates are built for windows of fixed bounds:
-        # refused here rather than accepted and ignored.
-        for option, default in (("aggregate", None), ("emit_on", "close"), ("on_update", None)):
-            if kwargs.get(option, default) != default:
+            if aggregate is None:
                 raise DefinitionError(
-                    f"table {name!r}: session windows do not take {option}= yet; "
-                    "add values with table.add(key, amount) and combine="
+                    f"table {name!r}: session windows merge sessions, so session() needs "
+                    "combine=, a function of two values (operator.add for counts and sums), "
+                    "or aggregate= (flowkit.Count() and others)"
                 )
-        super().__init__(name, spec=spec, combine=combine, **kwargs)
+            combine = operator.add  # the default: the aggregation's merge replaces it
+        super().__init__(name, spec=spec, combine=combine, aggregate=aggregate, **kwargs)
         self.session_spec = spec
 
     def new_store(self, now_ms: Callable[[], int]) -> SessionStore:  # type: ignore[override]
@@ -82,6 +86,7 @@ class SessionTable(WindowedTable[K, V]):
 
         ``ts`` is event time in milliseconds; without it the time comes from the record the
         agent is processing (the table's ``time`` function, else the record timestamp).
+        With ``aggregate=``, ``amount`` is the record the aggregation reads.
         """
         scope = current_scope()
         try:
@@ -92,12 +97,16 @@ class SessionTable(WindowedTable[K, V]):
             memo, ts = self._locate(scope, key, ts)
         elif ts is None:
             ts = self._time_of(scope)
+        # (here a declared aggregation's lift of amount, in its specialised add: _adds.py)
+        # (here a declared aggregation's accumulator of one record, specialised: _adds.py)
         st: SessionStore = memo[1]
         part = memo[2]
         if ts > part.max_ts:
             st.advance(part, ts)
         if not st.add(part, key, ts, amount):
-            self._late(st, key, ts, amount)  # type: ignore[arg-type]
+            self._late(st, key, ts, amount)
+            return
+        # (here running updates mark the key changed, in a specialised add: _adds.py)
 
     def __setitem__(self, key: K, value: V | WindowSet[K, V]) -> None:
         if type(value) is WindowSet and value.table is self and value.key == key:

@@ -17,18 +17,14 @@ sends the outbox (``drain_outbox``) and the changelog (``drain_changes``) at che
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from ...errors import NotRunningError
-from ...streamtime import FutureGuard
 from ...windows import WindowSpec
 from . import wire
+from .stages import INF, NONE, Sources, idle_parts
 
-__all__ = ["NONE", "Part", "Stage1"]
-
-NONE = -(2**62)  # "no watermark yet": below every real event time
-INF = 2**62
+__all__ = ["NONE", "Part", "Stage1", "idle_parts"]
 
 
 class Part:
@@ -78,10 +74,9 @@ class Part:
         self.hot = {}
 
 
-class Stage1(FutureGuard):
-    """One worker's stage-1 state of one windowed table: its source partitions. The
-    guard on stream time (``max_future``) is inherited, so the per-record ``add`` reads
-    its limit in one step."""
+class Stage1(Sources[Part]):
+    """One worker's stage-1 state of one tumbling or hopping table: its source
+    partitions (``Sources``), each a ``Part`` of open windows' partials."""
 
     def __init__(
         self,
@@ -94,35 +89,20 @@ class Stage1(FutureGuard):
         name: str = "table",
         updates: bool = False,
     ) -> None:
-        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
-        self.spec = spec
-        self.updates = updates  # ship open windows' changed partials at every flush
-        self.partitions = partitions
-        self.name = name
-        self._partition_of = partition_of
-        self._encode_key = encode_key
+        super().__init__(
+            spec,
+            Part,
+            partitions=partitions,
+            partition_of=partition_of,
+            encode_key=encode_key,
+            now_ms=now_ms,
+            name=name,
+            updates=updates,
+        )
         self.size = spec.size_ms
-        self.parts: dict[int, Part] = {}
         self._shipped: list[tuple[int, int, list[Any]]] = []  # (partition, start, keys)
-        self._outbox: list[tuple[int, bytes | None, bytes]] = []
 
     # -- adds -----------------------------------------------------------------------------
-
-    def part_of_batch(self, batch: Any) -> Part:
-        """The state of ``batch``'s partition."""
-        part = self.parts.get(batch.tp.partition)
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0  # a batch with adds: the partition is not quiet
-        return part
-
-    def part_of_key(self, key: Any) -> Part:
-        """The state of the partition that owns ``key`` (adds outside an agent)."""
-        part = self.parts.get(self._partition_of(key))
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
 
     def window_for_add(self, part: Part, start: int, key: Any, amount: Any) -> dict[Any, Any]:
         """The open window at ``start``, marked dirty and made hot. The caller has checked
@@ -159,6 +139,13 @@ class Stage1(FutureGuard):
             if wm >= part.next_end:
                 self.close_partials(part)
 
+    def set_wm(self, part: Part, wm: int) -> None:
+        """Move ``part``'s watermark to ``wm`` (if later), shipping what it closes."""
+        if wm > part.wm:
+            part.wm = wm
+            if wm >= part.next_end:
+                self.close_partials(part)
+
     def close_partials(self, part: Part) -> None:
         """Ship every window that ended at or before the watermark to its owners."""
         wm = part.wm
@@ -180,42 +167,7 @@ class Stage1(FutureGuard):
 
     # -- the worker's side ----------------------------------------------------------------
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these source partitions."""
-        for p in partitions:
-            if p not in self.parts:
-                self.parts[p] = Part(p, self.updates)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.parts.pop(p, None)
-
-    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
-        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
-        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
-        if idle_timeout is None:
-            return
-        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
-            wm = self.now_ms() - self.spec.grace_ms
-            if wm > part.wm:
-                part.wm = wm
-                if wm >= part.next_end:
-                    self.close_partials(part)
-
-    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
-        """Partials and watermark markers to send: (partition, key, value)."""
-        if self.updates:
-            self._ship_updates()
-        for p, part in self.parts.items():
-            if self._announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
-        out, self._outbox = self._outbox, []
-        return out
-
-    def _ship_updates(self) -> None:
+    def ship_updates(self) -> None:
         # Running updates: the current partial of each (window, key) changed since the
         # last flush, once per flush however many records changed it. The owner keeps
         # one partial per source, so a partial shipped again replaces the one before.
@@ -232,26 +184,6 @@ class Stage1(FutureGuard):
                     )
             changed.clear()
 
-    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
-        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
-        self._outbox[:0] = items
-
-    def has_outbox(self) -> bool:
-        """True when partials or markers wait to be sent."""
-        if self._outbox:
-            return True
-        if self.updates and any(part.changed for part in self.parts.values()):
-            return True
-        return any(self._announce(part) for part in self.parts.values())
-
-    def _announce(self, part: Part) -> bool:
-        # A marker only when the watermark crosses a window boundary: owners can close
-        # nothing new in between, so one marker per window per partition is enough.
-        if part.wm == NONE:
-            return False
-        step = self.spec.step_ms
-        return part.sent_wm == NONE or part.wm // step > part.sent_wm // step
-
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``."""
         for p, start, keys in self._shipped:
@@ -264,17 +196,12 @@ class Stage1(FutureGuard):
                     out.append((p, wire.partial_key(start, key), wire.encode(value)))
             part.dirty.clear()
             part.forget_hot()
-            state = (part.wm, part.max_ts, part.sent_wm)
-            if part.wm != NONE and part.logged != state:
-                part.logged = state
-                out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
+            self.log_watermark(part, out)
 
     def apply_record(self, part: Part, kind: str, parts: list[Any], value: Any) -> None:
         """Apply one decoded changelog record of stage 1 (``kind`` "w" or "p")."""
         if kind == "w":
-            if value is not None:
-                part.wm, part.max_ts, part.sent_wm = value
-                part.logged = tuple(value)
+            self.apply_watermark(part, value)
             return
         start, key = parts[1], wire.key_from_json(parts[2])
         if value is None:
@@ -286,37 +213,11 @@ class Stage1(FutureGuard):
         """Tidy ``part`` after its changelog was applied. A stream time there beyond
         ``max_future`` (an older version's, or a wrong clock's) starts again: what it
         closed is shipped, and it must not make every record late."""
-        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
-            part.wm = part.max_ts = part.sent_wm = NONE
-            part.logged = None
+        self.trust_watermark(part)
         for start in [s for s, v in part.partials.items() if not v]:
             del part.partials[start]
         part.next_end = min((s + self.size for s in part.partials), default=INF)
         part.forget_hot()
-
-
-class _Idles(Protocol):
-    active: float  # when the partition was first seen caught up and quiet (-1.0: not)
-
-
-P = TypeVar("P", bound=_Idles)
-
-
-def idle_parts(
-    parts: dict[int, P], now: float, caught_up: set[int], idle_timeout: float
-) -> list[P]:
-    """The parts of ``parts`` whose partitions have been caught up with no records for
-    ``idle_timeout`` seconds at ``now`` (the idle close of every windowed table kind);
-    each part's ``active`` keeps when its quiet began."""
-    idle: list[P] = []
-    for p, part in parts.items():
-        if p not in caught_up:
-            part.active = -1.0
-        elif part.active < 0:
-            part.active = now
-        elif now - part.active >= idle_timeout:
-            idle.append(part)
-    return idle
 
 
 def _window_first(change: tuple[int, Any]) -> int:

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...records import Message
 from ...windows import Window
-from . import wire
 from .owner import Owners, fold_sources
-from .results import Late
-from .stage1 import Stage1
+from .stage1 import Part, Stage1
+from .stages import TwoStages
 
 if TYPE_CHECKING:
     from .table import WindowedTable
@@ -19,12 +17,15 @@ if TYPE_CHECKING:
 __all__ = ["WindowedStore"]
 
 
-class WindowedStore(Stage1):
+class WindowedStore(TwoStages[Part], Stage1):
     """Stage 1 (inherited, so the per-record ``add`` reaches it in one step) and stage 2
-    (``owners``) of one windowed table in one worker, with its counters."""
+    (``owners``) of one tumbling or hopping table in one worker, with its counters."""
+
+    stage1_kinds = ("w", "p")
 
     def __init__(self, table: WindowedTable[Any, Any], now_ms: Callable[[], int]) -> None:
-        super().__init__(
+        Stage1.__init__(
+            self,
             table.spec,
             partitions=table.partitions,
             partition_of=table.partition_of,
@@ -34,7 +35,7 @@ class WindowedStore(Stage1):
             updates=table.emit_on == "update",
         )
         self.table = table
-        self.owners = Owners(
+        self.owners: Owners = Owners(
             table.spec,
             sources=table.partitions,
             combine=table.combine,
@@ -42,65 +43,7 @@ class WindowedStore(Stage1):
             guard=self,  # one guard on stream time for both stages
             updates=table.emit_on == "update",
         )
-        self.late_records = 0
-        self.callback_errors = 0
-        self.late_out: list[Late] = []  # late records for a topic or async callable
-
-    def has_outbox(self) -> bool:
-        """True when partials, markers or late records wait to be sent."""
-        return bool(self.late_out) or super().has_outbox()
-
-    @property
-    def closed_windows(self) -> int:
-        """Windows this worker closed as their owner."""
-        return self.owners.closed_windows
-
-    # -- the worker's side ----------------------------------------------------------------
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these partitions, as source and as owner."""
-        ps = list(partitions)
-        super().assign(ps)
-        self.owners.assign(ps)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        ps = list(partitions)
-        super().revoke(ps)
-        self.owners.revoke(ps)
-
-    def held(self) -> set[int]:
-        """Partitions this worker holds."""
-        return set(self.parts)
-
-    def receive(self, q: int, messages: Sequence[Message]) -> list[Any]:
-        """Partials and markers arriving at owner partition ``q``; the closed windows."""
-        return self.owners.receive(q, messages)
-
-    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
-        """Changelog records since the last drain: (partition, key, value or None)."""
-        records: list[tuple[int, bytes, bytes | None]] = []
-        self.owners.drain_changes_into(records)
-        self.drain_changes_into(records)
-        return records
-
-    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
-        """Rebuild both stages of ``partition`` from its changelog."""
-        self.assign([partition])
-        part = self.parts[partition]
-        owner = self.owners.owners[partition]
-        for m in messages:
-            if m.key is None:
-                continue
-            parts = wire.decode(m.key)
-            kind = parts[0]
-            value = None if m.value is None else wire.decode(m.value)
-            if kind in ("w", "p"):
-                self.apply_record(part, kind, parts, value)
-            else:
-                self.owners.apply_record(owner, kind, parts, value)
-        self.owners.recovered(owner, partition)
-        self.recovered(part)
+        self.start_counters()
 
     # -- reads ----------------------------------------------------------------------------
 

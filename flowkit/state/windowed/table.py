@@ -41,7 +41,7 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import structlog
 
@@ -56,6 +56,7 @@ from ..base import TableBase
 from ._adds import specialised
 from .owner import Emission
 from .results import EMIT_ON, ON_ERROR, deliver_closed, deliver_late
+from .stages import TwoStages
 from .store import WindowedStore
 from .windowset import WindowSet
 
@@ -89,6 +90,8 @@ class WindowedTable(TableBase[K, V]):
     """
 
     kind = "windowed_table"
+    # What a running update notes as changed in a part's ``changed`` (see _adds.py).
+    changed_entry: ClassVar[str] = "(start, key)"
 
     def __init__(
         self,
@@ -322,7 +325,7 @@ class WindowedTable(TableBase[K, V]):
             return int(self.time(scope.value))
         return scope.event_time()  # type: ignore[no-any-return]
 
-    def _late(self, st: WindowedStore, key: K, start: int, amount: Any) -> None:
+    def _late(self, st: TwoStages[Any], key: K, start: int, amount: Any) -> None:
         st.late_records += 1
         window = self.spec.window(start)
         log.debug("late record", table=self.name, key=key, window_start=window.start)
