@@ -386,9 +386,9 @@ class RocksTableStore(Generic[K, V]):
                 continue
             at = int(m.timestamp)
             # A timestamp beyond the guard (anyone may write the topic) moves nothing.
-            if ttl is not None and not self.wall and at > part.clock:
-                if at <= guard.future_limit or guard.admits(at):
-                    part.clock = at
+            moves = ttl is not None and not self.wall and at > part.clock
+            if moves and (at <= guard.future_limit or guard.admits(at)):
+                part.clock = at
         part.stamp = part.stamp.with_offset(messages[-1].offset + 1)
         batch.put(STAMP, part.stamp.encode())
         if ttl is not None:

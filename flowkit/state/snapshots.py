@@ -81,9 +81,7 @@ class SnapshotFiles:
             self.write(store, partition, captured, offset=offset)
 
     @staticmethod
-    def capture(
-        store: TableStore[Any, Any], partition: int
-    ) -> Captured | None:
+    def capture(store: TableStore[Any, Any], partition: int) -> Captured | None:
         """``partition``'s keys, values and write times (a table with ttl=), encoded now
         (None if not held)."""
         data = store.partition_data(partition)

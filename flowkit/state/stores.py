@@ -214,9 +214,7 @@ class TableStore(Generic[K, V]):
             return
         _apply(data, messages, key_decode, decode, self.rejected)
 
-    def _apply_timed(
-        self, partition: int, data: dict[K, V], messages: Sequence[Message]
-    ) -> None:
+    def _apply_timed(self, partition: int, data: dict[K, V], messages: Sequence[Message]) -> None:
         """``apply_changelog`` for a table whose keys expire: each record's timestamp is
         its key's write time, and the latest of them the partition's stream time."""
         assert self.ttl is not None
