@@ -445,7 +445,7 @@ class StateKeeper:
         whose keys expire) is sent with that write time as the record's timestamp."""
         written = self.changelog_written
         for name, topic, changes in drained:
-            timed = len(changes[0]) == 4
+            timed = bool(changes) and len(changes[0]) == 4
             if self._send_batch is None:
                 for p, key, value, *at in changes:
                     ts = at[0] if at else None
