@@ -239,8 +239,8 @@ class RocksTableStore(Generic[K, V]):
         """``key`` of ``partition`` was written at event time ``ms`` (None: at the
         partition's stream time), for a table whose keys expire."""
         part = self._parts[partition]
-        if ms is None:
-            ms = part.clock
+        if ms is None:  # no stream time yet (no record read): the wall clock's
+            ms = part.clock or self.now_ms()
         elif ms > part.clock:
             part.clock = ms
         part.times[key] = ms

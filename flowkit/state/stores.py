@@ -117,8 +117,8 @@ class TableStore(Generic[K, V]):
         """``key`` of ``partition`` was written at event time ``ms`` (None: at the
         partition's stream time), for a table whose keys expire."""
         now = self._clock.get(partition, 0)
-        if ms is None:
-            ms = now
+        if ms is None:  # no stream time yet (no record read): the wall clock's
+            ms = now or self.now_ms()
         elif ms > now:
             self._clock[partition] = ms
         written = self._written.get(partition)

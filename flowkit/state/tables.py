@@ -201,23 +201,19 @@ class Table(TableBase[K, V]):
 
     def _write_timed(self, key: K) -> dict[K, V]:
         """``_write_partition`` for a table whose keys expire on event time: the write
-        is stamped with the time of the record being processed (of the partition's
+        is stamped with the time of the record being processed (with the partition's
         stream time outside an agent), and every record the agent reads moves stream
         time (``follow``)."""
-        data = Table._write_partition(self, key)
-        scope = current_scope()
-        assert scope is not None  # _write_partition required it
+        scope = require_scope(f"table {self.name!r}: writing")
         store: TableStore[K, V] = scope.stores[self]
-        p = self.partition_of(key)
-        if scope.batch is None:
-            store.touch(p, key, None)
-            return data
-        ts = scope.event_time()  # type: ignore[attr-defined]
+        ts = None if scope.batch is None else scope.event_time()  # type: ignore[attr-defined]
         guard = store.guard
-        if ts > guard.future_limit and not guard.admits(ts):
+        if ts is not None and ts > guard.future_limit and not guard.admits(ts):
             raise guard.future_record(ts)  # the record is dead-lettered, nothing moves
-        store.touch(p, key, ts)
-        scope.follow(self, store)
+        data = Table._write_partition(self, key)
+        store.touch(self.partition_of(key), key, ts)
+        if ts is not None:
+            scope.follow(self, store)
         return data
 
     def follow(self, store: TableStore[K, V], batch: Any) -> None:

@@ -353,6 +353,17 @@ async def test_keys_expire_on_stream_time_and_a_restart_does_not_bring_them_back
         assert dict(seen.items()) == {"c": 3, "d": 4}
 
 
+async def test_a_record_from_the_far_future_is_dead_lettered_and_expires_nothing() -> None:
+    app, orders, seen = seen_app("memory", Path(), ttl=60)
+    async with TestDriver(app) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+        # Two hours ahead of the wall clock (T0 is an hour behind it): a wrong clock.
+        await order_at(driver, orders, "b", 2, 3 * 3_600_000)
+        assert dict(seen.items()) == {"a": 1}
+        [letter] = await driver.dead_letters()
+        assert dict(letter.headers)["flowkit.error.type"] == b"FutureRecord"
+
+
 async def test_keys_expire_on_the_wall_clock(store: str, tmp_path: Path) -> None:
     broker = MemoryBroker()
     app, orders, seen = seen_app(store, tmp_path, ttl=10, ttl_clock="wall")
