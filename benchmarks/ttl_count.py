@@ -1,4 +1,4 @@
-"""A counting table with and without key expiry (``ttl=``), in instructions or time.
+"""Key expiry: a counting table with ttl= against the same table without, in instructions.
 
     python -m benchmarks.ttl_count --instructions --records 50000   # callgrind
     python -m benchmarks.ttl_count --records 200000                  # seconds, one round each
