@@ -388,7 +388,7 @@ KAFKA = BROKERS[1:] + (APACHE_KAFKA[:1] if os.environ.get("FLOWKIT_TEST_ALL_CLIE
 
 
 @pytest.mark.parametrize("make_driver", KAFKA, indirect=True)
-async def test_expired_keys_stay_expired_over_a_restart_on_kafka(
+async def test_write_times_and_tombstones_go_through_kafka_and_rebuild_the_store(
     make_driver: DriverFactory,
 ) -> None:
     # Kafka keeps the write times (the changelog records' timestamps, an hour and more in
