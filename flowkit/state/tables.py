@@ -190,30 +190,41 @@ class Table(TableBase[K, V]):
         if batch is not None:
             tp = batch.tp
             if tp.partition != p:
-                raise DefinitionError(
-                    f"table {self.name!r}: key {key!r} belongs to partition {p}, but the "
-                    f"record being processed came from {tp.topic}/{tp.partition}; re-key "
-                    "the stream so that the table key is the record key "
-                    "(@app.agent(topic.group_by(key_fn, name=...)))"
-                )
+                raise self._wrong_partition(key, p, tp)
         store: TableStore[K, V] = scope.stores[self]
         return store.writable(p, key)
+
+    def _wrong_partition(self, key: K, p: int, tp: Any) -> DefinitionError:
+        return DefinitionError(
+            f"table {self.name!r}: key {key!r} belongs to partition {p}, but the "
+            f"record being processed came from {tp.topic}/{tp.partition}; re-key "
+            "the stream so that the table key is the record key "
+            "(@app.agent(topic.group_by(key_fn, name=...)))"
+        )
 
     def _write_timed(self, key: K) -> dict[K, V]:
         """``_write_partition`` for a table whose keys expire on event time: the write
         is stamped with the time of the record being processed (with the partition's
         stream time outside an agent), and every record the agent reads moves stream
         time (``follow``)."""
-        scope = require_scope(f"table {self.name!r}: writing")
+        scope = current_scope()
+        if scope is None:  # the message is built only here: writes are per record
+            scope = require_scope(f"table {self.name!r}: writing")
         store: TableStore[K, V] = scope.stores[self]
-        ts = None if scope.batch is None else scope.event_time()  # type: ignore[attr-defined]
-        guard = store.guard
-        if ts is not None and ts > guard.future_limit and not guard.admits(ts):
-            raise guard.future_record(ts)  # the record is dead-lettered, nothing moves
-        data = Table._write_partition(self, key)
-        store.touch(self.partition_of(key), key, ts)
-        if ts is not None:
+        p = self.partition_of(key)
+        batch = scope.batch
+        ts = None
+        if batch is not None:
+            tp = batch.tp
+            if tp.partition != p:
+                raise self._wrong_partition(key, p, tp)
+            ts = scope.event_time()  # type: ignore[attr-defined]
+            guard = store.guard
+            if ts > guard.future_limit and not guard.admits(ts):
+                raise guard.future_record(ts)  # the record is dead-lettered, nothing moves
             scope.follow(self, store)
+        data = store.writable(p, key)
+        store.touch(p, key, ts)
         return data
 
     def follow(self, store: TableStore[K, V], batch: Any) -> None:
