@@ -16,6 +16,7 @@ COMPARISONS = (
     "latency",
     "recovery",
     "state_stores",
+    "ttl_count",
     "state_size",
     "router",
     "router_filters",

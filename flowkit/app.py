@@ -244,11 +244,18 @@ class App:
         value_type: Any = Any,
         partitions: int | None = None,
         store: str | None = None,
+        ttl: Seconds | None = None,
+        ttl_clock: str = "event",
     ) -> Table[Any, Any]:
         """Declare a partitioned table backed by ``<app>-<name>-changelog``.
 
         ``store`` (``"memory://"`` or ``"rocksdb://"``) overrides the app's ``store``.
-        Call ``.tumbling(...)`` or ``.hopping(...)`` on the result for a windowed table.
+        ``ttl`` (seconds or a ``timedelta``) expires a key that long after its last write
+        (reads do not count), measured on the table's stream time (the timestamps of the
+        records its agents read), or on the worker's wall clock with ``ttl_clock="wall"``;
+        an expired key is deleted at the next checkpoint and a tombstone written to the
+        changelog. Call ``.tumbling(...)`` or ``.hopping(...)`` on the result for a
+        windowed table.
         """
         self._check_open()
         self._check_table_name(name)
@@ -261,6 +268,8 @@ class App:
             value_type=value_type,
             check_open=self._check_open,
             store=store,
+            ttl=ttl,
+            ttl_clock=ttl_clock,
         )
         self._tables[name] = table
         return table

@@ -139,10 +139,15 @@ class WorkerCollector(Collector):
         closed = CounterMetricFamily(
             "flowkit_windows_closed", "Windows this worker closed as owner", labels=["table"]
         )
+        expired = CounterMetricFamily(
+            "flowkit_table_keys_expired", "Keys a table with ttl= deleted", labels=["table"]
+        )
         for table, store in self.worker.state.stores.items():
             if isinstance(table, Table):
                 for p, size in sorted(store.sizes().items()):
                     keys.add_metric([table.name, str(p)], size)
+                if table.ttl_ms is not None:
+                    expired.add_metric([table.name], store.expired)
             elif isinstance(table, WindowedTable) and isinstance(
                 store, WindowedStore | SessionStore
             ):
@@ -167,6 +172,7 @@ class WorkerCollector(Collector):
         yield watermark
         yield closed
         yield written
+        yield expired
 
     def _sinks(self) -> Iterator[Metric]:
         dispatcher = self.worker.dispatcher

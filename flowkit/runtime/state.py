@@ -35,7 +35,7 @@ from ..records import Message, TopicPartition
 from ..redaction import redact_url
 from ..state import GlobalTable, StreamJoin, Table, TableStore, WindowedStore, WindowedTable
 from ..state.rocks import RocksTableStore
-from ..state.snapshots import SnapshotFiles
+from ..state.snapshots import Captured, SnapshotFiles
 from ..transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .recovery import RecoveryProgress
 from .standby import Standbys
@@ -47,6 +47,7 @@ log = structlog.get_logger(__name__)
 SendBytes = Callable[..., Awaitable[Any]]
 SendBatch = Callable[[str, int, list[OutRecord]], Awaitable[None]]
 Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
+# (A table whose keys expire adds each key's write time: the record's timestamp.)
 
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
@@ -86,7 +87,7 @@ class StateKeeper:
         # taken with the changes a checkpoint sends, written once the changelog has them.
         self.snapshot_interval = app.snapshot_interval
         self._snapshot_due = time.monotonic() + (app.snapshot_interval or 0.0)
-        self._captured: list[tuple[Any, int, tuple[list[bytes], list[bytes]]]] = []
+        self._captured: list[tuple[Any, int, Captured]] = []
         tables = list(app.tables.values())
         # This worker's state of every table: what ``table[key]`` reaches in its tasks.
         self.stores: dict[Any, Any] = {t: self._new_store(app, t) for t in tables}
@@ -121,7 +122,9 @@ class StateKeeper:
     def _new_store(self, app: App, table: Any) -> Any:
         if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
             data_dir = self.data_dir or Path(DEFAULT_DATA_DIR)
-            return RocksTableStore(table, data_dir=data_dir.absolute(), broker=self.broker)
+            return RocksTableStore(
+                table, data_dir=data_dir.absolute(), broker=self.broker, now_ms=self.now_ms
+            )
         return table.new_store(self.now_ms)
 
     def _local(self, store: Any) -> bool:
@@ -472,7 +475,7 @@ class StateKeeper:
         """Send the latest value of every changed key to the changelogs."""
         await self.send_changelogs(self.drain_changelogs())
 
-    def drain_changelogs(self) -> list[tuple[str, str, list[Change]]]:
+    def drain_changelogs(self) -> list[tuple[str, str, list[Any]]]:
         """What every table changed since the last drain: (table, changelog topic,
         changes), a snapshot of every record processed so far."""
         drained = []
@@ -501,16 +504,25 @@ class StateKeeper:
                     if captured is not None:
                         self._captured.append((store, p, captured))
 
-    async def send_changelogs(self, drained: list[tuple[str, str, list[Change]]]) -> None:
+    async def send_changelogs(self, drained: list[tuple[str, str, list[Any]]]) -> None:
         """Send drained changes: one batch per changelog partition when the worker's
-        producer sends batches, else one by one."""
+        producer sends batches, else one by one. A change with a fourth item (a table
+        whose keys expire) is sent with that write time as the record's timestamp."""
         written = self.changelog_written
         for name, topic, changes in drained:
+            timed = bool(changes) and len(changes[0]) == 4
             if self._send_batch is None:
-                for p, key, value in changes:
-                    await self._send(topic, value, key=key, partition=p)
-            else:
+                for p, key, value, *at in changes:
+                    ts = at[0] if at else None
+                    await self._send(topic, value, key=key, partition=p, timestamp_ms=ts)
+            elif timed:
                 by_partition: dict[int, list[OutRecord]] = {}
+                for p, key, value, at in changes:
+                    by_partition.setdefault(p, []).append((key, value, (), at))
+                for p, records in by_partition.items():
+                    await self._send_batch(topic, p, records)
+            else:
+                by_partition = {}
                 for p, key, value in changes:
                     batch = by_partition.get(p)
                     if batch is None:

@@ -40,6 +40,7 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     broker: str
     offset: int = -1
     format: int = FORMAT
+    timed: bool = False  # values carry their write time (a table with ttl=)
 
     def with_offset(self, offset: int) -> Stamp:
         """This stamp at ``offset``."""
@@ -64,6 +65,9 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
                 return f"it belongs to {field} {theirs!r}, not {mine!r}"
         if found.partitions != self.partitions:
             return f"it was written for {found.partitions} partitions, not {self.partitions}"
+        if found.timed != self.timed:
+            had = "had" if found.timed else "had no"
+            return f"it has {'' if found.timed else 'no '}write times (the table {had} a ttl)"
         return None
 
 

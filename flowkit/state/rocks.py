@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -28,7 +28,9 @@ import structlog
 
 from ..errors import ConfigurationError, DecodeError, NotRunningError
 from ..records import Message
+from ..streamtime import FutureGuard
 from .local import Stamp, partition_dir
+from .stores import Change, TimedChange
 
 if TYPE_CHECKING:
     from .tables import Table
@@ -41,7 +43,11 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 STAMP = b"\x00stamp"  # sorts before every data key (b"d" + key)
+CLOCK = b"\x00clock"  # a table with ttl=: the partition's stream time (8 bytes)
 DATA = b"d"
+# A table with ttl=: each value is prefixed with its write time (8 bytes, ms), and
+# b"e" + due time (8 bytes, big-endian: they sort by time) + key is its expiry index.
+DUE = b"e"
 _GONE: Any = object()  # a deleted key, in the in-memory layers
 _LOCK_TRIES = 20  # 0.1 s apart
 _CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
@@ -61,15 +67,32 @@ def open_rocksdict() -> Any:
 class _Part:
     """One partition: its database and the changes not yet written to it."""
 
-    __slots__ = ("cache", "db", "draining", "encoded", "pending", "stamp")
+    __slots__ = (
+        "cache",
+        "clock",
+        "db",
+        "draining",
+        "dropped",
+        "due",
+        "encoded",
+        "pending",
+        "stamp",
+        "times",
+    )
 
-    def __init__(self, db: Any, stamp: Stamp) -> None:
+    def __init__(self, db: Any, stamp: Stamp, clock: int = 0) -> None:
         self.db = db
         self.stamp = stamp
         self.pending: dict[Any, Any] = {}  # changed since the last drain
         self.draining: dict[Any, Any] = {}  # drained, not yet on disk
-        self.encoded: list[tuple[bytes, bytes | None]] = []  # the same, as sent
+        self.encoded: list[tuple[bytes, bytes | None]] = []  # the same, as stored
         self.cache: dict[Any, Any] = {}  # read or written recently (bounded)
+        # A table with ttl=: write times since the last drain, the stream time, and the
+        # expiry index's entries to add and to delete at the next persist.
+        self.times: dict[Any, int] = {}
+        self.clock = clock
+        self.due: list[bytes] = []
+        self.dropped: list[bytes] = []
 
 
 class _Writer(Generic[K, V]):
@@ -93,13 +116,27 @@ class _Writer(Generic[K, V]):
 class RocksTableStore(Generic[K, V]):
     """A partitioned table's state in one worker, on disk; read like ``TableStore``."""
 
-    def __init__(self, table: Table[K, V], *, data_dir: Path, broker: str) -> None:
+    def __init__(
+        self,
+        table: Table[K, V],
+        *,
+        data_dir: Path,
+        broker: str,
+        now_ms: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self.data_dir = data_dir
         self.broker = broker
         self._rocksdict = open_rocksdict()
         self._parts: dict[int, _Part] = {}
+        # Key expiry (a table with ttl=; see ``flowkit.state.expiry``).
+        self.ttl: int | None = table.ttl_ms
+        self.wall = table.ttl_clock == "wall"
+        self.now_ms = now_ms
+        self.guard = FutureGuard(table.max_future_ms, now_ms=now_ms, owner=f"table {table.name!r}")
+        self.expired = 0
+        self._skip = 0 if self.ttl is None else 8  # the write time before each value
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -114,7 +151,8 @@ class RocksTableStore(Generic[K, V]):
         if value is not _GONE or key in part.cache:
             return value
         raw = part.db.get(DATA + self.table.encode_key(key))
-        value = _GONE if raw is None else self.table.value_codec.decode(raw)
+        skip = self._skip
+        value = _GONE if raw is None else self.table.value_codec.decode(raw[skip:] if skip else raw)
         cache = part.cache
         if len(cache) >= _CACHE:
             cache.clear()
@@ -148,10 +186,13 @@ class RocksTableStore(Generic[K, V]):
         overlay = {**part.draining, **part.pending}
         decode_key = self.table.key_codec.decode
         decode = self.table.value_codec.decode
+        skip = self._skip
         for raw_key, raw in part.db.items(from_key=DATA):
+            if raw_key[:1] != DATA:
+                break  # the expiry index, after the data
             key = decode_key(raw_key[1:])
             if key not in overlay:
-                yield key, decode(raw)
+                yield key, decode(raw[skip:])
         for key, value in overlay.items():
             if value is not _GONE:
                 yield key, value
@@ -191,7 +232,24 @@ class RocksTableStore(Generic[K, V]):
             partition=partition,
             partitions=table.partitions,
             broker=self.broker,
+            timed=self.ttl is not None,
         )
+
+    def touch(self, partition: int, key: K, ms: int | None) -> None:
+        """``key`` of ``partition`` was written at event time ``ms`` (None: at the
+        partition's stream time), for a table whose keys expire."""
+        part = self._parts[partition]
+        if ms is None:  # no stream time yet (no record read): the wall clock's
+            ms = part.clock or self.now_ms()
+        elif ms > part.clock:
+            part.clock = ms
+        part.times[key] = ms
+
+    def advance(self, partition: int, ms: int) -> None:
+        """Move the stream time of ``partition`` to ``ms`` (it never moves back)."""
+        part = self._parts.get(partition)
+        if part is not None and ms > part.clock:
+            part.clock = ms
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Open the databases of these partitions (a fresh one where none is usable)."""
@@ -213,7 +271,8 @@ class RocksTableStore(Generic[K, V]):
                 else:
                     why = want.mismatch(found := Stamp.decode(raw))
                     if why is None:
-                        return _Part(db, found)
+                        clock = db.get(CLOCK)
+                        return _Part(db, found, 0 if clock is None else _int(clock))
             except ConfigurationError:
                 raise
             except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
@@ -283,8 +342,10 @@ class RocksTableStore(Generic[K, V]):
 
     def sizes(self) -> dict[int, int]:
         """Keys per held partition, as RocksDB estimates them (no scan)."""
+        # With ttl= each key has an entry in the expiry index beside it: about half are keys.
+        share = 1 if self.ttl is None else 2
         return {
-            p: int(part.db.property_int_value("rocksdb.estimate-num-keys") or 0)
+            p: int(part.db.property_int_value("rocksdb.estimate-num-keys") or 0) // share
             for p, part in list(self._parts.items())
         }
 
@@ -301,6 +362,8 @@ class RocksTableStore(Generic[K, V]):
         decode = self.table.value_codec.decode
         encode_key = self.table.encode_key
         batch = self._rocksdict.WriteBatch(raw_mode=True)
+        ttl = self.ttl
+        guard = self.guard
         for m in messages:
             if m.key is None:
                 continue
@@ -311,20 +374,37 @@ class RocksTableStore(Generic[K, V]):
                     batch.delete(DATA + key)
                 else:
                     decode(m.value)  # refused here, not at a later read
-                    batch.put(DATA + key, m.value)
+                    if ttl is None:
+                        batch.put(DATA + key, m.value)
+                    else:  # the record's timestamp is the key's write time
+                        at = int(m.timestamp)
+                        batch.put(DATA + key, _bytes(at) + m.value)
+                        batch.put(DUE + _bytes(at + ttl) + key, b"")
             except DecodeError as exc:
                 self.rejected.append((m, exc))
+                continue
             except TypeError as exc:
                 self.rejected.append((m, DecodeError(f"a changelog key is no table key: {exc}")))
+                continue
+            at = int(m.timestamp)
+            # A timestamp beyond the guard (anyone may write the topic) moves nothing.
+            moves = ttl is not None and not self.wall and at > part.clock
+            if moves and (at <= guard.future_limit or guard.admits(at)):
+                part.clock = at
         part.stamp = part.stamp.with_offset(messages[-1].offset + 1)
         batch.put(STAMP, part.stamp.encode())
+        if ttl is not None:
+            batch.put(CLOCK, _bytes(part.clock))
         part.db.write(batch)
         part.cache.clear()
 
-    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+    def drain_changes(self) -> list[Any]:
         """The latest value of every key changed since the last drain: (partition, key,
-        value or None for a delete)."""
-        out: list[tuple[int, bytes, bytes | None]] = []
+        value or None for a delete), with the write time (``TimedChange``) when keys
+        expire; those keys whose time is up are deleted and drained as deletes too."""
+        if self.ttl is not None:
+            return self._drain_timed(self.ttl)
+        out: list[Change] = []
         encode = self.table.value_codec.encode
         encode_key = self.table.encode_key
         for p, part in self._parts.items():
@@ -339,14 +419,73 @@ class RocksTableStore(Generic[K, V]):
             part.pending = {}
         return out
 
+    def _drain_timed(self, ttl: int) -> list[TimedChange]:
+        out: list[TimedChange] = []
+        encode = self.table.value_codec.encode
+        encode_key = self.table.encode_key
+        wall = self.now_ms() if self.wall else None
+        for p, part in self._parts.items():
+            now = part.clock if wall is None else wall
+            self._sweep(part, ttl, now)
+            if not part.pending:
+                continue
+            encoded, times = part.encoded, part.times
+            for key, value in part.pending.items():
+                kb = encode_key(key)
+                at = wall if wall is not None else times.get(key, now)
+                if value is not _GONE and at + ttl <= now:
+                    value = part.pending[key] = _GONE  # written already expired (late)
+                    self.expired += 1
+                if value is _GONE:
+                    encoded.append((kb, None))
+                    out.append((p, kb, None, now))
+                    continue
+                vb = encode(value)
+                encoded.append((kb, _bytes(at) + vb))
+                part.due.append(DUE + _bytes(at + ttl) + kb)
+                out.append((p, kb, vb, at))
+            part.times = {}
+            part.draining.update(part.pending)
+            part.pending = {}
+        return out
+
+    def _sweep(self, part: _Part, ttl: int, now: int) -> None:
+        """Mark the keys whose time is up as deleted: only the index's entries due by
+        ``now`` are read, each once (they are deleted at the next persist)."""
+        key_decode = self.table.key_codec.decode
+        end = DUE + _bytes(now + 1)
+        pending, draining, db = part.pending, part.draining, part.db
+        for index_key, _ in db.items(from_key=DUE):
+            if index_key >= end:
+                break
+            part.dropped.append(index_key)
+            due, kb = _int(index_key[1:9]), index_key[9:]
+            key = key_decode(kb)
+            if key in pending or key in draining:
+                continue  # written or deleted since: its own entry is to come
+            raw = db.get(DATA + kb)
+            if raw is None or _int(raw[:8]) + ttl != due:
+                continue  # a stale entry: deleted, or written again since
+            pending[key] = _GONE
+            self.expired += 1
+
     def persist(self, offsets: dict[int, int]) -> None:
         """Write what was drained, with the changelog offset it reflects, in one atomic
         batch per partition: called once the changelog holds it."""
         for p, offset in offsets.items():
             part = self._parts.get(p)
-            if part is None or (not part.draining and offset == part.stamp.offset):
+            if part is None or (
+                not part.draining and not part.dropped and offset == part.stamp.offset
+            ):
                 continue
             batch = self._rocksdict.WriteBatch(raw_mode=True)
+            if self.ttl is not None:
+                for index_key in part.dropped:
+                    batch.delete(index_key)
+                for index_key in part.due:
+                    batch.put(index_key, b"")
+                part.dropped, part.due = [], []
+                batch.put(CLOCK, _bytes(part.clock))
             for key, value in part.encoded:  # in drain order: the latest value last
                 if value is None:
                     batch.delete(DATA + key)
@@ -361,3 +500,12 @@ class RocksTableStore(Generic[K, V]):
                 cache.clear()
             cache.update(part.draining)
             part.draining = {}
+
+
+def _bytes(ms: int) -> bytes:
+    # Big-endian and offset by 2**63: every int64 time sorts in byte order.
+    return (ms + 2**63).to_bytes(8, "big")
+
+
+def _int(raw: bytes) -> int:
+    return int.from_bytes(raw[:8], "big") - 2**63

@@ -39,11 +39,15 @@ log = structlog.get_logger(__name__)
 
 NAME = "snapshot.msgpack"
 
+Captured = tuple[list[bytes], list[bytes], list[int]]
+"""A partition's encoded keys and values, and their write times (empty without ttl=)."""
+
 
 class _Snapshot(msgspec.Struct, array_like=True):
     stamp: bytes
     keys: list[bytes]
     values: list[bytes]
+    times: list[int] = []  # each key's write time, for a table with ttl= (else empty)
 
 
 _decoder = msgspec.msgpack.Decoder(_Snapshot)
@@ -77,30 +81,30 @@ class SnapshotFiles:
             self.write(store, partition, captured, offset=offset)
 
     @staticmethod
-    def capture(
-        store: TableStore[Any, Any], partition: int
-    ) -> tuple[list[bytes], list[bytes]] | None:
-        """``partition``'s keys and values, encoded now (None if not held)."""
+    def capture(store: TableStore[Any, Any], partition: int) -> Captured | None:
+        """``partition``'s keys, values and write times (a table with ttl=), encoded now
+        (None if not held)."""
         data = store.partition_data(partition)
         if data is None:
             return None
         encode_key = store.table.encode_key
         encode = store.table.value_codec.encode
-        return [encode_key(k) for k in data], [encode(v) for v in data.values()]
+        keys = [encode_key(k) for k in data]
+        return keys, [encode(v) for v in data.values()], store.partition_times(partition)
 
     def write(
         self,
         store: TableStore[Any, Any],
         partition: int,
-        captured: tuple[list[bytes], list[bytes]],
+        captured: Captured,
         *,
         offset: int,
     ) -> None:
         """Write what ``capture`` took, as reflecting the changelog up to ``offset``; it
         replaces the previous snapshot only once it is whole on disk."""
-        keys, values = captured
+        keys, values, times = captured
         stamp = self._stamp(store, partition).with_offset(offset)
-        snapshot = _Snapshot(stamp.encode(), keys, values)
+        snapshot = _Snapshot(stamp.encode(), keys, values, times)
         path = self._path(store, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         aside = path.with_suffix(".tmp")
@@ -128,11 +132,13 @@ class SnapshotFiles:
             self._refuse(store, partition, path, f"it does not decode ({exc})")
             return None
         why = self._stamp(store, partition).mismatch(stamp)
+        if why is None and store.ttl is not None and len(snapshot.times) != len(snapshot.keys):
+            why = "it has no write times (it was written before the table had a ttl)"
         if why is not None:
             self._refuse(store, partition, path, why)
             return None
         try:
-            store.load_encoded(partition, snapshot.keys, snapshot.values)
+            store.load_encoded(partition, snapshot.keys, snapshot.values, snapshot.times)
         except Exception as exc:  # a codec's own error: the snapshot is not usable
             store.reset(partition)
             self._refuse(store, partition, path, f"a record does not decode ({exc})")

@@ -20,11 +20,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import DecodeError, NotRunningError
 from ..records import Message
+from ..streamtime import FutureGuard
+from .expiry import ExpiryIndex
 
 if TYPE_CHECKING:
     from .tables import GlobalTable, Table
 
-__all__ = ["GlobalStore", "TableStore"]
+__all__ = ["Change", "GlobalStore", "TableStore", "TimedChange"]
+
+Change = tuple[int, bytes, bytes | None]
+"""A changelog record to send: (partition, key, value or None for a delete)."""
+TimedChange = tuple[int, bytes, bytes | None, int]
+"""The same, with the key's write time (ms), for tables whose keys expire: the
+changelog record's timestamp, so that a rebuild knows when each key was written."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -35,13 +43,23 @@ _MISSING: Any = object()
 class TableStore(Generic[K, V]):
     """A partitioned table's state in one worker: a dict per held partition."""
 
-    def __init__(self, table: Table[K, V]) -> None:
+    def __init__(self, table: Table[K, V], *, now_ms: Callable[[], int] = lambda: 0) -> None:
         # Changelog records that do not decode (anyone with produce rights can write the
         # topic): the worker dead-letters them (``take_rejected``); the key keeps its value.
         self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self._data: dict[int, dict[K, V]] = {}
         self._dirty: dict[int, set[K]] = {}
+        # Key expiry (a table with ttl=): per partition, each live key's last write time,
+        # the keys by when they are due, and the clock they are due on (stream time).
+        self.ttl: int | None = table.ttl_ms
+        self.wall = table.ttl_clock == "wall"
+        self.now_ms = now_ms
+        self.guard = FutureGuard(table.max_future_ms, now_ms=now_ms, owner=f"table {table.name!r}")
+        self.expired = 0  # keys expired by this store
+        self._written: dict[int, dict[K, int]] = {}
+        self._index: dict[int, ExpiryIndex] = {}
+        self._clock: dict[int, int] = {}
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -95,6 +113,24 @@ class TableStore(Generic[K, V]):
 
     # -- the worker's side ----------------------------------------------------------------
 
+    def touch(self, partition: int, key: K, ms: int | None) -> None:
+        """``key`` of ``partition`` was written at event time ``ms`` (None: at the
+        partition's stream time), for a table whose keys expire."""
+        now = self._clock.get(partition, 0)
+        if ms is None:  # no stream time yet (no record read): the wall clock's
+            ms = now or self.now_ms()
+        elif ms > now:
+            self._clock[partition] = ms
+        written = self._written.get(partition)
+        if written is None:
+            written = self._written[partition] = {}
+        written[key] = ms
+
+    def advance(self, partition: int, ms: int) -> None:
+        """Move the stream time of ``partition`` to ``ms`` (it never moves back)."""
+        if ms > self._clock.get(partition, 0):
+            self._clock[partition] = ms
+
     def assign(self, partitions: Iterable[int]) -> None:
         """Start holding these partitions (empty until recovered)."""
         for p in partitions:
@@ -105,6 +141,12 @@ class TableStore(Generic[K, V]):
         for p in partitions:
             self._data.pop(p, None)
             self._dirty.pop(p, None)
+            self._forget_times(p)
+
+    def _forget_times(self, partition: int) -> None:
+        self._written.pop(partition, None)
+        self._index.pop(partition, None)
+        self._clock.pop(partition, None)
 
     def held(self) -> set[int]:
         """Partitions this worker holds."""
@@ -118,17 +160,37 @@ class TableStore(Generic[K, V]):
         """The dict of ``partition`` (for a snapshot), or None if not held."""
         return self._data.get(partition)
 
-    def load_encoded(self, partition: int, keys: list[bytes], values: list[bytes]) -> None:
-        """Fill ``partition`` from encoded keys and values (a snapshot); a codec's error
-        propagates (the snapshot is then not used)."""
+    def partition_times(self, partition: int) -> list[int]:
+        """The write times of ``partition``'s keys, in the order of its dict (for a
+        snapshot); empty for a table whose keys do not expire."""
+        if self.ttl is None:
+            return []
+        written = self._written.get(partition, {})
+        return [written.get(k, 0) for k in self._data.get(partition, {})]
+
+    def load_encoded(
+        self, partition: int, keys: list[bytes], values: list[bytes], times: Sequence[int] = ()
+    ) -> None:
+        """Fill ``partition`` from encoded keys and values (a snapshot), and, for a table
+        whose keys expire, their write times; a codec's error propagates (the snapshot is
+        then not used)."""
         if len(keys) != len(values):
             raise DecodeError("a snapshot has as many keys as values")
+        if self.ttl is not None and len(times) != len(keys):
+            raise DecodeError("a snapshot of a table with ttl= has a write time per key")
         data = self._data.setdefault(partition, {})
         # The codecs' own C decoders where they have them (a snapshot holds millions).
         key_codec, value_codec = self.table.key_codec, self.table.value_codec
         key_decode = getattr(key_codec, "raw_decode", None) or key_codec.decode
         decode = getattr(value_codec, "raw_decode", None) or value_codec.decode
-        data.update(zip(map(key_decode, keys), map(decode, values), strict=True))
+        decoded = list(map(key_decode, keys))
+        data.update(zip(decoded, map(decode, values), strict=True))
+        if self.ttl is not None:
+            self._written[partition] = dict(zip(decoded, times, strict=True))
+            self._index[partition] = index = ExpiryIndex()
+            index.rebuild(self._written[partition], self.ttl)
+            if times:
+                self.advance(partition, max(times))
 
     def adopt(self, partition: int, data: dict[K, V]) -> None:
         """Hold ``partition`` with ``data`` as its state, unchanged (a standby's copy)."""
@@ -139,6 +201,7 @@ class TableStore(Generic[K, V]):
         """Empty ``partition`` (it is rebuilt from the changelog)."""
         self._data[partition] = {}
         self._dirty.pop(partition, None)
+        self._forget_times(partition)
 
     def sizes(self) -> dict[int, int]:
         """Keys per held partition."""
@@ -149,14 +212,61 @@ class TableStore(Generic[K, V]):
         data = self._data.setdefault(partition, {})
         decode = self.table.value_codec.decode
         key_decode = self.table.key_codec.decode
+        if self.ttl is not None:
+            self._apply_timed(partition, data, messages)
+            return
         if _apply_fast(data, messages, self.table.key_codec, self.table.value_codec):
             return
         _apply(data, messages, key_decode, decode, self.rejected)
 
-    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+    def _apply_timed(self, partition: int, data: dict[K, V], messages: Sequence[Message]) -> None:
+        """``apply_changelog`` for a table whose keys expire: each record's timestamp is
+        its key's write time, and the latest of them the partition's stream time."""
+        assert self.ttl is not None
+        ttl = self.ttl
+        written = self._written.get(partition)
+        if written is None:
+            written = self._written[partition] = {}
+        index = self._index.get(partition)
+        if index is None:
+            index = self._index[partition] = ExpiryIndex()
+        key_decode = self.table.key_codec.decode
+        decode = self.table.value_codec.decode
+        guard = self.guard
+        clock = self._clock.get(partition, 0)
+        for m in messages:
+            if m.key is None:
+                continue
+            at = int(m.timestamp)
+            try:
+                key = key_decode(m.key)
+                if m.value is None:
+                    data.pop(key, None)
+                    written.pop(key, None)
+                else:
+                    data[key] = decode(m.value)
+                    written[key] = at
+                    index.add(key, at + ttl)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))
+                continue
+            except TypeError as exc:
+                self.rejected.append((m, _not_a_key(exc)))
+                continue
+            # A timestamp beyond the guard (anyone may write the topic) moves nothing.
+            if at > clock and (at <= guard.future_limit or guard.admits(at)):
+                clock = at
+        if not self.wall:
+            self.advance(partition, clock)
+        index.compact(written, ttl)
+
+    def drain_changes(self) -> list[Any]:
         """The latest value of every key changed since the last drain: (partition, key,
-        value or None for a delete)."""
-        out: list[tuple[int, bytes, bytes | None]] = []
+        value or None for a delete), with the write time (``TimedChange``) when keys
+        expire; those keys whose time is up are deleted and drained as deletes too."""
+        if self.ttl is not None:
+            return self._drain_timed(self.ttl)
+        out: list[Change] = []
         encode = self.table.value_codec.encode
         encode_key = self.table.encode_key
         for p, keys in self._dirty.items():
@@ -166,6 +276,53 @@ class TableStore(Generic[K, V]):
                 out.append((p, encode_key(key), None if value is _MISSING else encode(value)))
         self._dirty = {}
         return out
+
+    def _drain_timed(self, ttl: int) -> list[TimedChange]:
+        out: list[TimedChange] = []
+        encode = self.table.value_codec.encode
+        encode_key = self.table.encode_key
+        wall = self.now_ms() if self.wall else None
+        for p, keys in self._dirty.items():
+            data = self._data.get(p, {})
+            written = self._written.get(p)
+            if written is None:
+                written = self._written[p] = {}
+            index = self._index.get(p)
+            if index is None:
+                index = self._index[p] = ExpiryIndex()
+            now = self._clock.get(p, 0) if wall is None else wall
+            for key in keys:
+                value = data.get(key, _MISSING)
+                if value is _MISSING:
+                    written.pop(key, None)
+                    out.append((p, encode_key(key), None, now))
+                    continue
+                at = wall if wall is not None else written.get(key, now)
+                written[key] = at
+                index.add(key, at + ttl)
+                out.append((p, encode_key(key), encode(value), at))
+        self._dirty = {}
+        self._sweep(ttl, wall, out)
+        return out
+
+    def _sweep(self, ttl: int, wall: int | None, out: list[TimedChange]) -> None:
+        """Delete the keys whose time is up: only the index's due entries are looked at."""
+        encode_key = self.table.encode_key
+        for p, index in self._index.items():
+            data = self._data.get(p)
+            written = self._written.get(p)
+            if data is None or written is None:
+                continue
+            now = self._clock.get(p, 0) if wall is None else wall
+            for key, due in index.due(now):
+                at = written.get(key)
+                if at is None or at + ttl != due:
+                    continue  # written again since, or deleted: a stale entry
+                del written[key]
+                data.pop(key, None)
+                out.append((p, encode_key(key), None, now))
+                self.expired += 1
+            index.compact(written, ttl)
 
 
 def _apply(

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..durations import Seconds
 from ..errors import DefinitionError
 from ..scope import current_scope, require_scope
-from ..streamtime import DEFAULT_MAX_FUTURE
+from ..streamtime import DEFAULT_MAX_FUTURE, max_future_ms
 from ..windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
 from .base import TableBase
+from .expiry import ttl_ms
 from .local import StoreKind, check_store
 from .stores import GlobalStore, TableStore
 from .windowed import WindowedTable
@@ -62,6 +63,9 @@ class Table(TableBase[K, V]):
         *,
         check_open: Callable[[], None] = lambda: None,
         store: str | None = None,
+        ttl: Seconds | None = None,
+        ttl_clock: str = "event",
+        max_future: Seconds = DEFAULT_MAX_FUTURE,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -71,9 +75,28 @@ class Table(TableBase[K, V]):
             None if store is None else check_store(store, f"table {name!r}")
         )
         self.windowed_as: WindowedTable[K, V] | None = None
+        # Key expiry (``flowkit.state.expiry``): milliseconds, or None (keys stay).
+        self.ttl_ms: int | None = None
+        self.ttl_clock = ttl_clock
+        self.max_future_ms = max_future_ms(max_future, f"table {name!r}")
+        if ttl is not None:
+            self.ttl_ms = ttl_ms(ttl, ttl_clock, f"table {name!r}")
+            if ttl_clock == "event":
+                # Writes take the time of the record being processed: only this table's
+                # writes pay for it, the others keep the plain path.
+                self._write_partition = self._write_timed  # type: ignore[method-assign]
+        elif ttl_clock != "event":
+            raise DefinitionError(f"table {name!r}: ttl_clock= needs a ttl=")
 
     def new_store(self, now_ms: Callable[[], int]) -> TableStore[K, V]:
-        return TableStore(self)
+        return TableStore(self, now_ms=now_ms)
+
+    def describe(self) -> dict[str, object]:
+        """Graph attributes (with the ttl, when keys expire)."""
+        out = super().describe()
+        if self.ttl_ms is not None:
+            out["ttl"] = f"{self.ttl_ms / 1000:g}s ({self.ttl_clock} time)"
+        return out
 
     def tumbling(
         self,
@@ -147,6 +170,11 @@ class Table(TableBase[K, V]):
         self._check_open()
         if self.windowed_as is not None:
             raise DefinitionError(f"table {self.name!r} is already windowed")
+        if self.ttl_ms is not None:
+            raise DefinitionError(
+                f"table {self.name!r}: windows expire with expires=, not ttl=; "
+                "declare the windowed table without ttl="
+            )
         if self.store_kind == "rocksdb://":
             raise DefinitionError(
                 f"table {self.name!r}: windowed tables keep their state in memory; "
@@ -181,14 +209,55 @@ class Table(TableBase[K, V]):
         if batch is not None:
             tp = batch.tp
             if tp.partition != p:
-                raise DefinitionError(
-                    f"table {self.name!r}: key {key!r} belongs to partition {p}, but the "
-                    f"record being processed came from {tp.topic}/{tp.partition}; re-key "
-                    "the stream so that the table key is the record key "
-                    "(@app.agent(topic.group_by(key_fn, name=...)))"
-                )
+                raise self._wrong_partition(key, p, tp)
         store: TableStore[K, V] = scope.stores[self]
         return store.writable(p, key)
+
+    def _wrong_partition(self, key: K, p: int, tp: Any) -> DefinitionError:
+        return DefinitionError(
+            f"table {self.name!r}: key {key!r} belongs to partition {p}, but the "
+            f"record being processed came from {tp.topic}/{tp.partition}; re-key "
+            "the stream so that the table key is the record key "
+            "(@app.agent(topic.group_by(key_fn, name=...)))"
+        )
+
+    def _write_timed(self, key: K) -> dict[K, V]:
+        """``_write_partition`` for a table whose keys expire on event time: the write
+        is stamped with the time of the record being processed (with the partition's
+        stream time outside an agent), and every record the agent reads moves stream
+        time (``follow``)."""
+        scope = current_scope()
+        if scope is None:  # the message is built only here: writes are per record
+            scope = require_scope(f"table {self.name!r}: writing")
+        store: TableStore[K, V] = scope.stores[self]
+        p = self.partition_of(key)
+        batch = scope.batch
+        ts = None
+        if batch is not None:
+            tp = batch.tp
+            if tp.partition != p:
+                raise self._wrong_partition(key, p, tp)
+            ts = scope.event_time()  # type: ignore[attr-defined]
+            guard = store.guard
+            if ts > guard.future_limit and not guard.admits(ts):
+                raise guard.future_record(ts)  # the record is dead-lettered, nothing moves
+            scope.follow(self, store)
+        data = store.writable(p, key)
+        store.touch(p, key, ts)
+        return data
+
+    def follow(self, store: TableStore[K, V], batch: Any) -> None:
+        """Stream time of a table with an event-time ttl: the last record of each batch
+        an agent that writes the table has finished moves its partition's stream time
+        (once per batch, not per record); a time beyond ``max_future`` does not."""
+        messages = batch.messages
+        if not messages:
+            return
+        ts = int(messages[-1].timestamp)
+        guard = store.guard
+        if ts > guard.future_limit and not guard.admits(ts):
+            return
+        store.advance(batch.tp.partition, ts)
 
     def __getitem__(self, key: K) -> V:
         return self.store()[key]  # type: ignore[no-any-return]

@@ -6,6 +6,7 @@ partition's is rebuilt from the changelog with one log line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,9 +19,11 @@ from structlog.testing import capture_logs
 
 import flowkit
 from flowkit.records import Message
+from flowkit.rendering import render_text
 from flowkit.state.rocks import RocksTableStore
-from flowkit.testing import TestDriver
+from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
+from tests.conftest import APACHE_KAFKA, BROKERS, DriverFactory
 
 STORES = ["memory", "memory+snapshots", "rocksdb"]
 
@@ -287,3 +290,255 @@ async def test_memory_snapshots_at_checkpoints_survive_a_worker_that_never_stopp
         assert dict(totals.items()) == {f"c{k}": 11 for k in range(7)}
         recovery = again.worker.state.recovery
         assert recovery.from_local == 2 and recovery.done == 7
+
+
+# -- key expiry (ttl=) --------------------------------------------------------------------
+
+T0 = 1_700_000_000_000 - 3_600_000  # an hour before the test driver's wall clock
+
+
+def seen_app(store: str, data_dir: Path, **ttl: Any) -> tuple[flowkit.App, Any, Any]:
+    """One partition (stream time is per partition); an order of amount < 0 only reads."""
+    kind = "rocksdb://" if store == "rocksdb" else "memory://"
+    keep = store != "memory"
+    app = flowkit.App("shop", partitions=1, store=kind, data_dir=data_dir if keep else None)
+    orders = app.topic("orders", value_type=Order)
+    seen = app.table("seen", default=int, **ttl)
+
+    @app.agent(orders)
+    async def remember(stream: flowkit.Stream[Order]) -> None:
+        async for order in stream:
+            if order.amount < 0:
+                seen.get(order.customer)
+            else:
+                seen[order.customer] = order.amount
+
+    return app, orders, seen
+
+
+async def order_at(driver: TestDriver, orders: Any, customer: str, amount: int, at: int) -> None:
+    await driver.send(orders, Order(customer, amount), key=customer, timestamp_ms=T0 + at)
+    await driver.run_until_idle()
+    await driver.worker.checkpoint()
+
+
+async def test_keys_expire_on_stream_time_and_a_restart_does_not_bring_them_back(
+    store: str, tmp_path: Path
+) -> None:
+    broker = MemoryBroker()
+    app, orders, seen = seen_app(store, tmp_path, ttl=60)
+    async with TestDriver(app, broker=broker) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+        await order_at(driver, orders, "b", 2, 30_000)
+        await order_at(driver, orders, "a", -1, 50_000)  # a read: it does not refresh "a"
+        assert dict(seen.items()) == {"a": 1, "b": 2}
+        await order_at(driver, orders, "c", 3, 60_000)  # "a" is due at 60 s
+        assert dict(seen.items()) == {"b": 2, "c": 3} and seen["a"] == 0
+        metric = driver.worker.metrics.registry.get_sample_value
+        assert metric("flowkit_table_keys_expired_total", {"table": "seen"}) == 1
+    changelog = await TestDriver(app, broker=broker).messages("shop-seen-changelog")
+    # The tombstone is written, and every record carries its key's write time.
+    assert (b"a", None, 60_000) in [(m.key, m.value, m.timestamp - T0) for m in changelog]
+    assert {m.key: m.timestamp - T0 for m in changelog if m.value} == {
+        b"a": 0,
+        b"b": 30_000,
+        b"c": 60_000,
+    }
+    app, orders, seen = seen_app(store, tmp_path, ttl=60)
+    async with TestDriver(app, broker=broker) as driver:
+        await driver.run_until_idle()
+        assert dict(seen.items()) == {"b": 2, "c": 3}
+        # The write times came back with the keys: "b" is due at 90 s, "c" at 120 s.
+        await order_at(driver, orders, "d", 4, 90_000)
+        assert dict(seen.items()) == {"c": 3, "d": 4}
+
+
+async def test_a_record_from_the_far_future_is_dead_lettered_and_expires_nothing() -> None:
+    app, orders, seen = seen_app("memory", Path(), ttl=60)
+    async with TestDriver(app) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+        # Two hours ahead of the wall clock (T0 is an hour behind it): a wrong clock.
+        await order_at(driver, orders, "b", 2, 3 * 3_600_000)
+        assert dict(seen.items()) == {"a": 1}
+        [letter] = await driver.dead_letters()
+        assert dict(letter.headers)["flowkit.error.type"] == b"FutureRecord"
+
+
+async def test_keys_expire_on_the_wall_clock(store: str, tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    app, orders, seen = seen_app(store, tmp_path, ttl=10, ttl_clock="wall")
+    async with TestDriver(app, broker=broker) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+        await driver.advance(6)
+        await order_at(driver, orders, "b", 2, 0)
+        await order_at(driver, orders, "a", -1, 0)  # a read: it does not refresh "a"
+        await driver.advance(4)  # the worker's own checkpoints sweep
+        assert dict(seen.items()) == {"b": 2}
+    app, orders, seen = seen_app(store, tmp_path, ttl=10, ttl_clock="wall")
+    async with TestDriver(app, broker=broker) as driver:  # its clock starts where the last did
+        await driver.run_until_idle()
+        assert dict(seen.items()) == {"b": 2}
+        await driver.advance(16)
+        assert dict(seen.items()) == {}
+
+
+# On the test broker (Tansu); FLOWKIT_TEST_ALL_CLIENTS=1 adds Apache Kafka, whose
+# timestamp rules (an hour ahead at most by default, on 4.x) the write times follow.
+KAFKA = BROKERS[1:] + (APACHE_KAFKA[:1] if os.environ.get("FLOWKIT_TEST_ALL_CLIENTS") else [])
+
+
+@pytest.mark.parametrize("make_driver", KAFKA, indirect=True)
+async def test_write_times_and_tombstones_go_through_kafka_and_rebuild_the_store(
+    make_driver: DriverFactory,
+) -> None:
+    # Kafka keeps the write times (the changelog records' timestamps, an hour and more in
+    # the past) and the tombstones; a store rebuilt from what it returns, as a restart's
+    # recovery rebuilds one, has the same keys, due at the same times.
+    app, orders, seen = seen_app("memory", Path(), ttl=60)
+    async with make_driver(app) as driver:
+        for customer, amount, at in [("a", 1, 0), ("b", 2, 30_000), ("c", 3, 60_000)]:
+            await driver.send(orders, Order(customer, amount), key=customer, timestamp_ms=T0 + at)
+        await driver.run_until_idle()
+        await driver.worker.checkpoint()
+        assert dict(seen.items()) == {"b": 2, "c": 3}
+        changelog = await driver.messages(seen.changelog_topic)
+    assert [(m.key, m.value, m.timestamp - T0) for m in changelog][-1] == (b"a", None, 60_000)
+    rebuilt = seen.new_store(now_ms=lambda: T0 + 3_600_000)
+    rebuilt.assign([0])
+    rebuilt.apply_changelog(0, changelog)
+    assert dict(rebuilt.items()) == {"b": 2, "c": 3}
+    rebuilt.advance(0, T0 + 90_000)
+    assert [(k, v) for _, k, v, _ in rebuilt.drain_changes()] == [(b"b", None)]
+
+
+@pytest.mark.parametrize("store", ["memory+snapshots", "rocksdb"])
+async def test_local_state_without_write_times_is_rebuilt_when_a_ttl_is_added(
+    store: str, tmp_path: Path
+) -> None:
+    broker = MemoryBroker()
+    app, orders, seen = seen_app(store, tmp_path)
+    async with TestDriver(app, broker=broker) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+    # Its records count from their own timestamps: the time they were sent.
+    [record] = await TestDriver(app, broker=broker).messages("shop-seen-changelog")
+    sent = record.timestamp - T0
+    app, orders, seen = seen_app(store, tmp_path, ttl=60)
+    with capture_logs() as logs:
+        clock = FakeClock(start=record.timestamp / 1000)
+        async with TestDriver(app, broker=broker, clock=clock) as driver:
+            await driver.run_until_idle()
+            assert dict(seen.items()) == {"a": 1}  # the old changelog reads as it is
+            await order_at(driver, orders, "b", 2, sent + 59_999)
+            assert dict(seen.items()) == {"a": 1, "b": 2}
+            await order_at(driver, orders, "b", 2, sent + 60_000)
+            assert dict(seen.items()) == {"b": 2}
+    assert ["no write times" in line["reason"] for line in refused(logs)] == [True]
+
+
+@pytest.mark.parametrize(
+    ("ttl", "error"),
+    [
+        ({"ttl": 0}, "ttl must be more than 0 seconds, not 0"),
+        ({"ttl": -5}, "ttl must be more than 0 seconds, not -5"),
+        ({"ttl": "7d"}, "ttl must be seconds (a number or timedelta), not str '7d'"),
+        ({"ttl": True}, "ttl must be seconds (a number or timedelta), not bool True"),
+        ({"ttl": float("inf")}, "ttl must be more than 0 seconds, not inf"),
+        ({"ttl": 60, "ttl_clock": "processing"}, "ttl_clock must be 'event' or 'wall'"),
+        ({"ttl_clock": "wall"}, "ttl_clock= needs a ttl="),
+    ],
+)
+def test_a_bad_ttl_is_one_line_at_declaration(ttl: dict[str, Any], error: str) -> None:
+    app = flowkit.App("shop")
+    with pytest.raises(flowkit.DefinitionError) as caught:
+        app.table("seen", **ttl)
+    assert error in str(caught.value) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith("table 'seen': ")
+
+
+def test_the_ttl_is_shown_and_windowed_tables_refuse_it() -> None:
+    from datetime import timedelta
+
+    app = flowkit.App("shop")
+    seen = app.table("seen", ttl=timedelta(days=7))
+    assert seen.describe()["ttl"] == "604800s (event time)"
+    assert "ttl 604800s (event time)" in render_text(app.graph())
+    with pytest.raises(flowkit.DefinitionError, match="windows expire with expires="):
+        app.table("counts", default=int, ttl=60).tumbling(10.0)
+
+
+TIMED_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), KEYS, st.integers(0, 30)),  # at stream time + 0..30 s
+        st.tuples(st.just("del"), KEYS, st.just(0)),
+        st.tuples(st.just("late"), KEYS, st.integers(0, 90)),  # a write 0..90 s ago
+        st.tuples(st.just("advance"), st.just(""), st.integers(0, 40)),
+        st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+# Each example opens two RocksDB databases: FLOWKIT_TEST_EXAMPLES=500 for a longer search.
+@settings(max_examples=int(os.environ.get("FLOWKIT_TEST_EXAMPLES", "5")), deadline=None)
+@given(ops=TIMED_OPS)
+def test_a_store_with_a_ttl_expires_like_a_dict_model(
+    ops: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ttl = 60_000
+    app = flowkit.App("props", partitions=2)
+    table = app.table("t", default=int, ttl=60)
+    memory = table.new_store(now_ms=lambda: 0)
+    rocks = RocksTableStore(table, data_dir=tmp_path_factory.mktemp("db"), broker="memory://")
+    stores = [memory, rocks]
+    for s in stores:
+        s.assign([0, 1])
+        s.advance(0, T0)
+        s.advance(1, T0)
+    model: dict[str, tuple[int, int]] = {}  # key -> (value, write time)
+    clock = [T0, T0]  # stream time per partition
+    logs: list[list[Message]] = [[], []]
+
+    def checkpoint() -> None:
+        for p in (0, 1):
+            for key in [k for k, (_, at) in model.items() if table.partition_of(k) == p]:
+                if model[key][1] + ttl <= clock[p]:
+                    del model[key]
+        for i, s in enumerate(stores):
+            for q, k, v, at in s.drain_changes():
+                logs[i].append(Message("c", q, len(logs[i]), at, k, v))
+        rocks.persist({0: len(logs[1]), 1: len(logs[1])})
+
+    for op, key, n in ops:
+        p = table.partition_of(key)
+        if op in ("set", "late"):
+            at = clock[p] + n * 1000 if op == "set" else clock[p] - n * 1000
+            clock[p] = max(clock[p], at)
+            model[key] = (n, at)
+            for s in stores:
+                s.writable(p, key)[key] = n
+                s.touch(p, key, at)
+        elif op == "del" and key in model:
+            del model[key]
+            for s in stores:
+                del s.writable(p, key)[key]
+                s.touch(p, key, None)
+        elif op == "advance":
+            clock = [c + n * 1000 for c in clock]
+            for s in stores:
+                for q in (0, 1):
+                    s.advance(q, clock[q])
+        elif op == "checkpoint":
+            checkpoint()
+        for s in stores:  # reads between checkpoints see what the last one left
+            assert dict(s.items()) == {k: v for k, (v, _) in model.items()}
+    checkpoint()
+    for i in range(2):  # a rebuild from either changelog: the same keys, due at the same time
+        rebuilt = table.new_store(now_ms=lambda: 0)
+        for p in (0, 1):
+            rebuilt.apply_changelog(p, [m for m in logs[i] if m.partition == p])
+            rebuilt.advance(p, clock[p] + ttl)
+        assert dict(rebuilt.items()) == {k: v for k, (v, _) in model.items()}
+        assert {(p, k) for p, k, v, _ in rebuilt.drain_changes()} == {
+            (table.partition_of(k), table.encode_key(k)) for k in model
+        }
+    rocks.aclose()
