@@ -33,6 +33,7 @@ from ..errors import (
     ConfigurationError,
     FlowkitError,
     GraphError,
+    RecordRejected,
     TooManyFailures,
     TransactionAborted,
     TransportError,
@@ -323,7 +324,10 @@ class Worker:
         producer = self.transactions or self.transport.producer(client_id=f"{app.name}-producer")
         await producer.start()
         self.publisher = publisher = Publisher(
-            producer, partition_count=self.transport.partition_count
+            producer,
+            on_rejected=self._rejected,
+            partition_count=self.transport.partition_count,
+            before_flush=self._before_flush,  # dead letters are built in batches
         )
         self.scope.sender = publisher
         dispatcher = self.dispatcher = Dispatcher(
@@ -336,18 +340,16 @@ class Worker:
             queue_batches=settings.queue_batches,
             spawn=spawn,
             publisher=publisher,
+            on_drained=self._flush_outbox_soon if self.state.windowed else None,
+            behind=self._behind,  # a join waits for a side that has lag
+            exactly_once=self.transactions is not None,  # where each barrier cuts
         )
-        publisher.on_rejected = dispatcher.rejected
         await publisher.prepare()  # the partition counts of the topics the agents write
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
         await run_startup_hooks(app.startup_hooks, self._context)
         self._hooks_ran = True
         for agent, source in dispatcher.sources:
-            if self.transactions is not None:
-                source.taken = {}  # where each checkpoint's barrier cuts: see Checkpointer
-            if self.state.windowed:
-                source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
         consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
         gate = asyncio.Lock() if self.transactions is not None else None
@@ -385,8 +387,6 @@ class Worker:
                 probes=probes,
                 gate=gate,
             )
-            for _, source in dispatcher.sources:  # a join waits for a side that has lag
-                source.behind = fetcher.behind
             spawn(
                 fetcher.run(self._stop, settings.fetch_timeout, settings.max_fetch_records),
                 "fetch",
@@ -440,6 +440,18 @@ class Worker:
         if self.fetcher is not None:
             for tp in tps:
                 self.fetcher.newest_ts.pop(tp, None)
+
+    async def _rejected(self, origin: Any, exc: RecordRejected) -> None:
+        # The publisher is made before the dispatcher that handles what it refuses.
+        assert self.dispatcher is not None
+        await self.dispatcher.rejected(origin, exc)
+
+    def _before_flush(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.before_flush()
+
+    def _behind(self, tp: TopicPartition) -> bool:
+        return self.fetcher is not None and self.fetcher.behind(tp)
 
     def _rebalancing(self) -> bool:
         return self.assignment is not None and self.assignment.rebalancing > 0
