@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import structlog
 
+from .._text import count as plural
 from ..agents import Agent
 from ..app import App
 from ..clock import Clock
@@ -42,7 +43,6 @@ __all__ = ["Dispatcher"]
 
 log = structlog.get_logger(__name__)
 
-SendBytes = Callable[..., Awaitable[Any]]
 Spawn = Callable[[Any, str], Any]
 
 
@@ -54,7 +54,6 @@ class Dispatcher:
         app: App,
         *,
         scope: TaskScope,
-        send: SendBytes,
         clock: Clock,
         metrics: Metrics,
         fail_fast: bool,
@@ -68,7 +67,6 @@ class Dispatcher:
         self.app = app
         # The producer's limit: dead letters fit in it.
         self.max_record_bytes = publisher.max_record_bytes
-        self._send = send
         self.publisher = publisher  # outputs and dead letters: buffered, sent in batches
         self._spawn = spawn
         self.clock = clock
@@ -259,6 +257,19 @@ class Dispatcher:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def failure_summary(self) -> str:
+        """``Worker.summary``'s part on failed records: how many, and the most frequent
+        failure with where in the user's code it happened ("" if none failed)."""
+        if not self.failures:
+            return ""
+        (agent, error), most = max(self.failures.items(), key=lambda item: item[1])
+        at = self.failed_at.get((agent, error))
+        where = f" at {at}" if at is not None else ""
+        return (
+            f"; {plural(sum(self.failures.values()), 'record')} failed, most often "
+            f"{error.__name__} in agent {agent!r}{where} ({most:,})"
+        )
 
     def busy(self) -> bool:
         """True while an agent has a batch or a sink has outputs to write."""

@@ -159,7 +159,7 @@ def _ladder(
     return action, stage, True
 
 
-@settings(max_examples=60, deadline=None)  # the input space is small: 13 x 4 x 23 x 6 x 8
+@settings(max_examples=60, deadline=None)  # a small space of inputs
 @given(
     st.sampled_from(KINDS),
     ACTIONS,
@@ -188,7 +188,7 @@ def test_decide_keeps_the_rules_the_dispatcher_applied_case_by_case(
     )
 
 
-@settings(max_examples=60, deadline=None)  # the input space is small: 13 x 4 x 23 x 6 x 8
+@settings(max_examples=60, deadline=None)  # a small space of inputs
 @given(
     st.sampled_from(KINDS),
     ACTIONS,
