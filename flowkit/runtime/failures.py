@@ -5,32 +5,28 @@ gives it, which attempt at the record this is, whether the agent owns the record
 bytes, ``fail_fast``, and where the failure happened (``Where``). Its rules, the first that
 applies winning:
 
-== ============================================================ ==================== =======
-#  the failure                                                   verb                 counted
-== ============================================================ ==================== =======
-1  not the record's fault: ``DefinitionError``,                  ``raise``            no
-   ``NotRunningError``, ``TooManyFailures``, a ``TransportError``
-   other than ``RecordRejected`` (the broker away)
-2  ``between`` records: ``RecordRejected``, or with fail_fast     ``raise``            no
-3  ``between`` records, otherwise                                ``restart``          no
-4  a ``DecodeError`` of a topic whose first reader is another     ``pass``             [1]_
-   agent (that one dead-letters it)
-5  a ``DecodeError``: bytes that do not decode never will        ``dead_letter``      [2]_
-   (whatever the policy says), then as 9-11
-6  a ``RecordRejected``: refused for good, so never replayed;     (its action)
-   stage ``output``
-7  ``Retry`` for a record that cannot be processed again where   its ``then``
-   it is (``list``, ``past``, and 6)
-8  ``Retry`` and ``attempt < attempts``                          ``retry``            no
-9  ``Retry`` with its attempts used up                           its ``then``
-10 fail_fast, or the action ``stop``                             ``stop``             no
-11 ``skip`` / ``dead_letter``                                    ``skip`` /           [2]_
-                                                                  ``dead_letter``
-== ============================================================ ==================== =======
+  # | the failure                                             | verb          | counted
+ ---+---------------------------------------------------------+---------------+---------
+  1 | not the record's fault: ``DefinitionError``,             | ``raise``     | no
+    | ``NotRunningError``, ``TooManyFailures``, a              |               |
+    | ``TransportError`` but ``RecordRejected`` (broker away)  |               |
+  2 | ``between`` records: ``RecordRejected``, or fail_fast    | ``raise``     | no
+  3 | ``between`` records, otherwise                           | ``restart``   | no
+  4 | a ``DecodeError`` of a topic whose first reader is       | ``pass``      | yes*
+    | another agent (that one dead-letters it)                 |               |
+  5 | a ``DecodeError``: bytes that do not decode never will,  | as 10, 11     |
+    | so its action is ``dead_letter``, whatever the policy's  |               |
+  6 | a ``RecordRejected``: refused for good, never replayed;  | as 7-11       |
+    | stage ``output``                                         |               |
+  7 | ``Retry``, the record cannot be processed again where    | as 10, 11     |
+    | it is (``list``, ``past``, 6): its ``then``              |               |
+  8 | ``Retry`` and ``attempt < attempts``                     | ``retry``     | no
+  9 | ``Retry``, its attempts used up: its ``then``            | as 10, 11     |
+ 10 | fail_fast, or the action ``stop``                        | ``stop``      | no
+ 11 | ``skip`` / ``dead_letter``                               | the same      | yes*
 
-.. [1] by the instance's ``FailureGuard`` unless fail_fast.
-.. [2] by the guard where the record is the instance's (``record`` and ``list``), not
-   ``past``.
+"counted": by the agent instance's ``FailureGuard``. *Not with fail_fast, nor for a record
+``past`` (the instance is on another one by then).
 
 A ``retry`` waits ``Retry.delay(attempt)`` and processes the record again; a ``stop``
 logs the record and raises (the worker stops, the record is not committed); ``pass`` only

@@ -123,25 +123,25 @@ def _ladder(
     fail_fast: bool,
     at: Where,
 ) -> tuple[str, str, bool]:
-    """The rules as the dispatcher's methods each applied them before ``decide``: the
-    reference ``decide`` is held to (verb, stage, counted by the guard)."""
+    """The reference ``decide`` is held to (verb, stage, counted by the guard): the rules
+    written out path by path, as the dispatcher meets each failure."""
     stage = getattr(kind, "stage", "process")
     if issubclass(kind, DefinitionError | NotRunningError | TooManyFailures) or (
         issubclass(kind, TransportError) and not issubclass(kind, RecordRejected)
     ):
-        return "raise", stage, False  # drive's except clauses
-    if at == "between":  # drive: no current record
+        return "raise", stage, False  # not the record's fault
+    if at == "between":  # no current record
         if fail_fast or issubclass(kind, RecordRejected):
             return "raise", stage, False
         return "restart", stage, False
-    if at == "past":  # ``rejected`` and ``_sink_gave_up``: no guard, no retry
+    if at == "past":  # an output refused, a sink that gave up: no guard, no retry
         if issubclass(kind, RecordRejected):
             stage = "output"
         then = action.then if isinstance(action, flowkit.Retry) else action
         if fail_fast or then == "stop":
             return "stop", stage, False
         return then, stage, False
-    retry = at == "record"  # ``_failed``
+    retry = at == "record"
     if issubclass(kind, DecodeError):
         if not owner:
             return "pass", stage, not fail_fast
@@ -168,7 +168,7 @@ def _ladder(
     st.booleans(),
     st.sampled_from(WHERE),
 )
-def test_decide_keeps_the_rules_the_dispatcher_applied_case_by_case(
+def test_decide_agrees_with_the_rules_written_path_by_path(
     kind: type[BaseException],
     action: Action,
     attempt: int,
