@@ -2,47 +2,38 @@
 
 The ``Dispatcher`` owns every agent instance of a worker. For each record it routes the
 outputs (topics through the worker's producer, other sinks through a ``SinkRunner``
-each), and when processing raises it applies the agent's ``ErrorPolicy``: retry the
-record after a backoff, dead-letter it, skip it, or stop the worker. A record dead-lettered
-or skipped is also counted by the instance's ``FailureCounter`` (its agent's
-``FailureGuard``), which stops the worker, or pauses the instance, when nearly every
-record fails.
+each), and when a record fails it does what ``failures.decide`` answers from the agent's
+``ErrorPolicy``: retry the record after a backoff, dead-letter it, skip it, or stop the
+worker. A record dead-lettered or skipped is also counted by the instance's
+``FailureCounter`` (its agent's ``FailureGuard``), which stops the worker, or pauses the
+instance, when nearly every record fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import structlog
 
+from .._text import count as plural
 from ..agents import Agent
 from ..app import App
 from ..clock import Clock
 from ..deadletter import dead_letter_topic
-from ..errors import (
-    DecodeError,
-    DefinitionError,
-    FutureRecord,
-    LateRecord,
-    NotRunningError,
-    RecordRejected,
-    SinkError,
-    TooManyFailures,
-    TransportError,
-)
+from ..errors import DecodeError, DefinitionError, RecordRejected, SinkError
 from ..metrics import Metrics
-from ..policies import Retry
-from ..records import Message
+from ..records import Message, TopicPartition
 from ..scope import TaskScope, enter_scope
 from ..sinks import SinkRunner
 from ..streams import Barrier, Stream, StreamSource
 from ..topics import Topic
 from .emitter import Emitter
+from .failures import Decision, Where, decide
 from .guards import FailureCounter
-from .letters import Letter, LetterSender, log_failure, stage_of
+from .letters import Letter, LetterSender, log_failure
 from .logbudget import LogBudget
 from .publisher import Publisher
 from .routes import Route
@@ -52,7 +43,6 @@ __all__ = ["Dispatcher"]
 
 log = structlog.get_logger(__name__)
 
-SendBytes = Callable[..., Awaitable[Any]]
 Spawn = Callable[[Any, str], Any]
 
 
@@ -64,18 +54,19 @@ class Dispatcher:
         app: App,
         *,
         scope: TaskScope,
-        send: SendBytes,
         clock: Clock,
         metrics: Metrics,
         fail_fast: bool,
         queue_batches: int,
         spawn: Spawn,
         publisher: Publisher,
+        on_drained: Callable[[], None] | None = None,
+        behind: Callable[[TopicPartition], bool] = lambda tp: False,
+        exactly_once: bool = False,
     ) -> None:
         self.app = app
         # The producer's limit: dead letters fit in it.
         self.max_record_bytes = publisher.max_record_bytes
-        self._send = send
         self.publisher = publisher  # outputs and dead letters: buffered, sent in batches
         self._spawn = spawn
         self.clock = clock
@@ -110,30 +101,40 @@ class Dispatcher:
         # topic -> the agent that dead-letters its records that do not decode: the first
         # declared reader, so that a bad record makes one dead letter, not one per reader.
         self._decode_owner: dict[str, str] = {}
+        self._instances: dict[str, StreamSource] = {}  # by name
         self._retrying: dict[str, tuple[Message, int]] = {}  # instance -> (record, attempts)
         self._reported: dict[str, int] = {}
         # Per agent instance (its source's name), if its agent has a failure guard.
         self.guards: dict[str, FailureCounter] = {}
+        # Per agent instance, its records that do not decode: the decisions for the topics
+        # it owns and for the others, by exception class (``decide`` is pure: once each).
+        self._undecided: dict[str, tuple[dict[type, Decision], dict[type, Decision]]] = {}
         self._paused = 0  # instances in a pause of their guard
         default_dlq = dead_letter_topic(app.name)
         for agent in app.agents:
             topics = [t if isinstance(t, Topic) else app.topics.get(t) for t in agent.topics]
             if None in topics:
                 raise DefinitionError(f"agent {agent.name!r} reads an undeclared topic")
+            names = [agent.name]
+            if agent.concurrency > 1:
+                names = [f"{agent.name}[{i}]" for i in range(agent.concurrency)]
             sources = [
                 StreamSource(
-                    f"{agent.name}[{i}]" if agent.concurrency > 1 else agent.name,
+                    name,
                     queue_batches,
                     stores=scope.stores,
                     sender=scope.sender,
                     now_ms=scope.now_ms,
                     clock=clock,
+                    undecodable=functools.partial(self._undecodable, agent, name),
+                    on_drained=on_drained,
+                    behind=behind,
+                    hops=agent.hops,
+                    join=agent.join,
+                    exactly_once=exactly_once,
                 )
-                for i in range(agent.concurrency)
+                for name in names
             ]
-            for s in sources:
-                s.hops = agent.hops
-                s.join = agent.join
             # An agent over several topics: partition p of each goes to the same instance.
             for topic in topics:
                 assert topic is not None
@@ -145,19 +146,15 @@ class Dispatcher:
             trips = functools.partial(self._guard_tripped, agent.name)
             for s in sources:
                 self.emitters[s.name] = Emitter(agent, s, targets, self.targets, publisher)
-                counter = None
+                self._instances[s.name] = s
+                self._undecided[s.name] = ({}, {})
                 if guard is not None:
                     counter = FailureCounter(agent.name, s.name, guard, s.reached, trips)
                     self.guards[s.name] = counter
-                # A record that does not decode is the input's fault, unless the guard
-                # counts them: then it is handed the counter, else it adds to ``inputs``.
-                counts = counter is not None and not counter.ignores(DecodeError)
-                s.undecodable = functools.partial(self._undecodable, agent, s, counter, counts)
             self._dlq[agent.name] = agent.dead_letter or default_dlq
         self.default_dlq = default_dlq
         for dlq in self.dead_letter_topics():
             publisher.lane(dlq)  # known before the first dead letter: placed at once
-        publisher.before_flush = self._before_flush  # dead letters are built in batches
 
     @property
     def outputs(self) -> dict[str, int]:
@@ -182,25 +179,24 @@ class Dispatcher:
     ) -> None:
         error = SinkError(f"sink {runner.name} failed after {attempts} attempts: {exc!r}")
         error.__cause__ = exc
-        then = runner.retry.then
-        if self.fail_fast or then == "stop":
+        decision = decide(SinkError, runner.retry.then, fail_fast=self.fail_fast, at="past")
+        if decision.verb == "stop":
             raise error
-        if then == "skip":
-            for _, origin in batch:
-                if origin is not None:
-                    self.metrics.skipped.labels(origin[1]).inc()
-            return
         for _, origin in batch:
-            if origin is not None:
-                message, agent = origin
-                await self.letters.send(
-                    message,
-                    error,
-                    stage="sink",
-                    agent=agent,
-                    attempts=attempts,
-                    topic=self._dlq.get(agent, self.default_dlq),
-                )
+            if origin is None:
+                continue
+            message, agent = origin
+            if decision.verb == "skip":
+                self.metrics.skipped.labels(agent).inc()
+                continue
+            await self.letters.send(
+                message,
+                error,
+                stage=decision.stage,
+                agent=agent,
+                attempts=attempts,
+                topic=self._dlq.get(agent, self.default_dlq),
+            )
 
     def start_sinks(self) -> None:
         """Start every sink's writer task under the worker's supervisor (so a sink whose
@@ -240,9 +236,9 @@ class Dispatcher:
                 not_logged=count,
             )
 
-    def _before_flush(self) -> None:
-        # Before each flush of the publisher: the noted dead letters are built and placed,
-        # and the failures counted since go to the metrics.
+    def before_flush(self) -> None:
+        """Before each flush of the publisher: the noted dead letters are built and
+        placed, and the failures counted since go to the metrics."""
         self.letters.build()
         self._move_errors()
 
@@ -261,6 +257,19 @@ class Dispatcher:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def failure_summary(self) -> str:
+        """``Worker.summary``'s part on failed records: how many, and the most frequent
+        failure with where in the user's code it happened ("" if none failed)."""
+        if not self.failures:
+            return ""
+        (agent, error), most = max(self.failures.items(), key=lambda item: item[1])
+        at = self.failed_at.get((agent, error))
+        where = f" at {at}" if at is not None else ""
+        return (
+            f"; {plural(sum(self.failures.values()), 'record')} failed, most often "
+            f"{error.__name__} in agent {agent!r}{where} ({most:,})"
+        )
 
     def busy(self) -> bool:
         """True while an agent has a batch or a sink has outputs to write."""
@@ -300,31 +309,8 @@ class Dispatcher:
                             await pending
                 else:
                     await agent.fn(Stream(source))
-            except DefinitionError as exc:
-                # A mistake in the agent's code (an operator's argument, a table written off
-                # its partition): not the record's fault, and no restart mends it. Fatal.
-                if str(exc).startswith(f"agent {agent.name!r}"):
-                    raise
-                raise _of_agent(agent, exc) from exc
-            except (asyncio.CancelledError, NotRunningError, TooManyFailures):
-                # State this worker no longer holds: not the record's fault either. Or the
-                # agent failed on too many records: the worker stops.
-                raise
-            except TransportError as exc:
-                if not isinstance(exc, RecordRejected):
-                    raise  # the broker is away: retried by a restart, not the record's fault
-                await self._failed_or_raise(agent, source, exc)
-                continue
             except Exception as exc:
-                if source.chunk is not None:  # a batches() list failed: all its records
-                    for origin in source.chunk:
-                        await self._failed(agent, source, origin, exc, retry=False)
-                    source.release_chunk()
-                    continue
-                message = source.current_message()
-                if message is None:
-                    if self.fail_fast:
-                        raise
+                if not await self._raised(agent, source, exc):
                     log.error(
                         "agent crashed outside a record; restarting",
                         agent=agent.name,
@@ -333,8 +319,6 @@ class Dispatcher:
                     )
                     await asyncio.sleep(backoff)  # real time: nothing to do with event time
                     backoff = min(backoff * 2, 5.0)
-                    continue
-                await self._failed(agent, source, message, exc)
                 continue
             self._retrying.pop(source.name, None)
             if source.holds_chunk():
@@ -348,12 +332,32 @@ class Dispatcher:
                 "agent returned before its stream ended; starting it again", agent=agent.name
             )
 
+    async def _raised(self, agent: Agent[Any], source: StreamSource, exc: Exception) -> bool:
+        # The agent raised ``exc``: what it was on is dealt with as ``decide`` says. False
+        # when it raised between records (it is started again after a backoff); raises
+        # what stops the worker.
+        chunk = source.chunk
+        if chunk is not None and not isinstance(exc, RecordRejected):
+            for origin in chunk:  # a batches() list failed: all its records
+                await self._failed(agent, source, origin, exc, at="list")
+            source.release_chunk()
+            return True
+        message = source.current_message()
+        if message is not None:
+            await self._failed(agent, source, message, exc)
+            return True
+        action = agent.on_error.action_for(exc)
+        if decide(exc.__class__, action, fail_fast=self.fail_fast, at="between").verb == "raise":
+            _raise(agent, exc)
+        return False
+
     async def _drive_per_record(self, agent: Agent[Any], source: StreamSource) -> None:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
         emitter = self.emitters[source.name]
-        handling: dict[type, bool | None] = {}  # by exception class: see ``_handling``
-        dead_letter, relieve = self._dead_letter, self.publisher.relieve
+        name, policy, fail_fast = agent.name, agent.on_error, self.fail_fast
+        decided: dict[type, Decision] = {}  # by exception class, for a first failure
+        settle, relieve, attempt = self._settle, self.publisher.relieve, self._attempt
         counter = self.guards.get(source.name)
         inputs: dict[type, bool] = {}  # by class: the guard's ``ignores``, asked once
 
@@ -361,20 +365,22 @@ class Dispatcher:
             message = source.current_message()
             if message is None:
                 return False
+            kind = exc.__class__
             try:
-                how = handling[exc.__class__]
+                decision = decided[kind]
             except KeyError:
-                how = handling[exc.__class__] = self._handling(agent, exc)
-            if how is None:
-                return False
-            if not how:
-                await self._failed(agent, source, message, exc)
-                return True
+                action = policy.action_for(exc)
+                if issubclass(kind, DecodeError):  # its owner depends on the record's topic
+                    owner = self._decode_owner.get(message.topic, name) == name
+                    decision = decide(kind, action, owner=owner, fail_fast=fail_fast)
+                else:  # kept: only a Retry's attempts change it then, and a retry is drive's
+                    decision = decided[kind] = decide(kind, action, fail_fast=fail_fast)
+            if not decision.settles:
+                return False  # retried, or the worker stops: drive's
             # Counted first: a guard that stops the worker raises, and the record that
             # tripped it is not dead-lettered. Bad input is counted apart without a call.
             pause = 0.0
-            if counter is not None:
-                kind = exc.__class__
+            if counter is not None and decision.counted:
                 ignored = inputs.get(kind)
                 if ignored is None:
                     ignored = inputs[kind] = counter.ignores(kind)
@@ -382,7 +388,7 @@ class Dispatcher:
                     counter.inputs += 1
                 else:
                     pause = counter.failed(exc, message)
-            if dead_letter(agent.name, source, message, exc, stage_of(exc)):
+            if settle(name, message, exc, attempt(source.name, message), decision):
                 await relieve()
             if pause:
                 await self._pause(pause)
@@ -391,48 +397,33 @@ class Dispatcher:
         # The stream's loop calls the function itself: no generator step per record.
         await source.call_each(agent.fn, emitter, failed, is_async=agent.is_async, many=agent.many)
 
-    def _handling(self, agent: Agent[Any], exc: Exception) -> bool | None:
-        # Raised (None), left to ``_failed`` (False), or dead-lettered in ``failed()`` (True,
-        # one coroutine, not three) where ``_failed`` would do nothing else. By class.
-        if not self._in_place(agent, exc):
-            return None
-        special = DecodeError | RecordRejected | LateRecord | FutureRecord
-        return agent.on_error.action_for(exc) == "dead_letter" and not isinstance(exc, special)
-
-    def _in_place(self, agent: Agent[Any], exc: Exception) -> bool:
-        # Whether a per-record agent's failed record is dealt with where it failed: not
-        # if it is to be retried or stop the worker, nor for errors that are not the
-        # record's fault (a wrong declaration, the broker away).
-        if self.fail_fast or isinstance(exc, DefinitionError | NotRunningError | TransportError):
-            return False
-        action = agent.on_error.action_for(exc)
-        return action == "dead_letter" or action == "skip"
-
-    async def _undecodable(
-        self,
-        agent: Agent[Any],
-        source: StreamSource,
-        counter: FailureCounter | None,
-        counts: bool,
-        exc: Exception,
-    ) -> bool:
-        # The current record of ``source`` does not decode: dead-lettered where the stream
-        # found it, so the agent goes on without being restarted (True); with fail_fast it
-        # raises through the agent instead (False). ``_failed``'s steps for a DecodeError.
+    async def _undecodable(self, agent: Agent[Any], name: str, exc: Exception) -> bool:
+        # The current record of the instance ``name`` does not decode (or a join found it
+        # too late): dealt with where the stream found it, so the agent goes on without
+        # being started again (True); else (False) it is raised through the agent.
+        source = self._instances[name]
         message = source.current_message()
-        if self.fail_fast or message is None:
+        if message is None:
             return False
-        if not isinstance(exc, DecodeError):
-            await self._failed(agent, source, message, exc, retry=False)
-            return True
+        owned, others = self._undecided[name]
+        known = owned if self._decode_owner.get(message.topic, agent.name) == agent.name else others
+        kind = exc.__class__
+        decision = known.get(kind)
+        if decision is None:
+            decision = known[kind] = decide(
+                kind,
+                agent.on_error.action_for(exc),
+                owner=known is owned,
+                fail_fast=self.fail_fast,
+                at="list",
+            )
+        if not decision.settles:
+            return False
+        counter = self.guards.get(name)
         pause = 0.0
-        if counts:
-            pause = counter.failed(exc, message)  # type: ignore[union-attr]
-        elif counter is not None:
-            counter.inputs += 1  # the input's fault: no bug of the agent's
-        if self._decode_owner.get(message.topic, agent.name) != agent.name:
-            pass  # the topic's first reader dead-letters it; the others pass it by
-        elif self._dead_letter(agent.name, source, message, exc, "decode"):
+        if counter is not None and decision.counted:
+            pause = counter.failed(exc, message)
+        if self._settle(agent.name, message, exc, self._attempt(name, message), decision):
             await self.publisher.relieve()
         if pause:
             await self._pause(pause)
@@ -452,55 +443,14 @@ class Dispatcher:
         """True while an agent instance pauses after too many failures (its guard)."""
         return self._paused > 0
 
-    def _count(self, source: StreamSource, exc: Exception, message: Message) -> float:
-        # The instance's failure guard counts the record: the seconds to pause after it,
-        # or TooManyFailures raised. (The hot paths, a per-record agent's failures and
-        # records that do not decode, hold their counter and count bad input themselves.)
-        counter = self.guards.get(source.name)
-        return 0.0 if counter is None else counter.failed(exc, message)
+    # -- failures: ``decide`` says what happens, these do it ------------------------------
 
-    def _dead_letter(
-        self, name: str, source: StreamSource, message: Message, exc: Exception, stage: str
-    ) -> bool:
-        # ``_failed``'s steps for a dead letter where none of its other cases apply. Not a
-        # coroutine: True when the publisher is full (the caller awaits its ``relieve``).
-        attempts = 1
-        previous = self._retrying.pop(source.name, None)
+    def _attempt(self, name: str, message: Message) -> int:
+        # Which failure of ``message`` this is: 1, or one more than its retries so far.
+        previous = self._retrying.pop(name, None)
         if previous is not None and previous[0] is message:
-            attempts = previous[1] + 1  # the retries of an earlier error of this record
-        self._errors[name, stage] = self._errors.get((name, stage), 0) + 1
-        kind = (name, exc.__class__)
-        self.failures[kind] = self.failures.get(kind, 0) + 1
-        if self.log_budget.allow(name):
-            self._log_failure(kind, stage, "dead_letter", message, attempts, exc)
-        return self.letters.note(
-            message, exc, stage=stage, agent=name, attempts=attempts, topic=self._dlq[name]
-        )
-
-    def _log_failure(
-        self,
-        kind: tuple[str, type],
-        stage: str,
-        action: Any,
-        message: Message,
-        attempts: int,
-        exc: BaseException,
-    ) -> None:
-        # The failure's line, and where in the user's code this kind failed, for the summary.
-        at = log_failure(kind[0], stage, action, message, attempts, exc)
-        if at is not None:
-            self.failed_at.setdefault(kind, at)
-
-    async def _failed_or_raise(
-        self, agent: Agent[Any], source: StreamSource, exc: RecordRejected
-    ) -> None:
-        # An output of the current record was refused for good: that record failed.
-        message = source.current_message()
-        if message is None:
-            raise exc  # sent outside any record: nothing to dead-letter in its place
-        await self._failed(agent, source, message, exc)
-
-    # -- failures -------------------------------------------------------------------------
+            return previous[1] + 1
+        return 1
 
     async def _failed(
         self,
@@ -509,76 +459,87 @@ class Dispatcher:
         message: Message,
         exc: Exception,
         *,
-        retry: bool = True,
+        at: Where = "record",
     ) -> None:
-        stage = stage_of(exc)
-        action = agent.on_error.action_for(exc)
-        if isinstance(exc, DecodeError):
-            if self._decode_owner.get(message.topic, agent.name) != agent.name:
-                # The topic's first reader dead-letters it; the others pass it by.
-                if not self.fail_fast and (pause := self._count(source, exc, message)):
-                    await self._pause(pause)
-                return
-            action = "dead_letter"  # bytes that do not decode never will: no retry, no skip
-        if isinstance(exc, RecordRejected):
-            stage, retry = "output", False  # refused for good: a retry meets the same refusal
-        if isinstance(action, Retry) and not retry:
-            action = action.then  # a whole batches() list cannot be replayed in place
-        attempts = 1
-        previous = self._retrying.get(source.name)
-        if previous is not None and previous[0] is message:
-            attempts = previous[1] + 1
-        if isinstance(action, Retry):
-            if attempts < action.attempts:
-                delay = action.delay(attempts)
-                self._retrying[source.name] = (message, attempts)
-                self.metrics.retries.labels(agent.name).inc()
-                log.warning(
-                    "record failed; retrying",
-                    agent=agent.name,
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                    attempt=attempts,
-                    delay=round(delay, 3),
-                    error=repr(exc),
-                )
-                # Real time, like the sinks' retries: what failed needs time to recover.
-                await asyncio.sleep(delay)
-                source.retry_current()
-                return
-            action = action.then
-        self._retrying.pop(source.name, None)
+        attempt = self._attempt(source.name, message)
+        decision = decide(
+            exc.__class__,
+            agent.on_error.action_for(exc),
+            attempt=attempt,
+            owner=self._decode_owner.get(message.topic, agent.name) == agent.name,
+            fail_fast=self.fail_fast,
+            at=at,
+        )
+        if decision.verb == "raise":
+            _raise(agent, exc)
+        if decision.verb == "retry":
+            assert decision.retry is not None
+            await self._retry(agent.name, source, message, exc, attempt, decision.retry.delay)
+            return
         pause = 0.0
-        if not self.fail_fast and action != "stop":
+        counter = self.guards.get(source.name)
+        if counter is not None and decision.counted:
             # Before the record is dealt with: a guard that stops the worker raises, and
             # leaves the record that tripped it uncommitted.
-            pause = self._count(source, exc, message)
-        where = (agent.name, stage)
-        self._errors[where] = self._errors.get(where, 0) + 1
-        kind = (agent.name, exc.__class__)
-        self.failures[kind] = self.failures.get(kind, 0) + 1
-        if isinstance(exc, LateRecord | FutureRecord):
-            reason = "late" if isinstance(exc, LateRecord) else "future"
-            self.metrics.window_rejected.labels(agent.name, reason).inc()
-        if self.fail_fast or action == "stop" or self.log_budget.allow(agent.name):
-            self._log_failure(kind, stage, action, message, attempts, exc)
-        if self.fail_fast or action == "stop":
-            self._move_errors()  # the worker stops: counted now
-            raise exc
-        if action == "skip":
-            self.metrics.skipped.labels(agent.name).inc()
-        else:
-            await self.letters.send(
-                message,
-                exc,
-                stage=stage,
-                agent=agent.name,
-                attempts=attempts,
-                topic=self._dlq[agent.name],
-            )
+            pause = counter.failed(exc, message)
+        if self._settle(agent.name, message, exc, attempt, decision):
+            await self.publisher.relieve()
         if pause:
             await self._pause(pause)
+
+    async def _retry(
+        self,
+        name: str,
+        source: StreamSource,
+        message: Message,
+        exc: Exception,
+        attempt: int,
+        delay_of: Callable[[int], float],
+    ) -> None:
+        delay = delay_of(attempt)
+        self._retrying[source.name] = (message, attempt)
+        self.metrics.retries.labels(name).inc()
+        log.warning(
+            "record failed; retrying",
+            agent=name,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            attempt=attempt,
+            delay=round(delay, 3),
+            error=repr(exc),
+        )
+        # Real time, like the sinks' retries: what failed needs time to recover.
+        await asyncio.sleep(delay)
+        source.retry_current()
+
+    def _settle(
+        self, name: str, message: Message, exc: Exception, attempt: int, decision: Decision
+    ) -> bool:
+        # A "dead_letter", "skip", "pass" or "stop" of the agent ``name``, once its guard
+        # counted it. Not a coroutine: True when the publisher is full (the caller awaits
+        # its ``relieve``); a stop raises ``exc``.
+        verb, stage = decision.verb, decision.stage
+        if verb == "pass":
+            return False  # the topic's first reader dead-letters it; the others pass it by
+        self._errors[name, stage] = self._errors.get((name, stage), 0) + 1
+        kind = (name, exc.__class__)
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        if decision.window is not None:
+            self.metrics.window_rejected.labels(name, decision.window).inc()
+        if verb == "stop" or self.log_budget.allow(name):
+            at = log_failure(name, stage, verb, message, attempt, exc)
+            if at is not None:  # where in the user's code this kind failed, for the summary
+                self.failed_at.setdefault(kind, at)
+        if verb == "stop":
+            self._move_errors()  # the worker stops: counted now
+            raise exc
+        if verb == "skip":
+            self.metrics.skipped.labels(name).inc()
+            return False
+        return self.letters.note(
+            message, exc, stage=stage, agent=name, attempts=attempt, topic=self._dlq[name]
+        )
 
     async def rejected(self, origin: Any, exc: RecordRejected) -> None:
         """The broker refused, for good, a send this dispatcher made (``origin`` says
@@ -589,29 +550,32 @@ class Dispatcher:
             await self.letters.refused(origin, exc)
             return
         message, name = origin
-        agent = self._agents[name]
-        action = agent.on_error.action_for(exc)
-        if isinstance(action, Retry):
-            action = action.then  # the record is past: it cannot be processed again
-        self._counter(self.metrics.errors, name, "output").inc()
-        if self.fail_fast or action == "stop" or self.log_budget.allow(name):
+        action = self._agents[name].on_error.action_for(exc)
+        decision = decide(exc.__class__, action, fail_fast=self.fail_fast, at="past")
+        self._counter(self.metrics.errors, name, decision.stage).inc()
+        if decision.verb == "stop" or self.log_budget.allow(name):
             log.error(
                 "output refused by the broker",
                 agent=name,
-                action=action,
+                action=decision.verb,
                 topic=message.topic,
                 partition=message.partition,
                 offset=message.offset,
                 error=str(exc),
             )
-        if self.fail_fast or action == "stop":
+        if decision.verb == "stop":
             raise exc
-        if action == "skip":
+        if decision.verb == "skip":
             self.metrics.skipped.labels(name).inc()
             return
-        await self.letters.send(message, exc, stage="output", agent=name, topic=self._dlq[name])
+        await self.letters.send(
+            message, exc, stage=decision.stage, agent=name, topic=self._dlq[name]
+        )
 
 
-def _of_agent(agent: Agent[Any], exc: DefinitionError) -> DefinitionError:
-    """``exc``, its line naming the agent whose code made the mistake."""
-    return DefinitionError(f"agent {agent.name!r}: {exc}")
+def _raise(agent: Agent[Any], exc: Exception) -> NoReturn:
+    # An error that is not the record's fault. A mistake in the agent's code (an
+    # operator's argument, a table written off its partition) names the agent.
+    if isinstance(exc, DefinitionError) and not str(exc).startswith(f"agent {agent.name!r}"):
+        raise DefinitionError(f"agent {agent.name!r}: {exc}") from exc
+    raise exc

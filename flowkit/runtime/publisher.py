@@ -145,6 +145,7 @@ class Publisher:
         producer: Producer,
         on_rejected: Rejected | None = None,
         partition_count: PartitionCount | None = None,
+        before_flush: Callable[[], None] | None = None,
     ) -> None:
         self.producer = producer
         self.on_rejected = on_rejected
@@ -165,7 +166,7 @@ class Publisher:
         self._watching: set[asyncio.Task[None]] = set()  # tasks of ``when_acknowledged``
         # Called at the start of every flush, to place records that were counted (by
         # ``placed``) but built late: dead letters, whose headers are made in a batch.
-        self.before_flush: Callable[[], None] | None = None
+        self.before_flush = before_flush
         # A key's partition depends only on the key and the partition count: topics of the
         # same size share one cache, so a record fanned out to several is hashed once.
         self._key_partitions: dict[int, dict[bytes, int]] = {}

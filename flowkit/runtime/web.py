@@ -203,7 +203,8 @@ class WebServer:
 
     async def _graph(self, request: web.Request) -> web.Response:
         if self._graph_body is None:  # the app is frozen while its worker runs
-            self._graph_body = json.dumps(self.worker.app.graph().to_dict(), indent=2).encode()
+            graph = self.worker.graph or self.worker.app.graph()  # (built at its start)
+            self._graph_body = json.dumps(graph.to_dict(), indent=2).encode()
         return web.Response(body=self._graph_body, content_type="application/json")
 
     async def _status(self, request: web.Request) -> web.Response:

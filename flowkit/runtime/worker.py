@@ -17,26 +17,25 @@ import asyncio
 import contextvars
 import os
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from .._text import count
-from ..app import App, ProcessingGuarantee, check_guarantee, check_standby_replicas
+from ..app import App, ProcessingGuarantee, check_standby_replicas
 from ..checkpoint import OffsetTracker
 from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
-from ..durations import Seconds, optional_seconds, seconds
+from ..durations import Seconds
 from ..errors import (
-    ConfigurationError,
     FlowkitError,
-    GraphError,
+    RecordRejected,
     TooManyFailures,
     TransactionAborted,
     TransportError,
 )
+from ..graph import Graph
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
@@ -57,7 +56,8 @@ from .hooks import run_shutdown_hooks, run_startup_hooks
 from .latency import LatencyProbes, LatencyTracker
 from .observe import WorkerCollector
 from .publisher import Publisher
-from .required import required_topics
+from .required import checked_graph, required_topics
+from .settings import WorkerSettings
 from .state import StateKeeper
 from .supervisor import Supervisor
 from .timers import leader_of, run_timer
@@ -70,21 +70,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "WorkerSettings"]
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """How a worker runs (see ``Worker`` for each setting)."""
-
-    commit_interval: float
-    max_fetch_records: int = 10_000
-    fetch_timeout: float = 0.2
-    queue_batches: int = 4
-    shutdown_timeout: float = 30.0
-    stall_timeout: float | None = 300.0
-    fail_fast: bool = False
-    tick_interval: float = 1.0  # how often quiet partitions' watermarks are checked
-    processing_guarantee: ProcessingGuarantee = "at_least_once"
 
 
 class Worker:
@@ -149,24 +134,18 @@ class Worker:
         data_dir: str | os.PathLike[str] | None = None,
         standby_replicas: int | None = None,
     ) -> None:
-        if group_id is not None and group_id != app.name:
-            raise ConfigurationError(
-                f"group_id {group_id!r} differs from the app's name {app.name!r}: the app "
-                "name is the application id, naming the consumer group and the changelog, "
-                "repartition and dead-letter topics; to run a separate copy, give the App "
-                f"another name (App({group_id!r}, ...))"
-            )
         self.app = app
-        self.settings = WorkerSettings(
-            commit_interval=optional_seconds(commit_interval, "commit_interval")
-            or app.commit_interval,
+        self.settings = WorkerSettings.of(
+            app,
+            group_id=group_id,
+            commit_interval=commit_interval,
             max_fetch_records=max_fetch_records,
-            fetch_timeout=seconds(fetch_timeout, "fetch_timeout"),
+            fetch_timeout=fetch_timeout,
             queue_batches=queue_batches,
-            shutdown_timeout=seconds(shutdown_timeout, "shutdown_timeout"),
-            stall_timeout=optional_seconds(stall_timeout, "stall_timeout"),
+            shutdown_timeout=shutdown_timeout,
+            stall_timeout=stall_timeout,
             fail_fast=fail_fast,
-            processing_guarantee=check_guarantee(processing_guarantee or app.processing_guarantee),
+            processing_guarantee=processing_guarantee,
         )
         self._own_transport = transport is None
         url = broker or app.broker
@@ -219,6 +198,7 @@ class Worker:
         self._context = context
         self._hooks_ran = False  # shutdown hooks run only after every startup hook did
         self.supervisor = Supervisor(self._fatal, context)
+        self.graph: Graph | None = None  # the app's, built and checked at start
         self.dispatcher: Dispatcher | None = None
         self.fetcher: Fetcher | None = None
         self.checkpointer: Checkpointer | None = None
@@ -295,14 +275,7 @@ class Worker:
         """Validate the app, create topics, connect, and start the loops."""
         if self._phase != "new":
             return
-        graph = self.app.graph()
-        problems = graph.check()
-        if problems:
-            raise GraphError(problems)
-        if graph.codec_checks():  # a registry's lookups block: in a thread
-            problems = await asyncio.to_thread(graph.check_codecs)
-            if problems:
-                raise GraphError(problems)
+        self.graph = await checked_graph(self.app)  # built once: the web's /graph is it
         self.app.freeze()
         self._phase = "starting"
         try:
@@ -326,21 +299,25 @@ class Worker:
         producer = self.transactions or self.transport.producer(client_id=f"{app.name}-producer")
         await producer.start()
         self.publisher = publisher = Publisher(
-            producer, partition_count=self.transport.partition_count
+            producer,
+            on_rejected=self._rejected,
+            partition_count=self.transport.partition_count,
+            before_flush=self._before_flush,  # dead letters are built in batches
         )
         self.scope.sender = publisher
         dispatcher = self.dispatcher = Dispatcher(
             app,
             scope=self.scope,
-            send=publisher.send_bytes,
             clock=self.clock,
             metrics=self.metrics,
             fail_fast=settings.fail_fast,
             queue_batches=settings.queue_batches,
             spawn=spawn,
             publisher=publisher,
+            on_drained=self._flush_outbox_soon if self.state.windowed else None,
+            behind=self._behind,  # a join waits for a side that has lag
+            exactly_once=self.transactions is not None,  # where each barrier cuts
         )
-        publisher.on_rejected = dispatcher.rejected
         await publisher.prepare()  # the partition counts of the topics the agents write
         dispatcher.start_sinks()
         await self.state.start_globals(spawn)
@@ -348,10 +325,6 @@ class Worker:
         await run_startup_hooks(app.startup_hooks, self._context)
         self._hooks_ran = True
         for agent, source in dispatcher.sources:
-            if self.transactions is not None:
-                source.taken = {}  # where each checkpoint's barrier cuts: see Checkpointer
-            if self.state.windowed:
-                source.on_drained = self._flush_outbox_soon
             spawn(dispatcher.drive(agent, source), f"agent:{source.name}")
         consumer = await self._subscribe(sorted({*dispatcher.routes, *self.state.repartition}))
         gate = asyncio.Lock() if self.transactions is not None else None
@@ -389,8 +362,6 @@ class Worker:
                 probes=probes,
                 gate=gate,
             )
-            for _, source in dispatcher.sources:  # a join waits for a side that has lag
-                source.behind = fetcher.behind
             spawn(
                 fetcher.run(self._stop, settings.fetch_timeout, settings.max_fetch_records),
                 "fetch",
@@ -444,6 +415,18 @@ class Worker:
         if self.fetcher is not None:
             for tp in tps:
                 self.fetcher.newest_ts.pop(tp, None)
+
+    async def _rejected(self, origin: Any, exc: RecordRejected) -> None:
+        # The publisher is made before the dispatcher that handles what it refuses.
+        assert self.dispatcher is not None
+        await self.dispatcher.rejected(origin, exc)
+
+    def _before_flush(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.before_flush()
+
+    def _behind(self, tp: TopicPartition) -> bool:
+        return self.fetcher is not None and self.fetcher.behind(tp)
 
     def _rebalancing(self) -> bool:
         return self.assignment is not None and self.assignment.rebalancing > 0
@@ -624,13 +607,6 @@ class Worker:
         rate = self.records_in / seconds if seconds > 0 else 0.0
         records = count(self.records_in, "record")
         line = f"processed {records} in {seconds:.1f} s ({count(rate, 'record', fmt=',.0f')}/s)"
-        dispatcher = self.dispatcher
-        if dispatcher is None or not dispatcher.failures:
+        if self.dispatcher is None:
             return line
-        (agent, error), most = max(dispatcher.failures.items(), key=lambda item: item[1])
-        at = dispatcher.failed_at.get((agent, error))
-        where = f" at {at}" if at is not None else ""
-        return (
-            f"{line}; {count(sum(dispatcher.failures.values()), 'record')} failed, most often "
-            f"{error.__name__} in agent {agent!r}{where} ({most:,})"
-        )
+        return line + self.dispatcher.failure_summary()

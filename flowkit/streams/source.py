@@ -162,6 +162,12 @@ class StreamSource(TaskScope):
         sender: Sender | None = None,
         now_ms: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
+        undecodable: Callable[[Exception], Awaitable[bool]] | None = None,
+        on_drained: Callable[[], None] | None = None,
+        behind: Callable[[TopicPartition], bool] = lambda tp: False,
+        hops: dict[tuple[str, str], Topic[Any]] | None = None,
+        join: Any = None,
+        exactly_once: bool = False,
     ) -> None:
         super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
         self.name = name
@@ -181,31 +187,31 @@ class StreamSource(TaskScope):
         # Of those, the records a hop sent on to its topic (group_by, through) rather than
         # to the agent: they come back as records of the hop topic (see ``reached``).
         self.passed = 0
-        # Set by the worker: takes a record that does not decode (the current one) and
-        # returns True once it is dealt with (dead-lettered), so the stream goes on.
-        self.undecodable: Callable[[Exception], Awaitable[bool]] | None = None
+        # The worker's: takes a record that does not decode (the current one) and returns
+        # True once it is dealt with (dead-lettered), so the stream goes on.
+        self.undecodable = undecodable
         # Called when the agent has taken every queued batch and is about to wait for more.
-        self.on_drained: Callable[[], None] | None = None
+        self.on_drained = on_drained
         # Windowed tables this agent adds to -> their store here: each finished batch moves
         # their stream time (filtered records too), see ``follow``.
         self.clocked: dict[Any, Any] = {}
         # The topics of the agent's ``stream.group_by`` and ``through`` calls (see hops.py).
-        self.hops: dict[tuple[str, str], Topic[Any]] = {}
-        self.join: Any = None  # the StreamJoin this agent reads, if any
+        self.hops: dict[tuple[str, str], Topic[Any]] = {} if hops is None else hops
+        self.join: Any = join  # the StreamJoin this agent reads, if any
         # A join's batches taken from the queue and not finished, per partition and side:
         # here, not in the generator, so that an agent started again after an error
         # goes on with them (see joining.py).
         self.join_held: dict[int, tuple[deque[Batch], deque[Batch]]] = {}
-        # Whether a partition has records not fetched yet (the worker sets the fetcher's).
-        self.behind: Callable[[TopicPartition], bool] = lambda tp: False
+        # Whether a partition has records not fetched yet (the worker's fetcher knows).
+        self.behind = behind
         self._parked = False  # waiting for records or the worker's clock, not real time
         # A barrier a join took from the queue with the batches before it (take_queued):
         # reached at its next wait for a batch, before anything queued after it is read.
         self._barrier: Barrier | None = None
-        # Exactly-once only (set by the worker): per partition, the offset of the last
-        # record of the newest batch taken from the queue, where a checkpoint cuts (see
-        # queue_barrier). None otherwise: nothing is kept per batch that no one reads.
-        self.taken: dict[TopicPartition, int] | None = None
+        # Exactly-once only: per partition, the offset of the last record of the newest
+        # batch taken from the queue, where a checkpoint cuts (see queue_barrier). None
+        # otherwise: nothing is kept per batch that no one reads.
+        self.taken: dict[TopicPartition, int] | None = {} if exactly_once else None
 
     @property
     def pos(self) -> int:

@@ -95,8 +95,8 @@ async def test_a_barrier_stops_every_reader_of_a_partition_after_the_same_record
     # last record of the third batch (not after everything queued), so the transaction
     # holds the same records' effects from both, and their offsets.
     topic: Topic[int] = Topic("t", value_type=int)
-    fast, slow = StreamSource("fast", maxsize=8), StreamSource("slow", maxsize=8)
-    fast.taken, slow.taken = {}, {}  # as the worker sets them under exactly-once
+    fast = StreamSource("fast", maxsize=8, exactly_once=True)
+    slow = StreamSource("slow", maxsize=8, exactly_once=True)
     offset = 0
     for values in ([0, 1, 2], [3, 4], [5, 6, 7], [8]):
         messages = [Message("t", 0, offset + i, 0, None, b"%d" % v) for i, v in enumerate(values)]
@@ -140,8 +140,7 @@ async def test_a_batch_a_timed_wait_dequeued_before_the_cut_is_in_the_cut() -> N
     before the barrier while the other readers stop before it, and the commit holds this
     agent's state of records whose offsets it does not commit."""
     topic: Topic[int] = Topic("t", value_type=int)
-    source = StreamSource("agent")
-    source.taken = {}
+    source = StreamSource("agent", exactly_once=True)
     processed: list[int] = []
     at_barrier: list[int] = []
 
