@@ -188,11 +188,11 @@ class Dispatcher:
         if then == "skip":
             for _, origin in batch:
                 if origin is not None:
-                    self.metrics.skipped.labels(origin[1]).inc()
+                    self.metrics.skipped.labels(origin.agent).inc()
             return
         for _, origin in batch:
             if origin is not None:
-                message, agent = origin
+                message, agent = origin.message, origin.agent
                 await self.letters.send(
                     message,
                     error,
@@ -588,7 +588,7 @@ class Dispatcher:
         if isinstance(origin, Letter):
             await self.letters.refused(origin, exc)
             return
-        message, name = origin
+        message, name = origin.message, origin.agent
         agent = self._agents[name]
         action = agent.on_error.action_for(exc)
         if isinstance(action, Retry):
