@@ -83,7 +83,7 @@ class Emitter:
         self._resolver = resolver
         self._publisher = publisher
         self._dests = self._flat(targets)
-        self._routed: dict[Any, tuple[Dest, ...]] = {}  # Output.to -> where it goes
+        self._routed: dict[object, tuple[Dest, ...]] = {}  # Output.to -> where it goes
         self.count = 0  # outputs so far: moved to the metrics once per checkpoint
 
     def _flat(self, targets: list[Target]) -> tuple[Dest, ...]:
@@ -95,19 +95,19 @@ class Emitter:
             for t in targets
         )
 
-    def _route(self, to: Any) -> tuple[Dest, ...]:
+    def _route(self, to: object) -> tuple[Dest, ...]:
         dests = self._flat(self._resolver.routed(self.agent, to))
         if isinstance(to, tuple | str | Topic):  # as Targets.routed: bounded, hashable
             self._routed[to] = dests
         return dests
 
-    def emit(self, out: Any) -> Awaitable[None] | None:
+    def emit(self, out: object) -> Awaitable[None] | None:
         """Send one output (a value, or an ``Output``) of the record being processed to
         the agent's sinks, or to the ones ``Output.to`` names (an agent's ``yield``)."""
         wait = self.place((out,), self.source.current_record())
         return None if wait is None else self.settle(wait)
 
-    def place(self, outs: Iterator[Any] | tuple[Any, ...], cause: object) -> Wait | None:
+    def place(self, outs: Iterator[object] | tuple[object, ...], cause: object) -> Wait | None:
         """Place the outputs ``outs`` of the record ``cause`` (as its batch holds it) in
         the publisher's lanes, in order; None when all are placed. Otherwise it stopped
         after an output that must be waited for (a sink's submit, a full publisher): ``await
@@ -140,7 +140,7 @@ class Emitter:
             for out in outs:
                 n += 1
                 dests = base
-                key: Any = KEEP_KEY
+                key: object = KEEP_KEY
                 headers: Headers = ()
                 value = out
                 if out.__class__ is Output or isinstance(out, Output):

@@ -19,7 +19,7 @@ headers = st.lists(
 records = st.lists(st.tuples(keys, values, headers), max_size=30)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     records=records,
     count=st.integers(1, 6),
