@@ -8,16 +8,17 @@ once per record, and the publisher is told once per record how many were placed.
 agent's ``yield`` goes through ``emit``, which asks the stream source for the record.
 
 A topic output is placed by its topic's ``Lane`` (``Lane.add``: the size limit and the
-key's partition are the lane's rules), into the publisher's buffer of its destination
-partition, with nothing left to group when the publisher flushes; the publisher is told how
-many were placed once per record. What must still be awaited (a sink's submit, a full
-publisher) is returned, for ``settle``.
+key's partition are the lane's rules) in the buffer of its destination partition, with
+nothing left to group when the publisher flushes. What must still be awaited (a sink's
+submit, a full publisher) is returned, for ``settle``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
+
+import msgspec
 
 from ..agents import KEEP_KEY, Agent, Output
 from ..records import Headers, Message, RawMessages
@@ -40,7 +41,7 @@ Dest = tuple[
 ]
 
 
-class Wait(NamedTuple):
+class Wait(msgspec.Struct, frozen=True):
     """What ``place`` stopped for: the sinks to submit the output to, and whether the
     publisher asked to be relieved."""
 
