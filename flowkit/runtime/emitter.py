@@ -7,10 +7,10 @@ name. A per-record agent's loop hands it each record's outputs at once, with the
 once per record, and the publisher is told once per record how many were placed. An
 agent's ``yield`` goes through ``emit``, which asks the stream source for the record.
 
-A topic output is placed by its topic's ``Lane`` (``Lane.add``: the size limit and the
-key's partition are the lane's rules) in the buffer of its destination partition, with
-nothing left to group when the publisher flushes. What must still be awaited (a sink's
-submit, a full publisher) is returned, for ``settle``.
+A topic output is placed as its topic's ``Lane.add`` places a record (the size limit, the
+key's partition by the lane's ``KeyPartitions``), written out in the loop: in the buffer of
+its destination partition, with nothing left to group when the publisher flushes. What
+must still be awaited (a sink's submit, a full publisher) is returned, for ``settle``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from ..agents import KEEP_KEY, Agent, Output
-from ..records import Headers, Message, RawMessages
+from ..records import Headers, Message, RawMessages, headers_size
 from ..sinks import SinkRunner
 from ..streams import StreamSource
 from ..topics import Topic, accepts
@@ -131,8 +131,14 @@ class Emitter:
             kept = messages.key_of(cause)
             origin = RawOrigin(cause, self.agent.name, messages.convert)
         publisher = self._publisher
+        # ``Lane.add`` written out for speed (a call per output cost ~3 % of the router's
+        # instructions): ``record_size(key, value, headers) > limit`` counted in parts, a
+        # value's bytes once for a fan-out, a key's once per record; ``tests/runtime/
+        # test_lanes.py`` holds the two equal.
+        limit = publisher.limit
+        kept_room = limit if kept is None else limit - len(kept)  # bytes left for the rest
         base, routed = self._dests, self._routed
-        placed = n = 0
+        placed = n = size = 0
         relieve = False
         runners: list[SinkRunner] | None = None
         value: Any = None
@@ -169,11 +175,22 @@ class Emitter:
                         and not accepts(checked, value.__class__)
                     ):
                         raise self._refused(value, topic)
-                    if enc is not encode:  # a fan-out encodes a value once
+                    if enc is not encode:  # a fan-out encodes and sizes a value once
                         encode = enc
                         data = None if value is None else enc(value)  # type: ignore[misc]
-                    raw_key = kept if key is KEEP_KEY else topic.encode_key(key)  # type: ignore[union-attr]
-                    if lane.add(raw_key, data, headers, origin):
+                        size = 0 if data is None else len(data)
+                        if headers:
+                            size += headers_size(headers)
+                    if key is KEEP_KEY:
+                        raw_key, room = kept, kept_room
+                    else:
+                        raw_key = topic.encode_key(key)  # type: ignore[union-attr]
+                        room = limit if raw_key is None else limit - len(raw_key)
+                    parts = lane.parts
+                    if parts is not None and size <= room:
+                        group = parts[lane.spread if raw_key is None else lane.keys[raw_key]]
+                        group[0].append((raw_key, data, headers, None))
+                        group[1].append(origin)
                         placed += 1
                         continue
                     # Not placed: a topic whose partition count is not known yet, or a

@@ -164,7 +164,10 @@ class Lane:
         """Place one record whose size its sender has checked: in its partition's group,
         or ``loose`` while the count is not known."""
         parts = self.parts
-        group = self.loose if parts is None else parts[self.partition(key)]
+        if parts is None:
+            group = self.loose
+        else:  # ``partition``, written out: one call less a dead letter
+            group = parts[self.spread if key is None else self.keys[key]]
         group[0].append((key, value, headers, timestamp_ms))
         group[1].append(origin)
 
