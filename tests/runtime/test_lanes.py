@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import flowkit
@@ -91,6 +91,12 @@ outputs = st.lists(st.tuples(st.just(KEPT) | keys, values, headers), max_size=12
 
 @settings(max_examples=30, deadline=None)
 @given(outs=outputs, count=st.integers(1, 5), limit=st.integers(1, 50))
+# Records of exactly the limit, and one byte over it: kept key, own key, headers, null.
+@example(outs=[(KEPT, b"123456", ()), (KEPT, b"1234567", ())], count=2, limit=10)
+@example(
+    outs=[(b"k", b"12345", (("h", b"ab"),)), (b"k", b"123456", (("h", b"ab"),))], count=3, limit=9
+)
+@example(outs=[(None, b"12", (("h", None),)), (None, b"123", (("h", None),))], count=1, limit=3)
 def test_the_emitter_places_outputs_as_lane_add_does(
     outs: list[tuple[bytes | None, bytes | None, Headers]], count: int, limit: int
 ) -> None:
