@@ -211,7 +211,7 @@ class LetterSender:
         # the letters of a burst share all but their offset, timestamp and time of failure,
         # so ``shared_failure_headers`` is encoded once per group (failure, source
         # partition, agent, attempts, topic), with its size and its topic's lane, and only
-        # those three per letter. Each letter is then put in its lane (``Lane.put``): its
+        # those three per letter. Each letter is then put in its lane's partition: its
         # size is known here, so the publisher's ``place`` (which counts every header
         # again) is only for a letter over ``limit`` (cut by ``fit_dead_letter``) or a
         # lane whose partition count is not known yet.
@@ -247,8 +247,12 @@ class LetterSender:
                 if size > limit:  # cut, and marked, to fit
                     value, headers = fit_dead_letter(key, value, headers, limit)
                     lane = None  # the publisher's place checks it again
-            if lane is not None and lane.parts is not None:
-                lane.put(key, value, headers, letter, message.timestamp)
+            if lane is not None and (parts := lane.parts) is not None:
+                # ``Lane.put`` written out: a call less a letter, and no key hashed for
+                # a dead-letter topic's usual single partition.
+                records, origins = parts[0] if len(parts) == 1 else parts[lane.partition(key)]
+                records.append((key, value, headers, message.timestamp))
+                origins.append(letter)
                 continue
             try:
                 self._place(topic, value, key, headers, letter, message.timestamp)
