@@ -185,7 +185,7 @@ class Dispatcher:
         for _, origin in batch:
             if origin is None:
                 continue
-            message, agent = origin
+            message, agent = origin.message, origin.agent
             if decision.verb == "skip":
                 self.metrics.skipped.labels(agent).inc()
                 continue
@@ -549,7 +549,7 @@ class Dispatcher:
         if isinstance(origin, Letter):
             await self.letters.refused(origin, exc)
             return
-        message, name = origin
+        message, name = origin.message, origin.agent
         action = self._agents[name].on_error.action_for(exc)
         decision = decide(exc.__class__, action, fail_fast=self.fail_fast, at="past")
         self._counter(self.metrics.errors, name, decision.stage).inc()

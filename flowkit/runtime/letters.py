@@ -37,11 +37,12 @@ from ..deadletter import (
 from ..errors import ProcessingError, RecordRejected
 from ..locations import user_location
 from ..metrics import Metrics
-from ..records import Headers, Message, headers_size, record_size
+from ..records import Headers, Message, record_size
 from .logbudget import LogBudget
 
 if TYPE_CHECKING:  # the publisher is handed in: a sibling, not imported
-    from .publisher import Lane, Publisher
+    from .lanes import Lane
+    from .publisher import Publisher
 
 __all__ = ["RECENT_LETTERS", "Letter", "LetterSender", "RecentLetter", "log_failure", "stage_of"]
 
@@ -210,10 +211,10 @@ class LetterSender:
         # the letters of a burst share all but their offset, timestamp and time of failure,
         # so ``shared_failure_headers`` is encoded once per group (failure, source
         # partition, agent, attempts, topic), with its size and its topic's lane, and only
-        # those three per letter. Each letter is then put in its partition's list of the
-        # lane, as an emitter puts outputs: its size is known here, so the publisher's
-        # ``place`` (which counts every header again) is only for a letter over ``limit``
-        # (cut by ``fit_dead_letter``) or a lane whose partition count is not known yet.
+        # those three per letter. Each letter is then put in its lane's partition: its
+        # size is known here, so the publisher's ``place`` (which counts every header
+        # again) is only for a letter over ``limit`` (cut by ``fit_dead_letter``) or a
+        # lane whose partition count is not known yet.
         groups: dict[tuple[Any, ...], _Group] = {}
         failed_ms, failed = -1, ("flowkit.failed_at", b"")
         for letter in noted:
@@ -237,29 +238,26 @@ class LetterSender:
                 failed,
             )
             key, value = message.key, message.value
-            parts = group.lane.parts
+            lane: Lane | None = group.lane
             if limit is not None and value is not None:
+                # record_size of the letter: the record's, and the headers added to it
+                # (the group's shared ones sized once).
                 size = group.size + _NAMES + len(offset) + len(timestamp) + len(failed[1])
-                size += len(value)
-                if key is not None:
-                    size += len(key)
-                if original:
-                    size += headers_size(original)
-                if size > limit:  # as record_size counts it: cut, and marked, to fit
+                size += record_size(key, value, original)
+                if size > limit:  # cut, and marked, to fit
                     value, headers = fit_dead_letter(key, value, headers, limit)
-                    parts = None  # the publisher's place checks it again
-            if parts is None:
-                try:
-                    self._place(topic, value, key, headers, letter, message.timestamp)
-                except RecordRejected as exc:
-                    self._log_lost(letter, exc)
+                    lane = None  # the publisher's place checks it again
+            if lane is not None and (parts := lane.parts) is not None:
+                # ``Lane.put`` written out: a call less a letter, and no key hashed for
+                # a dead-letter topic's usual single partition.
+                records, origins = parts[0] if len(parts) == 1 else parts[lane.partition(key)]
+                records.append((key, value, headers, message.timestamp))
+                origins.append(letter)
                 continue
-            if len(parts) == 1:  # a dead-letter topic's usual partition count
-                records, origins = parts[0]
-            else:
-                records, origins = group.lane.group_of(key)
-            records.append((key, value, headers, message.timestamp))
-            origins.append(letter)
+            try:
+                self._place(topic, value, key, headers, letter, message.timestamp)
+            except RecordRejected as exc:
+                self._log_lost(letter, exc)
         stages: dict[str, int] = {}  # the metric moved once per stage and batch
         by_agent = self.by_agent
         for (_, stage, _, _, agent, *_), group in groups.items():

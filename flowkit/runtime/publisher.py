@@ -27,103 +27,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ..errors import RecordRejected, TransportError
-from ..partitioning import partition_for_key
-from ..records import Headers, headers_size
+from ..records import Headers, record_size
 from ..transports import Ack, OutRecord, Producer
+from .lanes import Group, KeyPartitions, Lane, settled
 
-__all__ = ["Lane", "Publisher", "Rejected", "settled"]
+__all__ = ["Publisher", "Rejected"]
 
 MAX_IN_FLIGHT = 10_000  # unacknowledged sends or batches before a sender waits
 MAX_BUFFERED = 20_000  # published records held before the publisher sends them
-_KEY_CACHE = 100_000  # keys whose partition is remembered, per partition count
-
-Rejected = Callable[[Any, RecordRejected], Awaitable[None]]
+Rejected = Callable[[object, RecordRejected], Awaitable[None]]
 PartitionCount = Callable[[str], Awaitable[int | None]]
-
-
-def settled(origin: Any) -> Any:
-    """An agent output's origin as ``on_rejected`` and sinks take it: ``(message, agent)``.
-
-    The emitter makes ``(record, agent, convert)`` for a client's own record (librdkafka's,
-    in a ``RawMessages`` batch): its ``Message`` is made only here, for the rare output
-    that is refused or goes to a sink. Any other origin is returned as it is.
-
-    >>> settled(("raw", "agent", str.upper))
-    ('RAW', 'agent')
-    >>> settled(None) is None
-    True
-    """
-    if origin.__class__ is tuple and len(origin) == 3:
-        record, agent, convert = origin
-        return convert(record), agent
-    return origin
-
-
-class Lane:
-    """The records published to one topic and not sent yet, placed by partition.
-
-    Once the topic's partition count is known, ``parts[p]`` holds partition ``p``'s records
-    and, beside them, what caused each (their origins): a record is placed when it is
-    published, so a flush has nothing left to group. ``keys`` maps a key to its partition
-    (``place`` fills it; shared by the lanes of one partition count, so a record fanned
-    out to several topics is hashed once) and ``spread`` is the partition of this round's
-    keyless records. Until the count is known (the first records to a topic) ``parts`` is
-    None and records wait in ``loose``, placed by the flush that asks for the count.
-    """
-
-    __slots__ = ("count", "keys", "loose", "parts", "spread", "topic")
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.count: int | None = 0  # 0: not known yet; None: the producer places records
-        self.parts: list[tuple[list[OutRecord], list[Any]]] | None = None
-        self.loose: tuple[list[OutRecord], list[Any]] = ([], [])
-        self.keys: dict[bytes, int] = {}
-        self.spread = 0
-
-    def place(self, key: bytes) -> int:
-        """The partition of ``key`` (not in ``keys`` yet): computed, and remembered."""
-        keys = self.keys
-        if len(keys) >= _KEY_CACHE:
-            keys.clear()  # in place: the other lanes of this count hold the same dict
-        p = keys[key] = partition_for_key(key, self.count)  # type: ignore[arg-type]
-        return p
-
-    def group_of(self, key: bytes | None) -> tuple[list[OutRecord], list[Any]]:
-        """The records and origins of the partition ``key`` goes to (``parts`` known): its
-        key's partition, or this round's for a keyless record. (The emitter does the same
-        inline, per output.)"""
-        parts = self.parts
-        assert parts is not None, "a lane's partitions are placed once their count is known"
-        if key is None:
-            return parts[self.spread]
-        p = self.keys.get(key)
-        return parts[self.place(key) if p is None else p]
-
-    def queued(self) -> bool:
-        """True if records wait to be sent."""
-        if self.loose[0]:
-            return True
-        return self.parts is not None and any(records for records, _ in self.parts)
-
-    def take(self) -> tuple[tuple[list[OutRecord], list[Any]], list[tuple[int, Any, Any]]]:
-        """The waiting records (loose, and per partition), leaving the lane empty."""
-        loose = self.loose
-        if loose[0]:
-            self.loose = ([], [])
-        placed: list[tuple[int, Any, Any]] = []
-        parts = self.parts
-        if parts is not None:
-            for p, (records, origins) in enumerate(parts):
-                if records:
-                    placed.append((p, records, origins))
-                    parts[p] = ([], [])
-            if placed:
-                self.spread = (self.spread + 1) % len(parts)  # keyless: one partition a round
-        return loose, placed
 
 
 class _Batch:
@@ -132,7 +47,7 @@ class _Batch:
     __slots__ = ("origins", "partition", "records", "topic")
 
     def __init__(
-        self, topic: str, partition: int, records: list[OutRecord], origins: list[Any]
+        self, topic: str, partition: int, records: list[OutRecord], origins: list[object]
     ) -> None:
         self.topic, self.partition, self.records, self.origins = topic, partition, records, origins
 
@@ -151,8 +66,8 @@ class Publisher:
         self.on_rejected = on_rejected
         self._partition_count = partition_count
         self.sent_end: dict[tuple[str, int], int] = {}  # (topic, partition) -> end offset
-        self._in_flight: list[Awaitable[Any]] = []
-        self._origins: list[Any] = []  # beside _in_flight: what caused each send, or None
+        self._in_flight: list[Awaitable[Ack]] = []
+        self._origins: list[object] = []  # beside _in_flight: what caused each send, or None
         self._lanes: dict[str, Lane] = {}  # published, not yet sent: per topic
         self.buffered = 0  # records published since the last flush round began
         self._flushing: asyncio.Task[None] | None = None
@@ -162,14 +77,14 @@ class Publisher:
         # sends a checkpoint is awaiting (taken from ``_in_flight``).
         self._round = 0
         self._round_waiters: list[tuple[int, Callable[[bool], None]]] = []
-        self._awaiting: list[Awaitable[Any]] = []
+        self._awaiting: list[Awaitable[Ack]] = []
         self._watching: set[asyncio.Task[None]] = set()  # tasks of ``when_acknowledged``
         # Called at the start of every flush, to place records that were counted (by
         # ``placed``) but built late: dead letters, whose headers are made in a batch.
         self.before_flush = before_flush
         # A key's partition depends only on the key and the partition count: topics of the
         # same size share one cache, so a record fanned out to several is hashed once.
-        self._key_partitions: dict[int, dict[bytes, int]] = {}
+        self._key_partitions: dict[int, KeyPartitions] = {}
         limit = producer.max_record_bytes
         self.limit = limit if limit is not None else 1 << 62  # bytes a record may have
 
@@ -184,7 +99,7 @@ class Publisher:
         """The buffer of records published to ``topic``."""
         lane = self._lanes.get(topic)
         if lane is None:
-            lane = self._lanes[topic] = Lane(topic)
+            lane = self._lanes[topic] = Lane(topic, self.limit)
         return lane
 
     def publish(
@@ -193,7 +108,7 @@ class Publisher:
         value: bytes | None,
         key: bytes | None,
         headers: Headers,
-        origin: Any,
+        origin: object,
         timestamp_ms: int | None = None,
     ) -> bool:
         """Buffer one record for ``topic``; True when the caller should ``await relieve()``.
@@ -209,22 +124,16 @@ class Publisher:
         value: bytes | None,
         key: bytes | None,
         headers: Headers,
-        origin: Any,
+        origin: object,
         timestamp_ms: int | None = None,
     ) -> None:
         """Put one record in its topic's lane, without scheduling a flush: for the records
         that ``before_flush`` places (they were counted by ``placed`` when they came)."""
-        # The check of _check_size, inlined: this runs per output, and the call alone added
-        # ~1 % to the router's instructions per order.
-        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
-        if headers:
-            size += headers_size(headers)
-        if size > self.limit:
-            self._check_size(topic, key, value, headers)  # raises, with the message
         lane = self._lanes.get(topic) or self.lane(topic)
-        group = lane.loose if lane.parts is None else lane.group_of(key)
-        group[0].append((key, value, headers, timestamp_ms))
-        group[1].append(origin)
+        if not lane.add(key, value, headers, origin, timestamp_ms):
+            # Over the limit, or the topic's partition count is not known yet.
+            self._check_size(topic, key, value, headers)  # raises, with the message
+            lane.put(key, value, headers, origin, timestamp_ms)
 
     def placed(self, n: int) -> bool:
         """``n`` records were put in lanes' ``parts`` (by ``publish``, or by an emitter
@@ -291,11 +200,12 @@ class Publisher:
             return
         keys = self._key_partitions.get(count)
         if keys is None:
-            keys = self._key_partitions[count] = {}
-        lane.count, lane.keys = count, keys
-        lane.parts = [([], []) for _ in range(count)]  # from now on, placed at once
+            keys = self._key_partitions[count] = KeyPartitions(count)
+        lane.known(count, keys)  # from now on, placed at once
 
-    async def _send_loose(self, lane: Lane, records: list[OutRecord], origins: list[Any]) -> None:
+    async def _send_loose(
+        self, lane: Lane, records: list[OutRecord], origins: list[object]
+    ) -> None:
         topic = lane.topic
         if lane.count == 0:
             await self._learn(lane)
@@ -304,15 +214,9 @@ class Publisher:
             for (key, value, headers, ts), origin in zip(records, origins, strict=True):
                 await self._send_one(topic, value, key, headers, None, ts, origin)
             return
-        by_partition: dict[int, tuple[list[OutRecord], list[Any]]] = {}
+        by_partition: dict[int, Group] = {}
         for record, origin in zip(records, origins, strict=True):
-            key = record[0]
-            if key is None:
-                p = lane.spread
-            else:
-                p = lane.keys.get(key, -1)
-                if p < 0:
-                    p = lane.place(key)
+            p = lane.partition(record[0])
             group = by_partition.get(p)
             if group is None:
                 group = by_partition[p] = ([], [])
@@ -339,9 +243,7 @@ class Publisher:
     def _check_size(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers
     ) -> None:
-        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
-        if headers:
-            size += headers_size(headers)
+        size = record_size(key, value, headers)
         if size > self.limit:
             raise RecordRejected(
                 f"a record of {size} bytes to {topic!r} is over the producer's limit "
@@ -349,7 +251,7 @@ class Publisher:
             )
 
     async def _send_partition(
-        self, topic: str, partition: int, batch: list[OutRecord], causes: list[Any]
+        self, topic: str, partition: int, batch: list[OutRecord], causes: list[object]
     ) -> None:
         """Send ``batch`` (caused by ``causes``, one each) and track its acks."""
         start = 0
@@ -373,8 +275,8 @@ class Publisher:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-        origin: Any = None,
-    ) -> Awaitable[Any]:
+        origin: object = None,
+    ) -> Awaitable[Ack]:
         """Send encoded bytes; the ack is awaited before the next commit.
 
         Raises ``RecordRejected`` if the producer refuses the record at once (too large);
@@ -404,8 +306,8 @@ class Publisher:
         headers: Headers,
         partition: int | None,
         timestamp_ms: int | None,
-        origin: Any,
-    ) -> Awaitable[Any]:
+        origin: object,
+    ) -> Awaitable[Ack]:
         ack = await self.producer.send(
             topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
         )
@@ -480,11 +382,14 @@ class Publisher:
             pending, self._in_flight = self._in_flight, []
             self._awaiting = pending
             origins, self._origins = self._origins, []
-            rejected: list[tuple[Any, RecordRejected]] = []
-            for ack, origin in zip(pending, origins, strict=True):
-                if not isinstance(ack, Ack):  # an Ack is already stored; others are futures
+            rejected: list[tuple[object, RecordRejected]] = []
+            ack: Ack
+            for sent, origin in zip(pending, origins, strict=True):
+                if isinstance(sent, Ack):  # already stored; the others are futures
+                    ack = sent
+                else:
                     try:
-                        ack = await ack
+                        ack = await sent
                     except RecordRejected as exc:
                         if origin is None or self.on_rejected is None:
                             raise TransportError(f"a send was refused: {exc}") from exc
@@ -500,7 +405,7 @@ class Publisher:
                 await self._refused(origin, refusal)  # what it sends: awaited next round
             await self.flush()
 
-    async def _refused(self, origin: Any, exc: RecordRejected) -> None:
+    async def _refused(self, origin: object, exc: RecordRejected) -> None:
         if isinstance(origin, _Batch):
             if len(origin.records) > 1:
                 # Which record? Send each alone: the broker refuses only the culprit.
@@ -543,7 +448,7 @@ class Publisher:
 
 
 async def _all_acknowledged(
-    pending: list[Awaitable[Any]], callback: Callable[[bool], None]
+    pending: list[Awaitable[Ack]], callback: Callable[[bool], None]
 ) -> None:
     results = await asyncio.gather(*pending, return_exceptions=True)
     callback(not any(isinstance(r, BaseException) for r in results))
