@@ -216,7 +216,9 @@ async def test_deep_nesting_in_a_batch_of_take_is_dead_lettered_at_decode() -> N
 Walker = Callable[[flowkit.App, Topic[Order], list[str], list[int]], None]
 
 
-def walk_group_by(app: flowkit.App, orders: Topic[Order], seen: list[str], starts: list[int]) -> None:
+def walk_group_by(
+    app: flowkit.App, orders: Topic[Order], seen: list[str], starts: list[int]
+) -> None:
     @app.agent(orders, on_error=RETRY)
     async def take_orders(stream: flowkit.Stream[Order]) -> None:
         starts.append(1)
