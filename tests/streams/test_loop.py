@@ -502,7 +502,7 @@ def hop_reference(
     return out, sent
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     kind=st.sampled_from([GROUP_BY, THROUGH]),
     before=st.lists(st.tuples(st.sampled_from([FILTER, MAP]), st.integers(0, 5)), max_size=3),
