@@ -225,7 +225,7 @@ class App:
             compacted=compacted,
             external=external,
         )
-        topic._app_name = self.name
+        topic.app_name = self.name
         self._topic_decls.append(topic)
         self.topics.setdefault(name, topic)
         return topic

@@ -60,7 +60,7 @@ class Topic(Generic[T]):
         self.key_codec: Codec[Any] = codec_for(
             key_type, key_codec, what=f"topic {name!r}: key_type", topic=name, key=True
         )
-        self._app_name: str | None = None
+        self.app_name: str | None = None  # the app that declared it (app.topic)
         # Fast path: a JSON/msgpack codec exposes msgspec's own decode, so a batch decodes
         # with one C call per record and no Python frame in between.
         raw = getattr(self.value_codec, "_decoder", None)
@@ -158,7 +158,7 @@ class Topic(Generic[T]):
         One hop per record; for counts and sums over windows a windowed table's ``add``
         avoids it (see ``flowkit.windowed``).
         """
-        if self._app_name is None:
+        if self.app_name is None:
             raise DefinitionError(f"topic {self.name!r} was not declared with app.topic()")
         what = f"topic {self.name!r}: group_by()"
         arguments.function(key, f"{what}: key")
@@ -204,7 +204,7 @@ class Repartition(Topic[T]):
         self, source: Topic[T], key_fn: Callable[[T], Any], *, name: str, partitions: int
     ) -> None:
         super().__init__(
-            f"{source._app_name}-{name}-repartition",
+            f"{source.app_name}-{name}-repartition",
             value_type=source.value_type,
             key_type=Any,
             partitions=partitions,
@@ -214,7 +214,7 @@ class Repartition(Topic[T]):
             key_codec="json",
             internal=True,
         )
-        self._app_name = source._app_name
+        self.app_name = source.app_name
         self.source = source
         self.key_fn = key_fn
         self.group_name = name

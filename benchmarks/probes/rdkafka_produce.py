@@ -14,8 +14,8 @@ threads included) per record, median and range over the rounds:
   ``headers=`` named (confluent-kafka looks each keyword up by name);
 * ``positional + locked method``: a bound method that counts under a ``threading.Lock``;
 * ``flowkit before``: keywords and the locked method (the transport until 2026-11-30);
-* ``flowkit``: the transport's own ``_queue`` and ``_batch_delivery`` (positional arguments,
-  one lock-free closure per batch);
+* ``flowkit``: the transport's own ``_queue`` and ``RdkafkaProducer._batch_delivery``
+  (positional arguments, one lock-free closure per batch);
 * ``produce_batch + function``: confluent-kafka's ``produce_batch``, one call a partition
   with a dict a record, made from the tuples the transport gets;
 * ``positional + function, errors only``: the hand-written call on a producer with
@@ -97,7 +97,7 @@ def _variants(producer: Any, topic: str) -> dict[str, Callable[[Records], None]]
         # As send_batch hands them over: one batch per partition.
         for p in range(4):
             batch = [(key, value, (), None) for key, value in records[p::4]]
-            delivered = rdproducer._batch_delivery(_Done(), None, len(batch))  # type: ignore[arg-type]
+            delivered = rdproducer.RdkafkaProducer._batch_delivery(_Done(), None, len(batch))  # type: ignore[arg-type]
             rdproducer._queue(produce, topic, p, batch, 0, delivered)
 
     def batch_call(records: Records) -> None:

@@ -90,14 +90,14 @@ class Filter(functools.partial[bool]):
     True
     """
 
-    __slots__ = ("_node",)
-    _node: tree.Node
+    __slots__ = ("node",)
+    node: tree.Node  # the condition's tree, what ``to_spec`` writes
 
     def __new__(cls, node: tree.Node) -> Filter:
         if not isinstance(node, tree.Cond | tree.AllOf | tree.AnyOf | tree.Not):
             raise TypeError("build filters with field(), all_of(), any_of() or from_spec()")
         self = super().__new__(cls, _compile(node))
-        self._node = node
+        self.node = node
         return self
 
     @classmethod
@@ -115,30 +115,30 @@ class Filter(functools.partial[bool]):
 
     def to_spec(self) -> Any:
         """The JSON form of this filter, as ``from_spec`` reads it."""
-        return tree.to_spec(self._node)
+        return tree.to_spec(self.node)
 
     def __and__(self, other: object) -> Filter:
         if not isinstance(other, Filter):
             return NotImplemented
-        return _joined(tree.AllOf, self._node, other._node)
+        return _joined(tree.AllOf, self.node, other.node)
 
     def __or__(self, other: object) -> Filter:
         if not isinstance(other, Filter):
             return NotImplemented
-        return _joined(tree.AnyOf, self._node, other._node)
+        return _joined(tree.AnyOf, self.node, other.node)
 
     def __invert__(self) -> Filter:
-        node = self._node
+        node = self.node
         return Filter(node.child if isinstance(node, tree.Not) else tree.Not(node))
 
     def __bool__(self) -> bool:
         raise TypeError("a Filter has no truth value: combine filters with &, | and ~")
 
     def __repr__(self) -> str:
-        return tree.show(self._node, inner=False)
+        return tree.show(self.node, inner=False)
 
     def __reduce__(self) -> Any:
-        return (Filter, (self._node,))
+        return (Filter, (self.node,))
 
 
 def _joined(kind: type[tree.AllOf] | type[tree.AnyOf], a: tree.Node, b: tree.Node) -> Filter:
@@ -231,7 +231,7 @@ def all_of(*filters: Filter) -> Filter:
     >>> all_of(field("a") == 1, field("b") == 2)({"a": 1, "b": 2})
     True
     """
-    return Filter(tree.AllOf(tuple(f._node for f in filters)))
+    return Filter(tree.AllOf(tuple(f.node for f in filters)))
 
 
 def any_of(*filters: Filter) -> Filter:
@@ -240,4 +240,4 @@ def any_of(*filters: Filter) -> Filter:
     >>> any_of(field("a") == 1, field("b") == 2)({"b": 2})
     True
     """
-    return Filter(tree.AnyOf(tuple(f._node for f in filters)))
+    return Filter(tree.AnyOf(tuple(f.node for f in filters)))

@@ -87,14 +87,14 @@ class Transform(functools.partial[Any]):
     (chain(rename({'uid': 'user.id'}), lower('user.id')), {'n': 1, 'user': {'id': 'ada'}})
     """
 
-    __slots__ = ("_step",)
-    _step: steps.Step
+    __slots__ = ("step",)
+    step: steps.Step  # what the transform does, as data: ``to_spec`` writes it
 
     def __new__(cls, step: steps.Step) -> Transform:
         if not isinstance(step, steps.Step):
             raise TypeError("build transforms with pick(), build(), ... or from_spec()")
         self = super().__new__(cls, _compile(step))
-        self._step = step
+        self.step = step
         return self
 
     @classmethod
@@ -113,13 +113,13 @@ class Transform(functools.partial[Any]):
 
     def to_spec(self) -> Any:
         """The JSON form of this transform, as ``from_spec`` reads it."""
-        return self._step.spec()
+        return self.step.spec()
 
     def __repr__(self) -> str:
-        return self._step.show()
+        return self.step.show()
 
     def __reduce__(self) -> Any:
-        return (Transform, (self._step,))
+        return (Transform, (self.step,))
 
 
 def pick(*paths: PathLike, missing: str = "error") -> Transform:
@@ -244,7 +244,7 @@ def chain(*transforms: Transform) -> Transform:
     >>> chain(pick("a"), rename({"a": "b"}))({"a": 1, "c": 2})
     {'b': 1}
     """
-    parts = [t._step for t in transforms]
+    parts = [t.step for t in transforms]
     return Transform(steps.Chain([s for step in parts for s in getattr(step, "steps", (step,))]))
 
 
@@ -288,11 +288,11 @@ def _from_spec(spec: Any, where: str) -> steps.Step:
         if kind in ("pick", "drop"):
             if not isinstance(arg, list | tuple):
                 raise ConfigurationError(f"{kind}: expected a list of field paths")
-            return builder(*arg, **options)._step
+            return builder(*arg, **options).step
         if kind in ("rename", "build") and not isinstance(arg, Mapping):
             raise ConfigurationError(f"{kind}: expected an object of output: input paths")
         if kind == "template" and "to" not in options:
             raise ConfigurationError("template: needs a format string and a 'to' path")
-        return builder(arg, **options)._step
+        return builder(arg, **options).step
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None

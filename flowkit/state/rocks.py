@@ -108,7 +108,7 @@ class _Writer(Generic[K, V]):
         self.part.pending[key] = value
 
     def __delitem__(self, key: K) -> None:
-        if self.store._lookup(self.part, key) is _GONE:
+        if self.store.lookup(self.part, key) is _GONE:
             raise KeyError(key)
         self.part.pending[key] = _GONE
 
@@ -140,7 +140,9 @@ class RocksTableStore(Generic[K, V]):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def _lookup(self, part: _Part, key: Any) -> Any:
+    def lookup(self, part: _Part, key: Any) -> Any:
+        """``key``'s value in ``part``: its latest change (pending, then being written),
+        else the disk's through the cache; the ``_GONE`` marker if it has none."""
         value = part.pending.get(key, _GONE)
         if value is not _GONE or key in part.pending:
             return value
@@ -162,7 +164,7 @@ class RocksTableStore(Generic[K, V]):
     def __getitem__(self, key: K) -> V:
         part = self._parts.get(self.table.partition_of(key))
         if part is not None:
-            value = self._lookup(part, key)
+            value = self.lookup(part, key)
             if value is not _GONE:
                 return value  # type: ignore[no-any-return]
         default = self.table.default
@@ -172,14 +174,14 @@ class RocksTableStore(Generic[K, V]):
 
     def __contains__(self, key: object) -> bool:
         part = self._parts.get(self.table.partition_of(key))  # type: ignore[arg-type]
-        return part is not None and self._lookup(part, key) is not _GONE
+        return part is not None and self.lookup(part, key) is not _GONE
 
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value of ``key``, or ``default`` (the table's default is not used)."""
         part = self._parts.get(self.table.partition_of(key))
         if part is None:
             return default
-        value = self._lookup(part, key)
+        value = self.lookup(part, key)
         return default if value is _GONE else value
 
     def _partition_items(self, part: _Part) -> Iterator[tuple[K, V]]:

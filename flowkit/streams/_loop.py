@@ -207,8 +207,10 @@ def _compile(
     events = "        event = batch.topic.event\n" if uses_events else ""
     src = f"""
 async def loop(source, {", ".join(["SKIP", *params])}):
-    next_batch = source._next_batch
-    finish = source._finish
+    next_batch = source.next_batch
+    begin = source.begin
+    refuse = source.refuse
+    finish = source.finish
     while True:
         batch = source.batch
         if batch is None:
@@ -217,28 +219,17 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 return
         messages = batch.messages
         decode = batch.decode
-        # The position is the iterator's: source.pos reads it when someone asks.
-        start = source.pos + 1
-        source._n = len(messages)
-{events}        if messages.__class__ is not RawMessages:
-            it = iter(messages)
-            if start:
-                it.__setstate__(start)
-            source._it = it
-            for m in it:
+{events}        # The walk is the cursor's iterator: source.pos reads it when someone asks.
+        if messages.__class__ is not RawMessages:
+            for m in begin(messages):
 {_record("m.value", "m", [], lines)}
         else:
             # A client's own records: the value read through the client, and a Message
             # made only where one is used (batch.messages[i] makes it for everyone else).
             value_of = messages.value_of
             convert = messages.convert
-            it = iter(messages.raw)
-            if start:
-                it.__setstate__(start)
-            source._it = it
-            for r in it:
+            for r in begin(messages.raw):
 {_record("value_of(r)", "r", ["m = convert(r)"] if uses_m else [], lines)}
-        source.records += len(messages)
         finish(batch)
 """
     what = " ".join(k for k, _ in shape) or ("per record" if tail else "plain")
@@ -263,9 +254,7 @@ try:
 except Exception as exc:
     # The agent never sees a record that does not decode: the worker dead-letters
     # it here and the loop goes on, so the agent is not restarted for it.
-    error = batch.topic.decode_error(exc)
-    if source.undecodable is None or not await source.undecodable(error):
-        raise error from None
+    await refuse(batch.topic.decode_error(exc))
     continue"""
     body = [*head.splitlines(), *made, *(line.replace("{rec}", rec) for line in lines)]
     return "\n".join(" " * 16 + line for line in body)

@@ -251,7 +251,7 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
     while True:
         batch = source.batch
         if batch is None:
-            batch = await source._next_batch()
+            batch = await source.next_batch()
             if batch is None:
                 return
         messages = batch.messages
@@ -262,7 +262,7 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
         i = source.pos + 1
         n = len(messages)
         while i < n:
-            source._set_pos(i)
+            source.at(batch, i)
             m = messages[i]
             i += 1
             try:
@@ -270,9 +270,7 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
             except Exception as exc:
                 # Dead-lettered where it was found, as the compiled loop does: the agent
                 # is not started again (and its local state lost) for a record.
-                error = batch.topic.decode_error(exc)
-                if source.undecodable is None or not await source.undecodable(error):
-                    raise error from None
+                await source.refuse(batch.topic.decode_error(exc))
                 continue
             if home:
                 if post is not None:
@@ -289,7 +287,5 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
                 await send(name, encode(v), key=m.key, headers=m.headers, timestamp_ms=m.timestamp)
             else:
                 await send(name, encode(v), key=encode_key(key_fn(v)), timestamp_ms=m.timestamp)
-        source.records += n
-        if not home:
-            source.passed += n  # sent on: the agent reads them from the hop topic
-        source._finish(batch)
+        # Sent on (not home): the agent reads them from the hop topic.
+        source.finish(batch, passed=not home)

@@ -84,7 +84,7 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
     held = source.join_held
     # Batches taken from the queue and held: up to this many, unless a join must see
     # more to go on (the queue's bound is the fetcher's backpressure).
-    limit = 2 * max(source._queue.maxsize, 1)
+    limit = 2 * max(source.capacity, 1)
     ended = False
     # Started again after an error: the record that failed is done (dead-lettered), and
     # so is a batch whose last record it was.
@@ -94,9 +94,7 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
     for sides in held.values():
         for q in sides:
             while q and q[0].cursor >= len(q[0].messages):
-                done = q.popleft()
-                source.records += len(done.messages)
-                source._finish(done)
+                source.finish(q.popleft())
     while True:
         if source.pending() and _held(source) < limit:
             _hold(source, source.take_queued())
@@ -109,11 +107,11 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         if p is None:
             if ended:
                 return
-            waited = await source._next_batch()
+            waited = await source.next_batch()
             if waited is None:
                 ended = True
                 continue
-            source.batch = None  # it is held; `source.batch` is set per record
+            source.at(None, -1)  # it is held; the cursor is set per record
             _hold(source, [waited])
             continue
         left_q, right_q = sides = held[p]
@@ -123,7 +121,6 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
         # again, since the agent may have waited and records of that side come meanwhile.
         one_sided = lb is None or rb is None
         part = store.part(p)
-        source._set_pos(-1)
         limit = store.future_limit
         while True:
             # Timestamp order. ``top`` is the later head's time (or the only head's): the
@@ -160,8 +157,7 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
                         batch, side = lb, 0
             i = batch.cursor
             batch.cursor = i + 1
-            source.batch = batch
-            source._pos = i
+            source.at(batch, i)
             m = batch.messages[i]
             try:
                 if future:  # (a record that does not decode is that first)
@@ -183,8 +179,7 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
                 # The record's own fault: dead-lettered where it was found, and the join
                 # goes on with the next one (not started again, which costs its agent's
                 # local state).
-                if source.undecodable is None or not await source.undecodable(error):
-                    raise
+                await source.refuse(error)
                 results = None
             if results:
                 for result in results:
@@ -199,9 +194,8 @@ async def joined(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> Asyn
             part.done = part.time
             if batch.cursor >= len(batch.messages):
                 sides[side].popleft()
-                source.records += len(batch.messages)
-                source._finish(batch)
+                source.finish(batch)
                 break  # pick again: this side's next batch, or wait for one
             if results and one_sided:
-                source.batch = None
+                source.at(None, -1)
                 break

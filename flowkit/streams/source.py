@@ -1,17 +1,20 @@
 """The runtime side of a stream: the batches queued for one agent instance, and the cursor.
 
 ``StreamSource`` is the one owner of the read position (which record of which batch is
-current). The compiled loop in ``_loop.py`` moves it; everyone else asks through named
-operations: ``current_message()``, ``current_record()``, ``value``, ``event_time()``,
-``retry_current()``, ``progress_of(batch)``. A source is also its agent task's
-``TaskScope``: tables reach the worker's state, and the record being processed, through it.
+current). The walkers of a batch (the compiled loop in ``_loop.py``, ``chunks`` here,
+``hop`` and ``joined``) move it through its named operations, one way for all of them:
+``next_batch``, ``begin`` or ``at``, ``refuse`` (a bad record dead-lettered in place),
+``finish``. Everyone else asks: ``current_message()``, ``current_record()``, ``value``,
+``event_time()``, ``retry_current()``, ``progress_of(batch)``. A source is also its agent
+task's ``TaskScope``: tables reach the worker's state, and the record being processed,
+through it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DefinitionError
@@ -213,27 +216,76 @@ class StreamSource(TaskScope):
         # otherwise: nothing is kept per batch that no one reads.
         self.taken: dict[TopicPartition, int] | None = {} if exactly_once else None
 
+    # -- the cursor: the one way to walk a batch, and to ask where the walk is ------------
+    #
+    # A walker (the compiled loop, ``chunks``, ``hop``, ``joined``) takes a batch with
+    # ``next_batch``, walks it with ``begin`` (the cursor follows an iterator) or ``at``
+    # (the cursor set per record), hands a record that is bad input to ``refuse`` (dead-
+    # lettered in place, the walk goes on) and ends the batch with ``finish``. Everyone
+    # else asks: ``pos``, ``current_message()``, ``current_record()``, ``event_time()``.
+
     @property
     def pos(self) -> int:
         """The index in ``batch.messages`` of the record being processed (-1: none yet)."""
         it = self._it
         if it is None:
             return self._pos
+        # A walk by ``begin``: the iterator has handed out the records before its rest.
         return self._n - 1 - int(it.__length_hint__())
 
-    def _set_pos(self, value: int) -> None:
+    def at(self, batch: Batch | None, i: int) -> None:
+        """The cursor on record ``i`` of ``batch`` (-1: before its first; ``batch`` None:
+        on no record). For a walker that steps by index (``chunks``, ``hop``, ``joined``)."""
+        self.batch = batch
         self._it = None
-        self._pos = value
+        self._pos = i
 
-    # -- the cursor, for everyone else ----------------------------------------------------
+    def begin(self, records: Sequence[Any]) -> Iterator[Any]:
+        """Walk ``records`` (the current batch's ``messages`` or ``records``) from the
+        cursor on: the iterator returned is the cursor, which stores nothing per record
+        (``pos`` reads the iterator when someone asks). Once per batch, and again for its
+        rest when the agent is started again in the middle of it."""
+        start = self.pos + 1
+        it = iter(records)
+        if start:
+            it.__setstate__(start)  # type: ignore[attr-defined]
+        self._n = len(records)
+        self._it = it
+        return it
+
+    async def refuse(self, error: Exception) -> None:
+        """The current record is bad input (``error``: it does not decode, or a join finds
+        it late or beyond its guard): dead-lettered where the walk found it, which goes on
+        with the next record, the agent not started again for it. Raises ``error`` where
+        the worker wants it raised through the agent (``fail_fast``, or no worker)."""
+        if self.undecodable is None or not await self.undecodable(error):
+            raise error from None
+
+    def finish(self, batch: Batch, *, passed: bool = False) -> None:
+        """Every record of ``batch`` (the current one) is read: the cursor leaves it, and
+        it is done (or held by the list being filled). ``passed``: a hop sent its records
+        on to the hop topic rather than to the agent (see ``reached``)."""
+        n = len(batch.messages)
+        self.records += n
+        if passed:
+            self.passed += n
+        self.batch = None
+        self._it = None
+        self._pos = -1
+        if self.clocked:  # once per batch: stream time moves with every record read
+            for table, store in self.clocked.items():
+                table.follow(store, batch)
+        if self._held is not None:
+            self._held.append(batch)
+        else:
+            batch.on_done()
 
     def current_message(self) -> Message | None:
         """The message of the record the agent is processing, if any."""
         batch = self.batch
         if batch is None:
             return None
-        it = self._it  # ``pos``, inlined: an agent's outputs ask this once per output
-        pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
+        pos = self.pos
         messages = batch.messages
         if pos < 0 or pos >= len(messages):
             return None
@@ -246,8 +298,7 @@ class StreamSource(TaskScope):
         batch = self.batch
         if batch is None:
             return None
-        it = self._it
-        pos = self._pos if it is None else self._n - 1 - it.__length_hint__()
+        pos = self.pos
         records = batch.records
         if pos < 0 or pos >= len(records):
             return None
@@ -265,7 +316,7 @@ class StreamSource(TaskScope):
         if self.join is not None and self.batch is not None:
             self.batch.cursor -= 1  # a join keeps its place in the batch itself
             return
-        self._set_pos(self.pos - 1)
+        self.at(self.batch, self.pos - 1)
 
     def progress_of(self, batch: Batch) -> int | None:
         """The offset of the record being processed in ``batch`` (the ones before it are
@@ -341,6 +392,11 @@ class StreamSource(TaskScope):
         """Batches queued and not yet taken."""
         return self._queue.qsize()
 
+    @property
+    def capacity(self) -> int:
+        """How many batches the queue holds before ``put`` waits (0: no bound)."""
+        return self._queue.maxsize
+
     def busy(self) -> bool:
         """True while a batch is being processed or waits in the queue (or in a join)."""
         if self.batch is not None or self._queue.qsize() > 0:
@@ -351,24 +407,13 @@ class StreamSource(TaskScope):
         """True once the source is closed and nothing is left to process."""
         return self.closed and not self.busy()
 
-    # -- the stream's side (the compiled loop and chunks) ---------------------------------
+    # -- the stream's side: batches for the walkers ---------------------------------------
 
     def follow(self, table: Any, store: Any) -> None:
         """Every batch this agent finishes moves ``table``'s stream time."""
         self.clocked[table] = store
 
-    def _finish(self, batch: Batch) -> None:
-        self.batch = None
-        self._set_pos(-1)
-        if self.clocked:  # once per batch: stream time moves with every record read
-            for table, store in self.clocked.items():
-                table.follow(store, batch)
-        if self._held is not None:
-            self._held.append(batch)
-        else:
-            batch.on_done()
-
-    async def _next_batch(
+    async def next_batch(
         self, timeout: float | None = None, clock: Clock | None = None, filling: bool = False
     ) -> Batch | None:
         """The next batch, or None at the end of the stream (or on ``timeout`` seconds of
@@ -411,8 +456,7 @@ class StreamSource(TaskScope):
                     continue
                 batch.on_done()
                 continue
-            self.batch = batch
-            self._set_pos(-1)
+            self.at(batch, -1)
             if self.taken is not None:
                 self.taken[batch.tp] = batch.messages[-1].offset
             return batch
@@ -534,30 +578,32 @@ class StreamSource(TaskScope):
                         wait = deadline - now()
                         if wait <= 0:
                             break
-                    batch = await self._next_batch(wait, clock, filling=bool(chunk))
+                    batch = await self.next_batch(wait, clock, filling=bool(chunk))
                     if batch is None:
                         break
                 messages = batch.messages
                 i = self.pos + 1
                 n = len(messages)
-                self._it = None  # the position is _pos here, set per record
                 while i < n and len(chunk) < max_size:
-                    self._pos = i
+                    self.at(batch, i)
+                    m = messages[i]
+                    i += 1
                     try:
-                        v = self.value = batch.decode(messages[i].value)
+                        v = self.value = batch.decode(m.value)
                     except Exception as exc:
-                        raise batch.topic.decode_error(exc) from None
+                        # Dead-lettered in place: the agent is not started again, and the
+                        # list being filled keeps the values it has.
+                        await self.refuse(batch.topic.decode_error(exc))
+                        continue
                     if fn is not None:
-                        v = fn(v, batch.topic, messages[i])
+                        v = fn(v, batch.topic, m)
                     if v is not SKIP:
                         if not chunk:
                             deadline = now() + (within or 0.0)
                         chunk.append(v)
-                        origins.append(messages[i])
-                    i += 1
+                        origins.append(m)
                 if i >= n:
-                    self.records += n
-                    self._finish(batch)
+                    self.finish(batch)
             if not chunk:
                 if self.closed and self._queue.empty() and self.batch is None:
                     self.release_chunk()

@@ -44,7 +44,7 @@ RECORDS: list[Any] = [
     ],
 )
 def test_the_quick_check_names_the_field_the_reference_would(transform: Any) -> None:
-    shape = transform._step
+    shape = transform.step
     assert shape._missing_at is not None
     for record in RECORDS:
         quick = outcome(shape.apply, record)
@@ -56,6 +56,6 @@ def test_the_quick_check_names_the_field_the_reference_would(transform: Any) -> 
 
 
 def test_no_quick_check_where_it_could_differ() -> None:
-    assert build({"x": "a[0]"})._step._missing_at is None  # a list index
-    assert build({"x": "a", "y": literal([1])})._step._missing_at is None  # a copied literal
-    assert pick("a", missing="skip")._step._missing_at is None
+    assert build({"x": "a[0]"}).step._missing_at is None  # a list index
+    assert build({"x": "a", "y": literal([1])}).step._missing_at is None  # a copied literal
+    assert pick("a", missing="skip").step._missing_at is None

@@ -52,7 +52,7 @@ def check(t: Transform, value: Any) -> Any:
     neither may touch the input."""
     before = copy.deepcopy(value)
     out = t(value)
-    assert t._step.apply(value) == out
+    assert t.step.apply(value) == out
     assert value == before
     return out
 
@@ -358,7 +358,7 @@ def test_generated_code_matches_the_reference_steps(
     t = chain(*steps)
     for value in values:
         before = copy.deepcopy(value)
-        assert outcome(t, value) == outcome(t._step.apply, value)
+        assert outcome(t, value) == outcome(t.step.apply, value)
         assert value == before  # never changes its input
 
 

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -210,3 +211,75 @@ async def test_deep_nesting_in_a_batch_of_take_is_dead_lettered_at_decode() -> N
     assert expected == 3
     assert sorted(seen) == sorted(want)
     await check_dead_letters(driver, "take_orders", 3)
+
+
+Walker = Callable[[flowkit.App, Topic[Order], list[str], list[int]], None]
+
+
+def walk_group_by(
+    app: flowkit.App, orders: Topic[Order], seen: list[str], starts: list[int]
+) -> None:
+    @app.agent(orders, on_error=RETRY)
+    async def take_orders(stream: flowkit.Stream[Order]) -> None:
+        starts.append(1)
+        async for order in stream.group_by(lambda o: "one", name="by-one"):
+            seen.append(order.id)
+
+
+def walk_take(app: flowkit.App, orders: Topic[Order], seen: list[str], starts: list[int]) -> None:
+    @app.agent(orders, on_error=RETRY)
+    async def take_orders(stream: flowkit.Stream[Order]) -> None:
+        starts.append(1)
+        async for chunk in stream.take(10, within=1.0):
+            seen.extend(order.id for order in chunk)
+
+
+def walk_batches(
+    app: flowkit.App, orders: Topic[Order], seen: list[str], starts: list[int]
+) -> None:
+    @app.agent(orders, on_error=RETRY)
+    async def take_orders(stream: flowkit.Stream[Order]) -> None:
+        starts.append(1)
+        async for chunk in stream.filter(lambda o: o.amount >= 0).batches(10, 0.05):
+            seen.extend(order.id for order in chunk)
+
+
+@pytest.mark.parametrize("walker", [walk_group_by, walk_take, walk_batches])
+async def test_a_bad_record_is_dead_lettered_in_place_by_every_walker(walker: Walker) -> None:
+    # Every way of walking a batch treats a record that does not decode as the compiled
+    # loop does: dead-lettered where it was found, once, and the agent is not started
+    # again (which would cost it its local state, and a list its values so far).
+    app, orders = orders_app()
+    seen: list[str] = []
+    starts: list[int] = []
+    walker(app, orders, seen, starts)
+    driver, want, expected = await run(app, orders, [b"not json", b"{", b"[]"])
+    assert sorted(seen) == sorted(want), "a good record was lost or repeated"
+    await check_dead_letters(driver, "take_orders", expected)
+    assert len(starts) == 1, f"the agent was started {len(starts)} times"
+
+
+async def test_a_bad_record_in_a_join_is_dead_lettered_in_place() -> None:
+    app = flowkit.App("hostile-join-walk")
+    left = app.topic("left", value_type=Order)
+    right = app.topic("right", value_type=Order)
+    pairs = app.join(left, right, name="pairs", within=60.0)
+    got: list[Any] = []
+    starts: list[int] = []
+
+    @app.agent(pairs, on_error=RETRY)
+    async def take_pairs(stream: flowkit.Stream[flowkit.Joined]) -> None:
+        starts.append(1)
+        async for joined in stream:
+            got.append((joined.left.id, joined.right.id))
+
+    async with TestDriver(app) as driver:
+        await driver.send(left, Order(id="l1", amount=1), key="k")
+        await driver.send_raw(left, b"not json", key=b"k")
+        await driver.send(left, Order(id="l2", amount=1), key="k")
+        await driver.send_raw(right, b"{", key=b"k")
+        await driver.send(right, Order(id="r", amount=2), key="k")
+        await driver.run_until_idle()
+        assert sorted(got) == [("l1", "r"), ("l2", "r")]
+        await check_dead_letters(driver, "take_pairs", 2)
+    assert len(starts) == 1, f"the agent was started {len(starts)} times"

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from flowkit.records import Event, Message, RawMessages, TopicPartition
 from flowkit.streams import Batch, StreamSource
 from flowkit.streams._loop import EVENTS, FILTER, JOIN, MAP, SKIP, interpreted
+from flowkit.streams.hops import GROUP_BY, HOP, THROUGH, Hop, split
 from flowkit.topics import Topic
 
 TP = TopicPartition("t", 0)
@@ -363,3 +364,167 @@ def test_a_per_record_function_called_from_the_loop_matches_the_async_for(
     is_async, many = form
     compiled = asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=True, raw=raw))
     assert compiled == asyncio.run(run_per_record(messages, cuts, is_async, many, compiled=False))
+
+
+# -- the hop walker (group_by, through) against the same reference ---------------------
+
+HOP_TOPIC = "t-hop"
+
+
+class Sent:
+    """The worker's sender, as a hop uses it: each forward recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+
+    async def send_bytes(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: Any = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.sent.append((topic, value, key, timestamp_ms))
+
+
+def hop_chain(
+    kind: str, before: list[tuple[str, int]], after: tuple[tuple[str, Any], ...]
+) -> tuple[Hop, tuple[tuple[str, Any], ...]]:
+    step = (
+        Hop(GROUP_BY, "by", lambda v: num(v) % 3) if kind == GROUP_BY else Hop(THROUGH, HOP_TOPIC)
+    )
+    allowed = (FILTER,) if kind == GROUP_BY else (FILTER, MAP)
+    pre = tuple(make_op(k, n) for k, n in before if k in allowed)
+    return step, (*pre, (HOP, step), *after)
+
+
+def hop_batches(parts: list[tuple[bool, list[bytes]]]) -> list[tuple[str, list[Message]]]:
+    """The batches in arrival order, each of the agent's topic or (True) of the hop's."""
+    offsets = {"t": 0, HOP_TOPIC: 0}
+    out = []
+    for home, values in parts:
+        name = HOP_TOPIC if home else "t"
+        batch = []
+        for v in values:
+            batch.append(Message(name, 0, offsets[name], 1_000 + offsets[name], b"k", v))
+            offsets[name] += 1
+        out.append((name, batch))
+    return out
+
+
+async def run_hop(
+    step: Hop,
+    ops: tuple[tuple[str, Any], ...],
+    batches: list[tuple[str, list[Message]]],
+    retry: bool,
+    in_place: bool,
+) -> tuple[list[tuple[Any, ...]], list[Any], int]:
+    topics = {
+        "t": Topic("t", value_type=int),
+        HOP_TOPIC: Topic(HOP_TOPIC, value_type=int, key_type=int),
+    }
+    sender = Sent()
+    source = StreamSource("agent", maxsize=len(batches) + 1, sender=sender)
+    source.hops[step.ref] = topics[HOP_TOPIC]
+    out: list[tuple[Any, ...]] = []
+
+    async def undecodable(exc: Exception) -> bool:  # the worker, dead-lettering in place
+        message = source.current_message()
+        assert message is not None
+        out.append(("dead", message.topic, message.offset))
+        return True
+
+    if in_place:
+        source.undecodable = undecodable
+    done: list[int] = []
+    for name, messages in batches:
+        tp = TopicPartition(name, 0)
+        await source.put(Batch(topics[name], tp, messages, lambda: done.append(1)))
+    source.close()
+    retried: set[tuple[str, int]] = set()
+    while True:
+        try:
+            async for value in source.iterate(ops):
+                out.append(("value", value))
+            break
+        except Exception as exc:  # what Dispatcher.drive does with a failed record
+            message = source.current_message()
+            assert message is not None
+            out.append(("error", message.topic, message.offset, type(exc).__name__))
+            if retry and (message.topic, message.offset) not in retried:
+                retried.add((message.topic, message.offset))
+                source.retry_current()
+    assert source.ended()
+    return out, sender.sent, len(done)
+
+
+def hop_reference(
+    step: Hop,
+    ops: tuple[tuple[str, Any], ...],
+    batches: list[tuple[str, list[Message]]],
+    retry: bool,
+    in_place: bool,
+) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    _, before, after = split(ops)
+    hop_topic: Topic[int] = Topic(HOP_TOPIC, value_type=int, key_type=int)
+    topics = {"t": Topic("t", value_type=int), HOP_TOPIC: hop_topic}
+    out: list[tuple[Any, ...]] = []
+    sent: list[Any] = []
+    for name, messages in batches:
+        topic = topics[name]
+        apply = interpreted(after if name == HOP_TOPIC else before)
+        for m in messages:
+            try:
+                value = topic.decoder()(m.value)
+            except Exception:
+                if in_place:
+                    out.append(("dead", name, m.offset))
+                else:
+                    out.extend([("error", name, m.offset, "DecodeError")] * (1 + retry))
+                continue
+            try:
+                result = apply(value, topic, m)
+            except Exception as exc:
+                out.extend([("error", name, m.offset, type(exc).__name__)] * (1 + retry))
+                continue
+            if result is SKIP:
+                continue
+            if name == HOP_TOPIC:
+                out.append(("value", result))
+            elif step.key is None:
+                sent.append((HOP_TOPIC, hop_topic.encode(result), m.key, m.timestamp))
+            else:
+                key = hop_topic.encode_key(step.key(result))
+                sent.append((HOP_TOPIC, hop_topic.encode(result), key, m.timestamp))
+    return out, sent
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    kind=st.sampled_from([GROUP_BY, THROUGH]),
+    before=st.lists(st.tuples(st.sampled_from([FILTER, MAP]), st.integers(0, 5)), max_size=3),
+    after=ops_strategy,
+    parts=st.lists(st.tuples(st.booleans(), records_strategy), min_size=1, max_size=4),
+    retry=st.booleans(),
+    in_place=st.booleans(),
+)
+def test_the_hop_walker_matches_the_reference(
+    kind: str,
+    before: list[tuple[str, int]],
+    after: tuple[tuple[str, Any], ...],
+    parts: list[tuple[bool, list[bytes]]],
+    retry: bool,
+    in_place: bool,
+) -> None:
+    # A hop walks a batch of its agent's topic (each value through the operators before
+    # the hop, then forwarded) or of the hop topic (each value through the operators after
+    # it, to the agent); a record that does not decode is dead-lettered in place, as the
+    # compiled loop does, or raised through the agent, which starts again after it.
+    step, ops = hop_chain(kind, before, after)
+    batches = hop_batches(parts)
+    got, sent, done = asyncio.run(run_hop(step, ops, batches, retry, in_place))
+    assert (got, sent) == hop_reference(step, ops, batches, retry, in_place)
+    assert done == len(batches)

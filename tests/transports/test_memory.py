@@ -259,7 +259,7 @@ async def test_fetch_returns_the_stored_messages_without_copying() -> None:
     consumer = MemoryTransport(broker).consumer(group_id=None)
     consumer.assign([TP])
     batch = await consumer.getmany(timeout=0, max_records=10)
-    assert all(a is b for a, b in zip(batch[TP], broker._log(TP).messages, strict=True))
+    assert all(a is b for a, b in zip(batch[TP], broker.log(TP).messages, strict=True))
 
 
 async def test_assign_and_aclose_wake_a_waiting_getmany() -> None:

@@ -51,15 +51,15 @@ class _Bridge(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if revoked:  # aiokafka reports an empty revocation before the first join
-            await self._consumer._defer("revoked", revoked)
+            await self._consumer.hand_over("revoked", revoked)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         # The generation the partitions were given in, taken now: aiokafka resets its own
         # to "none" when it learns that the group went on without this member, and offsets
         # sent with "none" are not checked at all.
-        coordinator = self._consumer._kafka._coordinator
+        coordinator = self._consumer.client._coordinator  # noqa: SLF001 (aiokafka, see draining.py)
         self._consumer.generation = (coordinator.generation, coordinator.member_id)
-        await self._consumer._defer("assigned", assigned)
+        await self._consumer.hand_over("assigned", assigned)
 
 
 class KafkaConsumer:
@@ -74,7 +74,7 @@ class KafkaConsumer:
     def __init__(self, transport: KafkaTransport, options: dict[str, Any]) -> None:
         self._transport = transport
         self._options = options
-        self._group_id: str | None = options["group_id"]
+        self.group_id: str | None = options["group_id"]
         self._kafka: Any = None
         self._replay: list[Callable[[], None]] = []
         self._listener: RebalanceListener | None = None
@@ -89,14 +89,19 @@ class KafkaConsumer:
         # offsets go into transactions with them), or None before the first.
         self.generation: tuple[int, str] | None = None
 
+    @property
+    def client(self) -> Any:
+        """The ``AIOKafkaConsumer`` behind this consumer (None until it is started)."""
+        return self._kafka
+
     async def start(self) -> None:
         """Connect, retrying until ``connect_timeout``; a group member joins in ``getmany``."""
         if self._kafka is None:
             if self._closed:
                 raise TransportError("this Kafka consumer is closed")
             kafka = aiokafka.AIOKafkaConsumer(**self._options)
-            await self._transport._connect(kafka.start, kafka.stop)
-            if self._group_id is not None:
+            await self._transport.connect(kafka.start, kafka.stop)
+            if self.group_id is not None:
                 # Committed offsets not taken for none while they load; under
                 # exactly-once, not taken while a transaction may still commit others.
                 guard(kafka, stable=self._options.get("isolation_level") == "read_committed")
@@ -117,7 +122,7 @@ class KafkaConsumer:
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         """Join the consumer group for ``topics``; the group assigns partitions."""
-        if self._group_id is None:
+        if self.group_id is None:
             raise ConfigurationError("subscribe() needs a group_id; use assign() without one")
         self._listener, self._owned = listener, set()
         if not self._later(lambda: self.subscribe(topics, listener)):
@@ -161,11 +166,13 @@ class KafkaConsumer:
 
     def _state(self, tp: TopicPartition) -> Any:
         # aiokafka's state of tp in the current assignment: position and highwater.
-        subscription = self._kafka._subscription.subscription if self._kafka else None
+        subscription = self._kafka._subscription.subscription if self._kafka else None  # noqa: SLF001 (aiokafka's)
         assignment = subscription.assignment if subscription is not None else None
         return assignment.state_value(tp) if assignment is not None else None
 
-    async def _defer(self, kind: str, partitions: Any) -> None:
+    async def hand_over(self, kind: str, partitions: Any) -> None:
+        """Called by the rebalance listener (aiokafka's task): queue the callback of
+        ``kind`` for ``getmany`` to run, and wait until it has."""
         if not self._closed:
             done = asyncio.get_running_loop().create_future()
             self._deferred.append((kind, {TopicPartition(*tp) for tp in partitions}, done))
@@ -199,7 +206,7 @@ class KafkaConsumer:
     ) -> dict[TopicPartition, list[Message]]:
         """Up to ``max_records`` records; runs due rebalance callbacks first."""
         kafka = self._kafka or await self._started()
-        subscription = kafka._subscription
+        subscription = kafka._subscription  # noqa: SLF001 (aiokafka's)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -247,10 +254,10 @@ class KafkaConsumer:
         # member raises its coordinator's errors, counts as reading (max_poll_interval_ms)
         # and is handed records only of partitions on_partitions_assigned was told of.
         try:
-            if self._group_id is None:
+            if self.group_id is None:
                 return self._drainer.take(max_records) if self._drainer else None
-            kafka._coordinator.check_errors()
-            with kafka._subscription.fetch_context():
+            kafka._coordinator.check_errors()  # noqa: SLF001 (aiokafka's)
+            with kafka._subscription.fetch_context():  # noqa: SLF001 (aiokafka's)
                 return self._drainer.take(max_records, self._owned) if self._drainer else None
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
@@ -285,10 +292,10 @@ class KafkaConsumer:
         # a rebalance callback, an aclose from another task, or the deadline; counted as
         # reading, as aiokafka's getmany counts its wait.
         loop = asyncio.get_running_loop()
-        fetched = kafka._fetcher._create_fetch_waiter()
+        fetched = kafka._fetcher._create_fetch_waiter()  # noqa: SLF001 (aiokafka's)
         self._wakeup = wakeup = loop.create_future()
         try:
-            with kafka._subscription.fetch_context():
+            with kafka._subscription.fetch_context():  # noqa: SLF001 (aiokafka's)
                 await asyncio.wait(
                     (fetched, wakeup), timeout=limit, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -327,7 +334,7 @@ class KafkaConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit, for each partition, the offset of the next record to read."""
-        if self._group_id is None or self._closed:
+        if self.group_id is None or self._closed:
             why = "is closed" if self._closed else "has no group_id"
             raise CommitFailed(f"cannot commit: this consumer {why}")
         kafka = self._kafka or await self._started()
@@ -347,12 +354,12 @@ class KafkaConsumer:
         stands in for the broker's check of the generation there.
         """
         kafka = self._kafka or await self._started()
-        coordinator = kafka._coordinator
+        coordinator = kafka._coordinator  # noqa: SLF001 (aiokafka's)
         request = HeartbeatRequest(
             coordinator.group_id, coordinator.generation, coordinator.member_id
         )
         with map_kafka_errors():
-            response = await coordinator._send_req(request)
+            response = await coordinator._send_req(request)  # noqa: SLF001 (aiokafka's)
         error = kerr.for_code(response.error_code)
         if error in (kerr.IllegalGenerationError, kerr.UnknownMemberIdError):
             raise CommitFailed(f"this worker is no longer in its group ({error.__name__})")
@@ -365,7 +372,7 @@ class KafkaConsumer:
         Not in the ``Consumer`` protocol (the runtime never asks): tests use it to watch a
         worker's group progress on a real broker.
         """
-        if self._group_id is None:
+        if self.group_id is None:
             raise ConfigurationError("committed() needs a consumer with a group_id")
         kafka = self._kafka or await self._started()
         with map_kafka_errors():
@@ -377,7 +384,7 @@ class KafkaConsumer:
         if self._closed:
             return
         self._closed = True
-        self._transport._opened.discard(self)
+        self._transport.forget(self)
         for _, _, done in self._deferred:
             if not done.done():
                 done.set_result(None)  # aiokafka's stop() waits for its coordinator task
@@ -457,7 +464,7 @@ class KafkaProducer:
             if self._closed:
                 raise TransportError("this Kafka producer is closed")
             kafka = aiokafka.AIOKafkaProducer(**self._options)
-            await self._transport._connect(kafka.start, kafka.stop)
+            await self._transport.connect(kafka.start, kafka.stop)
             self._kafka = kafka
 
     async def send(
@@ -534,13 +541,13 @@ class KafkaProducer:
             # Closes the open batches and wakes the sender, so a flush does not wait out
             # linger_ms as aiokafka's flush() does.
             with map_kafka_errors():
-                await self._kafka._message_accumulator.flush_for_commit()
+                await self._kafka._message_accumulator.flush_for_commit()  # noqa: SLF001 (aiokafka's)
 
     async def aclose(self) -> None:
         """Flush and disconnect. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._transport._opened.discard(self)
+            self._transport.forget(self)
             kafka, self._kafka = self._kafka, None
             if kafka is not None:
                 await _stop(kafka, self._transport.closing_limit())
@@ -610,7 +617,7 @@ class KafkaTransactionalProducer(KafkaProducer):
         """Commit the open transaction with ``offsets`` for ``consumer``'s group (a
         ``KafkaConsumer``), after checking that the group still counts the consumer in its
         generation; on any failure abort it and raise ``TransactionAborted``."""
-        if not isinstance(consumer, KafkaConsumer) or consumer._group_id is None:
+        if not isinstance(consumer, KafkaConsumer) or consumer.group_id is None:
             raise ConfigurationError("commit_transaction needs a KafkaConsumer of a group")
         async with self._lock:
             self._ending = True
@@ -641,8 +648,8 @@ class KafkaTransactionalProducer(KafkaProducer):
     async def _send_offsets(
         self, kafka: Any, offsets: dict[Any, int], consumer: KafkaConsumer
     ) -> None:
-        group = consumer._group_id
-        assert group is not None and consumer._kafka is not None
+        group = consumer.group_id
+        assert group is not None and consumer.client is not None
         if generations is not None and aiokafka.__version__.startswith(
             generations.CHECKED_RELEASES
         ):

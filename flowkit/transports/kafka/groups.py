@@ -31,8 +31,8 @@ async def group_state(transport: KafkaTransport, group: str) -> str:
     """The group's state as the coordinator reports it: ``Empty`` or ``Dead`` when no
     member is alive, ``Stable`` or ``PreparingRebalance``/``CompletingRebalance`` when
     members are."""
-    admin = AIOKafkaAdminClient(**transport._client, client_id="flowkit-offsets-admin")
-    await transport._connect(admin.start, admin.close)
+    admin = AIOKafkaAdminClient(**transport.client_options, client_id="flowkit-offsets-admin")
+    await transport.connect(admin.start, admin.close)
     try:
         with map_kafka_errors():
             described = await admin.describe_consumer_groups([group])
@@ -52,13 +52,13 @@ async def log_ends(
     """(first offset, end offset) of each partition: the end from fetch high watermarks."""
     wanted = [_KTP(tp.topic, tp.partition) for tp in tps]
     consumer = aiokafka.AIOKafkaConsumer(
-        **transport._client,
+        **transport.client_options,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id="flowkit-offsets",
     )
-    await transport._connect(consumer.start, consumer.stop)
+    await transport.connect(consumer.start, consumer.stop)
     try:
         with map_kafka_errors():
             consumer.assign(wanted)
@@ -85,9 +85,12 @@ async def offsets_at(
     """The first offset at or after ``timestamp_ms`` per partition (None: none is)."""
     wanted = [_KTP(tp.topic, tp.partition) for tp in tps]
     consumer = aiokafka.AIOKafkaConsumer(
-        **transport._client, group_id=None, enable_auto_commit=False, client_id="flowkit-offsets"
+        **transport.client_options,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="flowkit-offsets",
     )
-    await transport._connect(consumer.start, consumer.stop)
+    await transport.connect(consumer.start, consumer.stop)
     try:
         with map_kafka_errors():
             found = await consumer.offsets_for_times({tp: timestamp_ms for tp in wanted})

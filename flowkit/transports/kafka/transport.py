@@ -175,9 +175,21 @@ class KafkaTransport:
         # it); without one, each client keeps the name the worker gave it.
         return self._client_id or client_id
 
-    async def _connect(
+    @property
+    def client_options(self) -> dict[str, Any]:
+        """The options every aiokafka client of this transport is made with (servers,
+        security, the client settings)."""
+        return self._client
+
+    def forget(self, client: KafkaConsumer | KafkaProducer) -> None:
+        """``client`` is closed: ``close`` no longer closes it."""
+        self._opened.discard(client)
+
+    async def connect(
         self, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
     ) -> None:
+        """Run an aiokafka client's ``start``, retrying while no broker answers, and
+        checking a secured listener's handshake first (its refusal is a clear error)."""
         secured = self._client.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
         refusal = self._refusal if secured else None
         await _connect(self.servers, self._connect_timeout, start, stop, refusal)
@@ -280,7 +292,7 @@ class KafkaTransport:
             raise TransportError("the Kafka transport is closed")
         if self._admin is None:
             admin = AIOKafkaAdminClient(**self._client, client_id=self._id("flowkit") + "-admin")
-            await self._connect(admin.start, admin.close)
+            await self.connect(admin.start, admin.close)
             self._admin = admin
         # Metadata of all topics: asking for a missing one by name creates it on some
         # brokers (Tansu; Kafka with auto.create.topics.enable).

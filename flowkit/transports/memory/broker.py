@@ -231,15 +231,15 @@ class MemoryBroker:
         timestamp_ms: int | None = None,
     ) -> Ack:
         """Append one record now and return where it went (what a producer's send does)."""
-        return self._append(topic, value, key, headers, partition, timestamp_ms)
+        return self.append_one(topic, value, key, headers, partition, timestamp_ms)
 
     def messages(self, topic: str, partition: int) -> list[Message]:
         """The records ``topic[partition]`` still holds, oldest first."""
-        return list(self._log(TopicPartition(topic, partition)).messages)
+        return list(self.log(TopicPartition(topic, partition)).messages)
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """The log start offset and the high watermark (next offset) of ``tp``."""
-        log = self._log(tp)
+        log = self.log(tp)
         return log.base, log.end
 
     def committed(self, group_id: str, tp: TopicPartition) -> int | None:
@@ -247,7 +247,7 @@ class MemoryBroker:
         group = self._groups.get(group_id)
         return None if group is None else group.committed.get(tp)
 
-    # -- internals shared with the consumer and producer ------------------------------
+    # -- the clients' side: what the broker's consumers and producers call ----------------
 
     def _topic(self, name: str) -> _Topic:
         t = self._topics.get(name)
@@ -256,13 +256,14 @@ class MemoryBroker:
             t = self._topics[name]
         return t
 
-    def _log(self, tp: TopicPartition) -> _Log:
+    def log(self, tp: TopicPartition) -> _Log:
+        """The log of ``tp``; an unknown partition raises ``TransportError``."""
         t = self._topics.get(tp.topic)
         if t is None or not 0 <= tp.partition < len(t.logs):
             raise TransportError(f"unknown partition {tp.topic}[{tp.partition}]")
         return t.logs[tp.partition]
 
-    def _append(
+    def append_one(
         self,
         topic: str,
         value: bytes | None,
@@ -271,6 +272,7 @@ class MemoryBroker:
         partition: int | None,
         timestamp_ms: int | None,
     ) -> _DoneAck:
+        """``append`` with positional arguments: a producer's send, one call less."""
         t = self._topics.get(topic) or self._topic(topic)
         logs = t.logs
         if partition is None:
@@ -285,11 +287,11 @@ class MemoryBroker:
                         t.key_partitions.clear()
                     cached = t.key_partitions[key] = partition_for_key(key, len(logs))
                 partition = cached
-        ack = self._append_batch(topic, partition, ((key, value, headers, timestamp_ms),))
+        ack = self.append_batch(topic, partition, ((key, value, headers, timestamp_ms),))
         assert ack is not None  # one record appended
         return ack
 
-    def _append_batch(
+    def append_batch(
         self, topic: str, partition: int, records: Sequence[OutRecord]
     ) -> _DoneAck | None:
         """Append ``records`` to one partition, as one producer batch; the ack of the last.
@@ -343,17 +345,20 @@ class MemoryBroker:
         # Whether or not anything went, look again only after another chunk of appends.
         log.trim_at = len(log.messages) + self._slack
 
-    def _group(self, group_id: str) -> _Group:
+    def group(self, group_id: str) -> _Group:
+        """The consumer group ``group_id`` (made on first use)."""
         return self._groups.setdefault(group_id, _Group())
 
-    def _join(self, group_id: str, member: MemoryConsumer, topics: tuple[str, ...]) -> None:
+    def join(self, group_id: str, member: MemoryConsumer, topics: tuple[str, ...]) -> None:
+        """``member`` joins ``group_id`` reading ``topics``: the group rebalances."""
         for name in topics:
             self._topic(name)
-        self._group(group_id).members[member] = topics
+        self.group(group_id).members[member] = topics
         self._rebalance(group_id)
 
-    def _leave(self, group_id: str, member: MemoryConsumer) -> None:
-        group = self._group(group_id)
+    def leave(self, group_id: str, member: MemoryConsumer) -> None:
+        """``member`` leaves ``group_id``: its partitions go to the others."""
+        group = self.group(group_id)
         group.members.pop(member, None)
         for tp in [tp for tp, m in group.holders.items() if m is member]:
             del group.holders[tp]
@@ -362,7 +367,7 @@ class MemoryBroker:
     def _rebalance(self, group_id: str) -> None:
         """Range assignment per topic over the members in join order, as Kafka's
         RangeAssignor does over sorted member ids: co-partitioned topics line up."""
-        group = self._group(group_id)
+        group = self.group(group_id)
         targets: dict[MemoryConsumer, set[TopicPartition]] = {m: set() for m in group.members}
         by_topic: dict[str, list[MemoryConsumer]] = {}
         for member, topics in group.members.items():
@@ -377,8 +382,9 @@ class MemoryBroker:
                 start += count
         group.targets = targets
         for member in group.members:
-            member._poke(rebalance=True)
+            member.poke(rebalance=True)
 
-    def _next_member_id(self, client_id: str) -> str:
+    def next_member_id(self, client_id: str) -> str:
+        """A member id for a new consumer, unique in this broker."""
         self._member_seq += 1
         return f"{client_id}-{self._member_seq}"

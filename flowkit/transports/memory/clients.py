@@ -59,7 +59,7 @@ class MemoryConsumer:
             raise ConfigurationError(
                 f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
             )
-        self.member_id = broker._next_member_id(client_id)
+        self.member_id = broker.next_member_id(client_id)
         self._broker = broker
         self._group_id = group_id
         self._reset = auto_offset_reset
@@ -84,7 +84,7 @@ class MemoryConsumer:
         if self._group_id is None:
             raise ConfigurationError("subscribe() needs a group_id; use assign() without one")
         self._listener = listener
-        self._broker._join(self._group_id, self, tuple(topics))
+        self._broker.join(self._group_id, self, tuple(topics))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly ``partitions``: from the group's commit if any, else per reset."""
@@ -92,12 +92,12 @@ class MemoryConsumer:
         if self._listener is not None:
             raise ConfigurationError("assign() on a consumer that subscribed to a group")
         wanted = set(partitions)
-        logs = {tp: self._broker._log(tp) for tp in wanted}  # validate before changing
+        logs = {tp: self._broker.log(tp) for tp in wanted}  # validate before changing
         for tp in self._fetches.keys() - wanted:
             self._drop(tp)
         for tp in wanted - self._fetches.keys():
             self._add(tp, logs[tp])
-        self._poke()
+        self.poke()
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now."""
@@ -167,7 +167,7 @@ class MemoryConsumer:
                 )
             if offset < 0:
                 raise CommitFailed(f"cannot commit negative offset {offset} for {tp}")
-        self._broker._group(self._group_id).committed.update(offsets)
+        self._broker.group(self._group_id).committed.update(offsets)
 
     async def aclose(self) -> None:
         """Leave the group, releasing every partition at once. Idempotent."""
@@ -176,8 +176,8 @@ class MemoryConsumer:
         self._closed = True
         self._fetches.clear()
         if self._group_id is not None and self._listener is not None:
-            self._broker._leave(self._group_id, self)
-        self._poke()
+            self._broker.leave(self._group_id, self)
+        self.poke()
 
     # -- internals ----------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ class MemoryConsumer:
         if self._closed:
             raise TransportError(f"consumer {self.member_id} is closed")
 
-    def _poke(self, *, rebalance: bool = False) -> None:
+    def poke(self, *, rebalance: bool = False) -> None:
         """Wake a waiting ``getmany``; with ``rebalance``, make it sync the group first."""
         if rebalance:
             self._rebalance_needed = True
@@ -218,7 +218,7 @@ class MemoryConsumer:
     async def _sync_group(self) -> None:
         self._rebalance_needed = False
         assert self._group_id is not None and self._listener is not None
-        group = self._broker._group(self._group_id)
+        group = self._broker.group(self._group_id)
         lost = self._fetches.keys() - group.targets.get(self, set())
         if lost:
             # Revoke while still owning the partitions, so the listener can commit.
@@ -234,7 +234,7 @@ class MemoryConsumer:
                     del group.holders[tp]
             for member, target in group.targets.items():
                 if member is not self and not target.isdisjoint(lost):
-                    member._poke(rebalance=True)
+                    member.poke(rebalance=True)
         if self._closed:
             return
         # Partitions still held by their previous owner come later, when it releases them.
@@ -243,7 +243,7 @@ class MemoryConsumer:
         if gained:
             for tp in gained:
                 group.holders[tp] = self
-                self._add(tp, self._broker._log(tp))
+                self._add(tp, self._broker.log(tp))
             await self._listener.on_partitions_assigned(set(gained))
 
     def _fetch(self, max_records: int) -> dict[TopicPartition, list[Message]]:
@@ -298,8 +298,8 @@ class MemoryProducer:
     """A ``Producer`` on a ``MemoryBroker``: ``send`` appends at once and is acked at once."""
 
     def __init__(self, broker: MemoryBroker, max_record_bytes: int | None = None) -> None:
-        self._append = broker._append
-        self._append_batch = broker._append_batch
+        self._append = broker.append_one
+        self._append_batch = broker.append_batch
         self._closed = False
         self.max_record_bytes = max_record_bytes
 

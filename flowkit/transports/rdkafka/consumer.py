@@ -122,7 +122,7 @@ class RdkafkaConsumer:
         self._loop = asyncio.get_running_loop()
         kafka = ck.Consumer({**self._config, "error_cb": self._on_error})
         try:
-            await self._transport._connect(kafka)
+            await self._transport.connect(kafka)
         except BaseException:
             await self._loop.run_in_executor(self._thread, kafka.close)
             raise
@@ -137,14 +137,14 @@ class RdkafkaConsumer:
             self._fatal = translate(ck.KafkaException(error))
         elif not self._closed:
             log.debug("Kafka client error", error=error.str())
-            self._transport._on_error(error)  # a lost connection: the broker watch checks
+            self._transport.on_error(error)  # a lost connection: the broker watch checks
 
     async def aclose(self) -> None:
         """Leave the group and disconnect; a ``getmany`` waiting in another task returns {}."""
         if self._closed:
             return
         self._closed = True
-        self._transport._opened.discard(self)
+        self._transport.forget(self)
         inflight = self._inflight
         if inflight is not None:
             # It ends within _SLICE (it sees _closed), unless it runs a rebalance callback
@@ -219,7 +219,7 @@ class RdkafkaConsumer:
         # In the consume thread: where each partition starts, the committed offset or
         # else the end the reset policy names (a listed offset, not a lazy "beginning",
         # so the position is a number from the start).
-        timeout = self._transport._timeout
+        timeout = self._transport.connect_timeout
         starts: dict[TopicPartition, int] = {}
         if committed and tps:
             for k in kafka.committed([self._ktp(tp) for tp in tps], timeout=timeout):
@@ -305,6 +305,12 @@ class RdkafkaConsumer:
         finally:
             self._in_callback = False
             self._callback = None
+
+    async def call_blocking(self, call: Callable[[Any, float], T]) -> T:
+        """``call(handle, timeout)`` on this consumer's librdkafka handle, off the event
+        loop (the offsets commands' reads), with the transport's connect timeout."""
+        kafka, timeout = self._kafka, self._transport.connect_timeout
+        return await self._blocking(lambda: call(kafka, timeout))
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         # A blocking librdkafka call, off the event loop: in the consume thread while a
@@ -481,7 +487,7 @@ class RdkafkaConsumer:
             raise ConfigurationError("committed() needs a consumer with a group_id")
         if self._kafka is None:
             await self.start()
-        kafka, timeout = self._kafka, self._transport._timeout
+        kafka, timeout = self._kafka, self._transport.connect_timeout
         with map_rdkafka_errors():
             (got,) = await self._blocking(
                 lambda: kafka.committed([ck.TopicPartition(tp[0], tp[1])], timeout=timeout)

@@ -43,13 +43,13 @@ async def group_state(transport: RdkafkaTransport, group: str) -> str:
     members are (``Unknown`` if the answer names none of these)."""
     admin = AdminClient(
         {
-            **transport._base,
-            **client_config(transport._settings, "admin"),
-            "client.id": transport._id("flowkit-offsets") + "-admin",
+            **transport.base_config,
+            **client_config(transport.settings, "admin"),
+            "client.id": transport.client_id("flowkit-offsets") + "-admin",
         }
     )
-    await transport._connect(admin)
-    futures = admin.describe_consumer_groups([group], request_timeout=transport._timeout)
+    await transport.connect(admin)
+    futures = admin.describe_consumer_groups([group], request_timeout=transport.connect_timeout)
     try:
         described = await asyncio.wrap_future(futures[group])
     except ck.KafkaException as exc:
@@ -107,9 +107,8 @@ async def offsets_at(
 
 async def _call(consumer: RdkafkaConsumer, call: Any) -> Any:
     # A blocking call on the consumer's librdkafka handle, off the event loop.
-    kafka, timeout = consumer._kafka, consumer._transport._timeout
     with map_rdkafka_errors():
-        return await consumer._blocking(lambda: call(kafka, timeout))
+        return await consumer.call_blocking(call)
 
 
 def _firsts(kafka: Any, tps: list[TopicPartition], timeout: float) -> dict[TopicPartition, int]:

@@ -82,7 +82,7 @@ class RdkafkaProducer:
             raise TransportError("this Kafka producer is closed")
         self._loop = asyncio.get_running_loop()
         kafka = ck.Producer({**self._config, "error_cb": self._on_error})
-        await self._transport._connect(kafka)
+        await self._transport.connect(kafka)
         self._kafka = kafka
         self._poller = threading.Thread(
             target=self._poll, args=(kafka,), name="flowkit-rdkafka-producer", daemon=True
@@ -93,7 +93,7 @@ class RdkafkaProducer:
         if error.fatal():
             self._fatal = translate(ck.KafkaException(error))
         else:
-            self._transport._on_error(error)  # a lost connection: the broker watch checks
+            self._transport.on_error(error)  # a lost connection: the broker watch checks
 
     def _poll(self, kafka: Any) -> None:
         # The only thread that serves delivery callbacks while the producer runs.
@@ -158,7 +158,7 @@ class RdkafkaProducer:
             raise self._fatal
         assert self._loop is not None
         future: asyncio.Future[Ack] = self._loop.create_future()
-        delivered = _batch_delivery(self, future, len(records))
+        delivered = self._batch_delivery(future, len(records))
         produce = self._kafka.produce
         start, end = 0, len(records)
         while True:
@@ -204,7 +204,7 @@ class RdkafkaProducer:
         if self._closed:
             return
         self._closed = True
-        self._transport._opened.discard(self)
+        self._transport.forget(self)
         if self._kafka is None:
             return
         limit = self._transport.closing_limit()
@@ -223,6 +223,26 @@ class RdkafkaProducer:
                 self._done = []
             self._kafka = None
 
+    def _batch_delivery(self, future: asyncio.Future[Ack], n: int) -> Callable[[Any, Any], None]:
+        """The delivery callback of every record of one ``send`` or ``send_batch``: it counts
+        their reports, and the last one hands the result (the first error, else the last
+        record, which librdkafka reports last within a partition) to the event loop with the
+        producer's other acks. A closure and no lock: every report comes from the poller
+        thread, and a bound method taking a lock cost 0.7-1.5 us more a record
+        (benchmarks/rdkafka_produce.py)."""
+        remaining = n
+        failure: Any = None
+
+        def delivered(error: Any, record: Any) -> None:
+            nonlocal remaining, failure
+            remaining -= 1
+            if error is not None and failure is None:
+                failure = error
+            if not remaining:
+                self._done.append((future, failure, record))
+
+        return delivered
+
 
 class RdkafkaTransactionalProducer(RdkafkaProducer):
     """A ``RdkafkaProducer`` whose sends are transactions (``TransactionalProducer``): the
@@ -235,7 +255,7 @@ class RdkafkaTransactionalProducer(RdkafkaProducer):
         self._open = False  # a transaction is open: begun by a send, not yet ended
         self._ending = False  # commit_transaction is under way: sends wait for the next
         self._txn_lock = asyncio.Lock()  # one begin or commit at a time
-        self._limit = float(transport._timeout)  # seconds a transaction call may block
+        self._limit = float(transport.connect_timeout)  # seconds a transaction call may block
 
     async def start(self) -> None:
         """Connect, then register the transactional id (fencing an older producer of it,
@@ -372,26 +392,3 @@ def _queue(
     except BufferError:
         return i
     return len(records)
-
-
-def _batch_delivery(
-    producer: RdkafkaProducer, future: asyncio.Future[Ack], n: int
-) -> Callable[[Any, Any], None]:
-    """The delivery callback of every record of one ``send`` or ``send_batch``: it counts
-    their reports, and the last one hands the result (the first error, else the last
-    record, which librdkafka reports last within a partition) to the event loop with the
-    producer's other acks. A closure and no lock: every report comes from the poller
-    thread, and a bound method taking a lock cost 0.7-1.5 us more a record
-    (benchmarks/rdkafka_produce.py)."""
-    remaining = n
-    failure: Any = None
-
-    def delivered(error: Any, record: Any) -> None:
-        nonlocal remaining, failure
-        remaining -= 1
-        if error is not None and failure is None:
-            failure = error
-        if not remaining:
-            producer._done.append((future, failure, record))
-
-    return delivered

@@ -80,7 +80,7 @@ class RdkafkaTransport:
         self._settings = s = check_settings(settings)
         if "SSL" in s.get("security_protocol", ""):
             tls_context(s)  # a file librdkafka could not read, refused here in one line
-        self._timeout = float(s["connect_timeout"])
+        self.connect_timeout = float(s["connect_timeout"])
         self.broker_watch = BrokerWatch(self.servers, float(s["broker_timeout"]))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_id: str | None = s.get("client_id")
@@ -88,7 +88,7 @@ class RdkafkaTransport:
             "bootstrap.servers": ",".join(self.servers),
             "logger": _LIBRDKAFKA_LOG,
             "log.connection.close": False,
-            "error_cb": self._on_error,
+            "error_cb": self.on_error,
         }
         self._admin: Any = None
         self._read_committed = False  # set by transactional_producer(): exactly-once
@@ -96,12 +96,29 @@ class RdkafkaTransport:
         self._closed = False
         self._refused: str | None = None  # the last refusal a client reported
 
-    def _id(self, client_id: str) -> str:
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The transport's settings, checked (``client_config`` makes a client's of them)."""
+        return self._settings
+
+    @property
+    def base_config(self) -> dict[str, Any]:
+        """What every librdkafka client of this transport is configured with first."""
+        return self._base
+
+    def client_id(self, client_id: str) -> str:
+        """The ``client.id`` of a client the worker names ``client_id``: the user's
+        client_id setting names every client (quotas and broker logs key on it)."""
         return self._client_id or client_id
 
-    def _on_error(self, error: Any) -> None:
-        # Called in a librdkafka thread: a lost connection is a hint for the watch, which
-        # checks and reports on the event loop (see flowkit.transports.watch).
+    def forget(self, client: RdkafkaConsumer | RdkafkaProducer) -> None:
+        """``client`` is closed: ``close`` no longer closes it."""
+        self._opened.discard(client)
+
+    def on_error(self, error: Any) -> None:
+        """librdkafka's error callback, called in its thread: a lost connection is a hint
+        for the watch, which checks and reports on the event loop (see
+        flowkit.transports.watch); a refusal is kept for ``_refusal``."""
         if error.code() in _REFUSALS:
             self._refused = error.str()
         loop = self._loop
@@ -143,10 +160,10 @@ class RdkafkaTransport:
         self._loop = asyncio.get_running_loop()
         await self.broker_watch.run()
 
-    async def _connect(self, client: Any) -> None:
+    async def connect(self, client: Any) -> None:
         """Wait until ``client`` reaches a broker, at most ``connect_timeout`` seconds."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
+        deadline = loop.time() + self.connect_timeout
         first = True
         if "sasl_oauth_token_provider" in self._settings:
             # librdkafka asks oauth_cb for a token only within a poll: one before the wait.
@@ -166,7 +183,7 @@ class RdkafkaTransport:
                 if loop.time() >= deadline:
                     raise BrokerUnavailable(
                         f"no Kafka broker at {','.join(self.servers)} ({last}; gave up after"
-                        f" {self._timeout:g} s, see the connect_timeout setting)"
+                        f" {self.connect_timeout:g} s, see the connect_timeout setting)"
                     ) from exc
                 if first:
                     log.warning("waiting for a Kafka broker", servers=self.servers, error=last)
@@ -183,10 +200,12 @@ class RdkafkaTransport:
         config = {
             **self._base,
             **client_config(self._settings, "consumer" if group_id is None else "group"),
-            "client.id": self._id(client_id),
+            "client.id": self.client_id(client_id),
             # librdkafka needs a group.id even for a consumer that only assigns; such a
             # consumer never joins the group nor commits.
-            "group.id": group_id if group_id is not None else f"{self._id(client_id)}-assigned",
+            "group.id": group_id
+            if group_id is not None
+            else f"{self.client_id(client_id)}-assigned",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": auto_offset_reset,
@@ -212,7 +231,7 @@ class RdkafkaTransport:
         config = {
             **self._base,
             **client_config(self._settings, "producer"),
-            "client.id": self._id(client_id),
+            "client.id": self.client_id(client_id),
             "partitioner": "murmur2_random",  # Kafka's default partitioner, as aiokafka's
             "enable.idempotence": False,
         }
@@ -230,7 +249,7 @@ class RdkafkaTransport:
             **self._base,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             **client_config(self._settings, "producer"),
-            "client.id": self._id(client_id),
+            "client.id": self.client_id(client_id),
             "partitioner": "murmur2_random",
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -248,12 +267,12 @@ class RdkafkaTransport:
                 {
                     **self._base,
                     **client_config(self._settings, "admin"),
-                    "client.id": self._id("flowkit") + "-admin",
+                    "client.id": self.client_id("flowkit") + "-admin",
                 }
             )
-            await self._connect(admin)
+            await self.connect(admin)
             self._admin = admin
-        admin, timeout = self._admin, self._timeout
+        admin, timeout = self._admin, self.connect_timeout
         loop = asyncio.get_running_loop()
         # Metadata of all topics: asking for a missing one by name creates it on some
         # brokers (Tansu; Kafka with auto.create.topics.enable).
@@ -277,7 +296,7 @@ class RdkafkaTransport:
             NewTopic(s.name, s.partitions, s.replication_factor, config=topic_config(s))
             for s in specs
         ]
-        futures = self._admin.create_topics(new, request_timeout=self._timeout)
+        futures = self._admin.create_topics(new, request_timeout=self.connect_timeout)
         for name, future in futures.items():
             try:
                 await asyncio.wrap_future(future)
