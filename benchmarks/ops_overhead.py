@@ -30,7 +30,7 @@ from benchmarks.rounds import report
 from benchmarks.ysb import START_MS, loaded_broker, payloads
 from examples import ysb
 from flowkit.logs import configure_logging
-from flowkit.runtime.web_status import status
+from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryTransport
 

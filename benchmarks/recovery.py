@@ -41,7 +41,7 @@ from benchmarks.kafka_broker import add_broker_options, kafka_broker
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.records import TopicPartition
-from flowkit.runtime.recovery import RecoveryProgress
+from flowkit.runtime.tables.recovery import RecoveryProgress
 from flowkit.transports import MemoryBroker, MemoryTransport, read_to_end
 
 APP = "recovery-bench"

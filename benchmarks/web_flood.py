@@ -3,14 +3,14 @@
     python -m benchmarks.web_flood [--events 1000000] [--clients 2000] [--repeat 3]
 
 Each round runs the YSB app (``examples/ysb.py``) over the same events on the memory
-broker twice, with the web endpoint on (``flowkit.runtime.web``, default limits): once
+broker twice, with the web endpoint on (``flowkit.runtime.web.server``, default limits): once
 quiet, once while another process keeps ``--clients`` connections to it (loopback only),
 each asking ``/metrics``, ``/status`` and ``/`` again as soon as it has an answer, and
 connecting again at once when refused. A thread of that process (blocking sockets, so
 the clients' busy event loop does not delay it) asks ``/health`` on a fresh connection
 every 100 ms and times the answers. Printed: records/s quiet and flooded,
 their ratio (the goal: at least 0.80), the same per CPU second of the worker's process
-and per CPU second of it and its web gate (``flowkit.runtime.web_gate``), the share of
+and per CPU second of it and its web gate (``flowkit.runtime.web.gate``), the share of
 a core the endpoint took (worker and gate, beyond the records' own CPU), the CPU the
 flooding process took, and the ``/health`` latencies. The flooding process runs in a
 session of its own, as a crowd on other machines would. The flood lasts

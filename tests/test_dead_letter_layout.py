@@ -18,7 +18,7 @@ from flowkit.deadletter import (
     fit_dead_letter,
 )
 from flowkit.records import Headers, Message
-from flowkit.runtime.deadletters import read_dead_letters, replay_dead_letters
+from flowkit.runtime.letters.replay import read_dead_letters, replay_dead_letters
 from flowkit.testing import TestDriver
 
 # Names a record may carry, flowkit's own among them: each one a record could spoof.

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowkit
-from flowkit.runtime.web_status import status
+from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
 

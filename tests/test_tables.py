@@ -447,7 +447,7 @@ async def test_windows_close_without_waiting_for_the_next_fetch() -> None:
 
 
 async def test_an_outbox_flush_that_fails_keeps_what_it_did_not_send() -> None:
-    from flowkit.runtime.state import StateKeeper
+    from flowkit.runtime.tables.keeper import StateKeeper
 
     app, _, counts = window_app([])
     sent: list[bytes] = []

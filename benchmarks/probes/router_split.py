@@ -18,7 +18,7 @@ ranges beside):
 and the paired ratios hand / flowkit of CPU and wall time. CPU time moves with the load on
 a shared machine; the collector's share is the steadier figure. ``--no-freeze`` adds a
 third contender to every round: flowkit without freezing its start-up heap
-(``flowkit/runtime/heap.py``), as before 2026-12-01.
+(``flowkit/runtime/lifecycle/heap.py``), as before 2026-12-01.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from benchmarks.kafka_broker import kafka_broker
 from benchmarks.probes.rdkafka_split import _NAMES, _split, _threads
 from examples import router
 from flowkit.logs import configure_logging
-from flowkit.runtime import heap
+from flowkit.runtime.lifecycle import heap
 
 
 class Collector:

@@ -13,7 +13,7 @@ from .._text import count
 from ..app import App
 from ..deadletter import DeadLetter, dead_letter_topic
 from ..errors import ConfigurationError
-from ..runtime.deadletters import (
+from ..runtime.letters.replay import (
     Marks,
     mark_replayed,
     read_dead_letters,

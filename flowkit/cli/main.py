@@ -30,7 +30,7 @@ from ..errors import (
 from ..logs import configure_logging
 from ..rendering import render
 from ..runtime import Worker, required_topics
-from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
+from ..runtime.web.settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import Transport, parse_broker_url, redact
 from .addresses import check_web_address
 from .common import FAILED, USAGE, AppArg, BrokerOpt

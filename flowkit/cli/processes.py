@@ -1,7 +1,7 @@
 """``flowkit worker APP --processes N|auto``: one parent, N worker processes, one group.
 
 The parent (``run_group``) starts N ``flowkit worker APP`` children through
-``flowkit.runtime.processes.ProcessGroup``, passes Ctrl-C/SIGTERM on to them, serves one
+``flowkit.runtime.processes.group.ProcessGroup``, passes Ctrl-C/SIGTERM on to them, serves one
 web endpoint for all of them and prints one summary. A child (``serve_child``) is an
 ordinary worker that also writes where its private web endpoint listens, names its process
 in its log lines, stops when the parent's pipe closes and prints no summary of its own.
@@ -23,9 +23,10 @@ import structlog
 from .._text import count
 from ..errors import ConfigurationError
 from ..runtime import Worker
-from ..runtime.processes import DIR_VAR, INDEX_VAR, ProcessGroup, inherited_secrets
-from ..runtime.web_endpoints import SECRET_VAR
-from ..runtime.web_settings import TOKEN_VAR, WebLimits, WebToken
+from ..runtime.lifecycle.secrets import inherited_secrets
+from ..runtime.processes.group import DIR_VAR, INDEX_VAR, ProcessGroup
+from ..runtime.web.endpoints import SECRET_VAR
+from ..runtime.web.settings import TOKEN_VAR, WebLimits, WebToken
 from ..transports import parse_broker_url
 
 __all__ = [
@@ -131,7 +132,7 @@ async def _run(
         web = None
         if settings is not None:
             # The web stack (aiohttp) is imported only by a group that serves it.
-            from ..runtime.process_web import GroupWebServer
+            from ..runtime.processes.web import GroupWebServer
 
             web = GroupWebServer(
                 group,
@@ -159,7 +160,7 @@ async def _run(
 
 def summary(group: ProcessGroup) -> str:
     """One line for the group: what every process it ran did (killed ones included)."""
-    from ..runtime.process_metrics import totals  # (aiohttp: only a group's parent needs it)
+    from ..runtime.processes.metrics import totals  # (aiohttp: only a group's parent needs it)
 
     figures = totals(group)
     records, seconds = figures["records_in"], group.elapsed

@@ -46,26 +46,26 @@ from ..transports import (
     Transport,
     transport_from_url,
 )
-from . import heap
-from .assignment import Assignment
-from .checkpoints import Checkpointer, aborted_in
-from .console import Console
-from .dispatch import Dispatcher
-from .fetcher import Fetcher
-from .hooks import run_shutdown_hooks, run_startup_hooks
-from .latency import LatencyProbes, LatencyTracker
-from .observe import WorkerCollector
-from .publisher import Publisher
-from .required import checked_graph, required_topics
-from .settings import WorkerSettings
-from .state import StateKeeper
-from .supervisor import Supervisor
-from .timers import leader_of, run_timer
+from .flow.checkpoints import Checkpointer, aborted_in
+from .flow.dispatch import Dispatcher
+from .flow.fetcher import Fetcher
+from .lifecycle import heap
+from .lifecycle.assignment import Assignment
+from .lifecycle.hooks import run_shutdown_hooks, run_startup_hooks
+from .lifecycle.required import checked_graph, required_topics
+from .lifecycle.settings import WorkerSettings
+from .lifecycle.supervisor import Supervisor
+from .lifecycle.timers import leader_of, run_timer
+from .observe.collector import WorkerCollector
+from .observe.console import Console
+from .output.latency import LatencyProbes, LatencyTracker
+from .output.publisher import Publisher
+from .tables.keeper import StateKeeper
 
 if TYPE_CHECKING:
-    from .web import WebServer
-    from .web_access import WebToken
-    from .web_limits import WebLimits
+    from .web.access import WebToken
+    from .web.limits import WebLimits
+    from .web.server import WebServer
 
 __all__ = ["Worker", "WorkerSettings"]
 
@@ -83,11 +83,11 @@ class Worker:
     ``status_interval`` how often a ``status`` line (records/s, lag, partitions) is
     logged, None for never; ``idle_hint``, on the embedded broker, how long without a record
     before the worker says once that only its own process can write there; ``web_port``
-    serves the web endpoint (``flowkit.runtime.web``)
+    serves the web endpoint (``flowkit.runtime.web.server``)
     on ``web_host``, behind ``web_token`` if given (every route but ``/health`` and
     ``/ready`` then needs ``Authorization: Bearer <token>``), answering to the host names
     of ``web_allowed_hosts`` (with the loopback ones on a loopback address; ``"*"``: any),
-    within ``web_limits`` (``flowkit.runtime.web_limits.WebLimits``).
+    within ``web.limits`` (``flowkit.runtime.web.limits.WebLimits``).
     ``processing_guarantee`` overrides the app's: ``"exactly_once"`` commits each
     checkpoint's outputs, changelog writes, dead letters and offsets in one Kafka
     transaction (``transactional_id`` names its producer; a random one by default).
@@ -164,7 +164,7 @@ class Worker:
         if web_port is not None:
             # The web stack (aiohttp) is imported only by a worker that serves it: a third
             # of a second of every start otherwise.
-            from .web import WebServer
+            from .web.server import WebServer
 
             self.web = WebServer(
                 self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 
-from flowkit.runtime.recovery import RecoveryProgress
+from flowkit.runtime.tables.recovery import RecoveryProgress
 from flowkit.testing import TestDriver
 from flowkit.transports import MemoryBroker
 from tests.ops.webapp import Click, build

@@ -10,7 +10,7 @@ from typing import Any
 
 import flowkit
 from flowkit.records import TopicPartition
-from flowkit.runtime.publisher import Publisher
+from flowkit.runtime.output.publisher import Publisher
 from flowkit.testing import TestDriver
 from flowkit.transports import Ack, OutRecord
 from flowkit.transports.memory import MemoryBroker, MemoryProducer, MemoryTransport

@@ -11,8 +11,8 @@ import pytest
 
 import flowkit
 from flowkit.errors import ConfigurationError
-from flowkit.runtime.web_endpoints import SECRET_VAR, signed_headers
-from flowkit.runtime.web_tables import endpoints_topic
+from flowkit.runtime.web.endpoints import SECRET_VAR, signed_headers
+from flowkit.runtime.web.tables import endpoints_topic
 from flowkit.testing import TestDriver
 from tests.conftest import DriverFactory
 from tests.ops.webapp import Click, build

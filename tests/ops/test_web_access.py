@@ -14,7 +14,7 @@ import structlog
 import structlog.testing
 
 from flowkit.errors import ConfigurationError
-from flowkit.runtime.web_access import WebAccess, WebToken
+from flowkit.runtime.web.access import WebAccess, WebToken
 from flowkit.testing import TestDriver
 from tests.ops.webapp import Click, build
 

@@ -16,8 +16,7 @@ from structlog.testing import capture_logs
 
 from flowkit.errors import FlowkitError
 from flowkit.records import Headers, Message
-from flowkit.runtime.web import WebServer
-from flowkit.runtime.web_endpoints import (
+from flowkit.runtime.web.endpoints import (
     SECRET_VAR,
     BadAdvert,
     EndpointDirectory,
@@ -26,8 +25,9 @@ from flowkit.runtime.web_endpoints import (
     check_url,
     signed_headers,
 )
-from flowkit.runtime.web_limits import WebLimits
-from flowkit.runtime.web_tables import endpoints_topic
+from flowkit.runtime.web.limits import WebLimits
+from flowkit.runtime.web.server import WebServer
+from flowkit.runtime.web.tables import endpoints_topic
 from flowkit.testing import TestDriver
 from flowkit.transports import MemoryTransport
 from tests.conftest import APACHE_KAFKA, DriverFactory

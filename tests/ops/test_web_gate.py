@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from flowkit.runtime import web_limits
-from flowkit.runtime.web_limits import WebLimits
+from flowkit.runtime.web import limits as web_limits
+from flowkit.runtime.web.limits import WebLimits
 from flowkit.testing import TestDriver
 from tests.local_servers import free_port, kill, listening, spawn, wait_ready
 from tests.ops.test_web_limits import exchange, fill, get, hold

@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from flowkit.runtime.server_logs import ServerLogs
-from flowkit.runtime.web_limits import WebLimits
+from flowkit.runtime.observe.server_logs import ServerLogs
+from flowkit.runtime.web.limits import WebLimits
 from flowkit.testing import TestDriver
 from tests.local_servers import free_port, kill, listening, spawn, wait_ready
 from tests.ops.webapp import build

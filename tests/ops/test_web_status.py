@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowkit
-from flowkit.runtime.letters import RECENT_LETTERS
-from flowkit.runtime.web_status import quantile, status
+from flowkit.runtime.letters.sending import RECENT_LETTERS
+from flowkit.runtime.web.status import quantile, status
 from flowkit.testing import TestDriver
 
 

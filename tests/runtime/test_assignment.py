@@ -8,8 +8,8 @@ from flowkit.errors import CommitFailed
 from flowkit.metrics import Metrics
 from flowkit.records import TopicPartition
 from flowkit.runtime import required_topics
-from flowkit.runtime.assignment import Assignment
-from flowkit.runtime.state import StateKeeper
+from flowkit.runtime.lifecycle.assignment import Assignment
+from flowkit.runtime.tables.keeper import StateKeeper
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryTransport
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.records import Message
-from flowkit.runtime.guards import FailureCounter
+from flowkit.runtime.flow.guards import FailureCounter
 from flowkit.testing import TestDriver
 from tests.conftest import DriverFactory
 

@@ -22,7 +22,7 @@ from flowkit.errors import (
     TransportError,
 )
 from flowkit.policies import Action
-from flowkit.runtime.failures import Decision, Where, decide
+from flowkit.runtime.flow.failures import Decision, Where, decide
 
 RETRY3 = flowkit.Retry(attempts=3, then="skip")
 

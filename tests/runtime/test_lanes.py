@@ -14,10 +14,10 @@ from flowkit.agents import Output
 from flowkit.errors import RecordRejected
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Headers, Message, record_size
-from flowkit.runtime.emitter import Emitter
-from flowkit.runtime.lanes import KeyPartitions, Lane, Origin
-from flowkit.runtime.publisher import Publisher
-from flowkit.runtime.targets import Target
+from flowkit.runtime.output.emitter import Emitter
+from flowkit.runtime.output.lanes import KeyPartitions, Lane, Origin
+from flowkit.runtime.output.publisher import Publisher
+from flowkit.runtime.output.targets import Target
 from flowkit.transports import MemoryTransport, OutRecord
 
 keys = st.none() | st.binary(max_size=6)

@@ -12,9 +12,9 @@ from flowkit.errors import ProcessingError
 from flowkit.metrics import Metrics
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message
-from flowkit.runtime.letters import LetterSender
-from flowkit.runtime.logbudget import LogBudget
-from flowkit.runtime.publisher import Publisher
+from flowkit.runtime.letters.sending import LetterSender
+from flowkit.runtime.observe.logbudget import LogBudget
+from flowkit.runtime.output.publisher import Publisher
 from flowkit.testing import FakeClock
 from flowkit.transports import MemoryTransport
 

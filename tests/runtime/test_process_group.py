@@ -13,8 +13,8 @@ import sys
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from flowkit.runtime.process_metrics import merge_live
-from flowkit.runtime.processes import ProcessGroup, describe_exit
+from flowkit.runtime.processes.group import ProcessGroup, describe_exit
+from flowkit.runtime.processes.metrics import merge_live
 
 # Exits 3 the first time it runs in a slot (it leaves a mark), then waits for SIGTERM and
 # exits 0: a child that crashes once and then runs until it is stopped.
@@ -113,7 +113,7 @@ async def test_a_child_that_stops_by_itself_is_not_restarted() -> None:
 # Reads its secrets twice, and starts a process that looks for their pipe.
 SECRETS = """
 import json, os, pathlib, subprocess
-from flowkit.runtime.processes import inherited_secrets
+from flowkit.runtime.lifecycle.secrets import inherited_secrets
 first, again = inherited_secrets(), inherited_secrets()
 look = "echo ${FLOWKIT_PROCESS_SECRETS_FD-none}"
 below = subprocess.run(["sh", "-c", look], capture_output=True, text=True).stdout.strip()

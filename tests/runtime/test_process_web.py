@@ -17,8 +17,8 @@ from contextlib import asynccontextmanager
 import aiohttp
 from aiohttp import web
 
-from flowkit.runtime.process_web import GroupWebServer
-from flowkit.runtime.processes import ProcessGroup
+from flowkit.runtime.processes.group import ProcessGroup
+from flowkit.runtime.processes.web import GroupWebServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

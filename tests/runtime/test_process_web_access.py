@@ -12,9 +12,9 @@ from pathlib import Path
 
 import aiohttp
 
-from flowkit.runtime.process_web import GroupWebServer
-from flowkit.runtime.processes import ProcessGroup
-from flowkit.runtime.web_access import TOKEN_VAR
+from flowkit.runtime.processes.group import ProcessGroup
+from flowkit.runtime.processes.web import GroupWebServer
+from flowkit.runtime.web.access import TOKEN_VAR
 
 TOKEN = "group-token-5e1d0c9b"
 
@@ -34,7 +34,7 @@ def environ(pid: int) -> bytes:
 
 def gates(pid: int) -> list[int]:
     """The web gates among ``pid``'s children."""
-    gate = b"web_gate.py"
+    gate = b"/runtime/web/gate.py"
     own = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
            for child in (task / "children").read_text().split()]  # fmt: skip
     return [child for child in own if gate in Path(f"/proc/{child}/cmdline").read_bytes()]

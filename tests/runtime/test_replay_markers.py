@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flowkit.deadletter import DeadLetter, dead_letter_headers
 from flowkit.records import Message
-from flowkit.runtime.deadletters import (
+from flowkit.runtime.letters.replay import (
     mark_replayed,
     read_dead_letters,
     read_replayed,

@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 import flowkit
 from flowkit.errors import DefinitionError
 from flowkit.runtime import required_topics
-from flowkit.runtime.state import StateKeeper
-from flowkit.runtime.web_status import status
+from flowkit.runtime.tables.keeper import StateKeeper
+from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 

@@ -1,0 +1,1 @@
+"""Dead letters: sending them so that one always fits, reading and replaying them."""

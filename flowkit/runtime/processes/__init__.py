@@ -1,0 +1,1 @@
+"""Several worker processes of one app under one parent (``--processes N``)."""

@@ -1,0 +1,1 @@
+"""The worker's side of tables: their stores, recovery, changelog flushes, standbys."""

@@ -1,0 +1,177 @@
+"""Standby replicas: warm copies of the table partitions this worker does not own.
+
+With ``App(standby_replicas=1)`` a worker follows the changelogs of every partition of
+its plain memory-store tables that the group did not give it, with a consumer of its
+own (no group, partitions assigned by hand), and applies them to stores of its own. When
+the group gives it one of those partitions, ``StateKeeper.recover`` takes the warm copy
+(``take``) and replays only the changelog after the copy's position: the gap. A
+partition this worker gives up is kept as a standby from the state it had (``keep``),
+so a rebalance that moves every partition away and back replays nothing again.
+
+The rule is every partition not owned, not ``n`` copies spread over the group: the
+group's membership is not known to a worker, and with a handful of workers each one
+holding a copy of everything is what makes any takeover warm. The memory it costs is
+the whole table on each worker.
+
+Follows one partition from its position: a batch fetched before a ``seek`` (a
+partition dropped and followed again) is not applied, and nothing is applied to a
+partition no longer followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from ...records import Message, TopicPartition
+from ...state import Table, TableStore
+from ...transports import Consumer, Transport
+
+__all__ = ["Standbys", "Taken"]
+
+log = structlog.get_logger(__name__)
+
+Taken = tuple[dict[Any, Any], int, list[tuple[Message, Exception]]]
+"""A warm copy handed over: the partition's dict, the changelog offset it reflects, and
+the changelog records it refused (the new owner dead-letters them, as a replay would)."""
+
+_POLL = 0.2  # seconds a fetch waits when the changelogs are quiet
+_MAX_RECORDS = 10_000
+
+
+class Standbys:
+    """The warm copies of one worker, and the task that follows their changelogs."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        tables: Iterable[Table[Any, Any]],
+        now_ms: Callable[[], int],
+        *,
+        client_id: str,
+    ) -> None:
+        self.transport = transport
+        self.client_id = client_id
+        self.stores: dict[Table[Any, Any], TableStore[Any, Any]] = {
+            t: t.new_store(now_ms) for t in tables
+        }
+        self._by_topic = {t.changelog_topic: self.stores[t] for t in self.stores}
+        # Per followed changelog partition: the offset of the next record to apply.
+        self.positions: dict[TopicPartition, int] = {}
+        self._seek: set[TopicPartition] = set()  # followed anew: seek before applying
+        self._changed = asyncio.Event()
+        self._consumer: Consumer | None = None
+        self._behind = False  # followed anew since the copies last caught up
+
+    def __bool__(self) -> bool:
+        return bool(self.stores)
+
+    def follow(self, owned: Mapping[Table[Any, Any], set[int]]) -> None:
+        """Follow every partition of the tables except ``owned`` ones (per table)."""
+        wanted: set[TopicPartition] = set()
+        for table in self.stores:
+            mine = owned.get(table, set())
+            for p in range(table.partitions):
+                if p not in mine:
+                    wanted.add(TopicPartition(table.changelog_topic, p))
+        for tp in set(self.positions) - wanted:
+            self._drop(tp)
+        for tp in wanted - set(self.positions):
+            self._by_topic[tp.topic].assign([tp.partition])
+            self.positions[tp] = 0
+            self._seek.add(tp)
+            self._behind = True
+        self._changed.set()
+
+    def keep(self, table: Table[Any, Any], partition: int, data: dict[Any, Any], at: int) -> None:
+        """Follow ``partition`` from ``data``, the state it had at changelog offset ``at``
+        (a partition this worker gave up, everything it changed acknowledged)."""
+        store = self.stores.get(table)
+        if store is None:
+            return
+        tp = TopicPartition(table.changelog_topic, partition)
+        store.adopt(partition, data)
+        self.positions[tp] = at
+        self._seek.add(tp)
+        self._changed.set()
+
+    def take(self, table: Table[Any, Any], partition: int) -> Taken | None:
+        """Hand the warm copy of ``partition`` over (this worker now owns it), or None."""
+        tp = TopicPartition(table.changelog_topic, partition)
+        store = self.stores.get(table)
+        if store is None or tp not in self.positions:
+            return None
+        data = store.partition_data(partition) or {}
+        at = self.positions.pop(tp)
+        self._seek.discard(tp)
+        store.revoke([partition])
+        refused = [r for r in store.rejected if r[0].partition == partition]
+        if refused:
+            store.rejected = [r for r in store.rejected if r[0].partition != partition]
+        self._changed.set()
+        return data, at, refused
+
+    def _drop(self, tp: TopicPartition) -> None:
+        store = self._by_topic[tp.topic]
+        store.revoke([tp.partition])
+        store.rejected = [r for r in store.rejected if r[0].partition != tp.partition]
+        self.positions.pop(tp, None)
+        self._seek.discard(tp)
+
+    def lag(self) -> int | None:
+        """Changelog records the copies are behind (None before any fetch told)."""
+        consumer = self._consumer
+        if not self.positions:
+            return 0
+        if consumer is None:
+            return None
+        total = 0
+        for tp, at in list(self.positions.items()):
+            high = consumer.highwater(tp)
+            if high is None:
+                return None
+            total += max(high - at, 0)
+        return total
+
+    def partitions(self) -> int:
+        """Table partitions followed now."""
+        return len(self.positions)
+
+    async def run(self) -> None:
+        """Follow the changelogs until cancelled (the worker's supervisor runs this)."""
+        consumer = self.transport.consumer(group_id=None, client_id=self.client_id)
+        await consumer.start()
+        self._consumer = consumer
+        assigned: set[TopicPartition] = set()
+        try:
+            while True:
+                if self._changed.is_set():
+                    self._changed.clear()
+                    assigned = set(self.positions)
+                    consumer.assign(assigned)
+                    for tp in self._seek:
+                        consumer.seek(tp, self.positions[tp])
+                    self._seek.clear()
+                if not assigned:
+                    await self._changed.wait()
+                    continue
+                batches = await consumer.getmany(_POLL, _MAX_RECORDS)
+                for tp, messages in batches.items():
+                    self._apply(tp, messages)
+                if self._behind and self.lag() == 0:
+                    self._behind = False
+                    log.info("standby copies caught up", partitions=len(self.positions))
+        finally:
+            self._consumer = None
+            await consumer.aclose()
+
+    def _apply(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
+        if not messages or tp in self._seek:
+            return  # fetched before a seek, or dropped since: another position's records
+        if tp not in self.positions:
+            return
+        self._by_topic[tp.topic].apply_changelog(tp.partition, messages)
+        self.positions[tp] = messages[-1].offset + 1

@@ -1,0 +1,339 @@
+"""The gate of a worker's web endpoint: a small process that accepts its connections,
+hands the worker those within its limit, and answers the rest itself.
+
+A crowd that connects again and again must not cost the worker's records their time.
+Accepting, reading and answering a refused connection is Python work, and a thread
+would do it under the same interpreter lock as the records; so it is done in a process
+of its own. ``BoundedListener`` (``web.limits``) binds the socket, then starts this
+module as a script (``python -I -S gate.py``: standard library only, so it starts in
+milliseconds and loads nothing of flowkit or the app), giving it the listening socket
+and one end of a control socket. The gate:
+
+- passes each connection to the worker while the worker holds fewer than
+  ``max_connections`` (the worker says when one closes);
+- answers a connection past the limit at once from what it sent already: a probe
+  (``GET /health``, ``GET /ready``) with the answer the worker last gave it (the worker
+  sends its probe answers whenever they change, checking ten times a second, and once a
+  second anyway), anything else with ``503``. An answer not sent again for
+  ``answer_life`` seconds (3) is not given: the worker's loop may be stuck, and its probes
+  then fail past the limit as they do within it. One whose request has not arrived
+  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so; past
+  that, it is reset;
+- answers at most 2,000 connections past the limit a second (200 a second of those
+  given a moment): the rest wait in the kernel's backlog;
+- ends when the worker's end of the control socket closes, whether the worker stopped
+  or died; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
+  ``SIGHUP``), which a terminal or a supervisor may send to the whole process group.
+
+The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
+``c`` with a connection's file descriptor, ``!ERRNO STRERROR`` when accepting failed.
+From the worker: ``-`` once per connection closed (several may come in one message), and
+``aPATH ANSWER``, the whole HTTP answer to a probe past the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+
+__all__ = ["BUSY", "Gate", "Pacer", "overflow_answer", "probe_answer"]
+
+OVERFLOW_READ = 4096  # bytes a connection past the limit may send before its answer
+OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
+REFUSALS = 200  # connections past the limit given a moment per second, at most
+QUICK_REFUSALS = 2000  # connections past the limit answered at once per second, at most
+ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
+RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
+_ACCEPTS = 64  # connections accepted in a row before the control socket is read again
+
+
+class Pacer:
+    """At most ``rate`` starts per second after a burst of ``burst``, in arrival order
+    (the generic cell rate algorithm: one number, the theoretical arrival time).
+
+    >>> now = [0.0]
+    >>> pacer = Pacer(rate=10.0, burst=2, max_wait=0.15, clock=lambda: now[0])
+    >>> [pacer.delay() for _ in range(4)]
+    [0.0, 0.0, 0.1, None]
+    """
+
+    def __init__(
+        self, rate: float, burst: int, max_wait: float, clock: Callable[[], float]
+    ) -> None:
+        self.interval = 1.0 / rate
+        self.tolerance = (burst - 1) * self.interval
+        self.max_wait = max_wait
+        self.clock = clock
+        self._tat = 0.0
+
+    def delay(self) -> float | None:
+        """Seconds the next start must wait (taking its place), or None: it would wait
+        more than ``max_wait`` (and takes no place)."""
+        now = self.clock()
+        tat = max(self._tat, now)
+        wait = max(0.0, tat - now - self.tolerance)
+        if wait > self.max_wait:
+            return None
+        self._tat = tat + self.interval
+        return round(wait, 9)
+
+
+def _head(status: int, reason: str, length: int) -> bytes:
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    ).encode()
+
+
+_BUSY_BODY = b'{"error": "busy: too many connections"}'
+BUSY = _head(503, "Busy", len(_BUSY_BODY)) + _BUSY_BODY
+
+
+def probe_answer(status: int, body: bytes) -> bytes:
+    """The whole HTTP answer to a probe past the limit.
+
+    >>> probe_answer(200, b"{}").split(b"\\r\\n")[0]
+    b'HTTP/1.1 200 OK'
+    """
+    reason = "OK" if status == 200 else "Service Unavailable"
+    return _head(status, reason, len(body)) + body
+
+
+def overflow_answer(request: bytes, answer: Callable[[str], bytes | None]) -> bytes | None:
+    """The whole answer to a connection past the limit, from what it sent so far (None
+    while its request line is not complete): ``answer(path)`` for a ``GET``, else (or
+    when that is None) ``503``.
+
+    >>> overflow_answer(b"GET /health?x HTTP/1.1\\r\\n", {"/health": b"ok"}.get)
+    b'ok'
+    >>> overflow_answer(b"GET /status HTTP/1.1\\r\\n", {}.get) == BUSY
+    True
+    >>> overflow_answer(b"GET /hea", {}.get) is None
+    True
+    """
+    if b"\r\n" not in request:
+        return None
+    line = request.split(b"\r\n", 1)[0].split(b" ")
+    if len(line) != 3 or line[0] != b"GET":
+        return BUSY
+    return answer(line[1].split(b"?", 1)[0].decode("latin-1")) or BUSY
+
+
+def reset(conn: socket.socket) -> None:
+    """Close with a reset: nothing more is read or sent, and no TIME_WAIT is left."""
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+    except OSError:
+        pass
+    conn.close()
+
+
+class Gate:
+    """The gate's loop over ``listening`` and ``control`` (see the module's docstring)."""
+
+    def __init__(
+        self,
+        listening: socket.socket,
+        control: socket.socket,
+        max_connections: int,
+        max_overflow: int,
+        answer_life: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.listening = listening
+        self.control = control
+        self.max_connections = max_connections
+        self.max_overflow = max_overflow
+        self.answer_life = answer_life  # seconds a probe's answer is given, unless sent again
+        self.clock = clock
+        self.held = 0  # connections passed to the worker and not closed yet
+        self.refused = 0
+        # path -> the answer to a probe past the limit, and until when it may be given
+        self.answers: dict[str, tuple[bytes, float]] = {}
+        # connections past the limit given a moment: their deadline and what they sent
+        self.waiting: dict[socket.socket, tuple[float, bytearray]] = {}
+        self.quick = Pacer(QUICK_REFUSALS, QUICK_REFUSALS // 4, math.inf, clock)
+        self.slow = Pacer(REFUSALS, REFUSALS // 4, math.inf, clock)
+        self.resume_at: float | None = None  # accepting paused until then
+        self.open = True
+        self.selector = selectors.DefaultSelector()
+
+    def run(self) -> None:
+        """Serve until the worker's end of the control socket closes."""
+        listening, control = self.listening, self.control
+        listening.setblocking(False)
+        control.setblocking(True)  # read only when readable; at most a few sends in flight
+        self.selector.register(listening, selectors.EVENT_READ)
+        self.selector.register(control, selectors.EVENT_READ)
+        while self.open:
+            events = self.selector.select(self._timeout())
+            ready = {key.fileobj for key, _ in events}
+            if control in ready:  # first: closed connections free places
+                ready.discard(control)
+                if not self._from_worker():
+                    return
+            for conn in ready:
+                if conn is listening:
+                    self._accept()
+                else:
+                    assert isinstance(conn, socket.socket)
+                    self._readable(conn)
+            self._expire()
+
+    def _timeout(self) -> float | None:
+        deadlines = [deadline for deadline, _ in self.waiting.values()]
+        if self.resume_at is not None:
+            deadlines.append(self.resume_at)
+        return max(0.0, min(deadlines) - self.clock()) if deadlines else None
+
+    def _from_worker(self) -> bool:
+        """Read one message from the worker; False once it is gone."""
+        try:
+            message = self.control.recv(65536)
+        except OSError:
+            message = b""
+        if not message:  # the worker stopped, or died
+            return False
+        if message[:1] == b"-":
+            self.held -= len(message)
+        elif message[:1] == b"a":
+            path, _, answer = message[1:].partition(b" ")
+            self.answers[path.decode("latin-1")] = answer, self.clock() + self.answer_life
+        return True
+
+    def _accept(self) -> None:
+        for _ in range(_ACCEPTS):
+            try:
+                conn, _ = self.listening.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # out of file descriptors, say: wait for some
+                self._tell(f"!{exc.errno} {exc.strerror}".encode())
+                self._pause(ACCEPT_RETRY)
+                return
+            if self.held < self.max_connections:
+                self._admit(conn)
+                continue
+            self.refused += 1
+            delay = self._refuse(conn)
+            if delay:
+                self._pause(delay)
+                return
+
+    def _admit(self, conn: socket.socket) -> None:
+        try:
+            socket.send_fds(self.control, [b"c"], [conn.fileno()])
+            self.held += 1
+        except OSError:
+            self.open = False  # the worker is gone
+        finally:
+            conn.close()  # (the worker has its own descriptor of it now)
+
+    def _refuse(self, conn: socket.socket) -> float | None:
+        """Answer a connection past the limit or give it a moment; the pause before the
+        next one."""
+        conn.setblocking(False)
+        try:
+            sent = conn.recv(OVERFLOW_READ)
+            if not sent:  # closed before it said anything
+                conn.close()
+                return self.quick.delay()
+        except BlockingIOError:
+            sent = b""  # nothing yet
+        except OSError:
+            conn.close()
+            return self.quick.delay()
+        answer = overflow_answer(sent, self._answer_to)
+        if answer is not None:
+            self._answer(conn, answer)
+            return self.quick.delay()
+        if len(self.waiting) < self.max_overflow:
+            self.waiting[conn] = (self.clock() + OVERFLOW_TIMEOUT, bytearray(sent))
+            self.selector.register(conn, selectors.EVENT_READ)
+            return self.slow.delay()
+        reset(conn)
+        return self.quick.delay()
+
+    def _readable(self, conn: socket.socket) -> None:
+        """A connection given a moment sent more."""
+        _, sent = self.waiting[conn]
+        try:
+            data = conn.recv(OVERFLOW_READ)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._forget(conn)
+            conn.close()
+            return
+        sent += data
+        if not data or b"\r\n\r\n" in sent or len(sent) > OVERFLOW_READ:
+            self._forget(conn)
+            self._answer(conn, overflow_answer(bytes(sent), self._answer_to) or BUSY)
+
+    def _answer_to(self, path: str) -> bytes | None:
+        answer, until = self.answers.get(path, (None, 0.0))
+        return answer if until > self.clock() else None
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for conn in [c for c, (deadline, _) in self.waiting.items() if deadline <= now]:
+            self._forget(conn)
+            reset(conn)  # no answer: a client that sends nothing reads nothing either
+        if self.resume_at is not None and self.resume_at <= now:
+            self.resume_at = None
+            self.selector.register(self.listening, selectors.EVENT_READ)
+
+    def _forget(self, conn: socket.socket) -> None:
+        del self.waiting[conn]
+        self.selector.unregister(conn)
+
+    @staticmethod
+    def _answer(conn: socket.socket, answer: bytes) -> None:
+        try:
+            conn.send(answer)  # (a small answer: the socket's buffer takes it whole)
+        except OSError:
+            pass
+        conn.close()
+
+    def _pause(self, seconds: float) -> None:
+        if self.resume_at is None:
+            self.selector.unregister(self.listening)
+        self.resume_at = self.clock() + seconds
+
+    def _tell(self, message: bytes) -> None:
+        try:  # (a report the worker has no room for yet is dropped: it is only a report)
+            self.control.send(message, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.open = False
+
+
+def main(argv: list[str]) -> None:
+    """``gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
+    # Ctrl+C, or a signal sent to the whole process group, is the worker's to act on: the
+    # gate ends when the worker closes the control socket (or exits, which closes it).
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+    listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv[:4])
+    answer_life = float(argv[4])
+    listening = socket.socket(fileno=listening_fd)
+    control = socket.socket(fileno=control_fd)
+    try:
+        Gate(listening, control, max_connections, max_overflow, answer_life).run()
+    except Exception as exc:  # one line in the worker's log, not a traceback on stderr
+        try:
+            control.send(f"!0 the web gate stopped: {exc!r}".encode())
+        except OSError:
+            pass
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
