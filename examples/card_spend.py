@@ -5,8 +5,10 @@ window ending at each payment (the 60 s up to it) and one starting just after ea
 (the 60 s once it has left), so every distinct "last 60 seconds" of a card is summed
 once, when stream time has passed it. Windows over the limit are flagged.
 
-Run it with ``python -m examples.card_spend``; as a worker, ``flowkit worker
-examples.card_spend:app``.
+Run it with ``python -m examples.card_spend``: a test driver feeds it a few payments and
+prints the windows over the limit. As a worker (``flowkit worker examples.card_spend:app
+--broker kafka://HOST:PORT``) it reads the ``payments`` topic, which something else
+writes, for example ``flowkit send``.
 """
 
 from __future__ import annotations
