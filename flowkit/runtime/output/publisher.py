@@ -156,14 +156,32 @@ class Publisher:
     async def _flush_soon(self) -> None:
         try:
             while self.buffered:  # what the agent publishes meanwhile, too
-                await self.flush()
+                await self._flush_round()  # a task of its own already: nothing cancels it
         except Exception as exc:  # raised by the next checkpoint, which stops the worker
             self._error = exc
         finally:
             self._flushing = None
 
     async def flush(self) -> None:
-        """Send every record published so far, one batch per destination partition."""
+        """Send every record published so far, one batch per destination partition.
+
+        The round runs as a task of its own: a caller cancelled meanwhile (the worker
+        stops) leaves it to finish, so records taken from the lanes are never dropped half
+        sent, and a failure is raised by the next ``await_acks``.
+        """
+        sending = asyncio.get_running_loop().create_task(self._flush_round())
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            if not sending.done():
+                sending.add_done_callback(self._orphan_ended)
+            raise
+
+    def _orphan_ended(self, sending: asyncio.Task[None]) -> None:
+        if not sending.cancelled() and sending.exception() is not None and self._error is None:
+            self._error = sending.exception()
+
+    async def _flush_round(self) -> None:
         async with self._flush_lock:  # batches of one partition leave in order
             # One round: the records published while it sends go in the next one, so a
             # busy agent cannot keep a checkpoint waiting for the lock (it is fair).
@@ -380,30 +398,44 @@ class Publisher:
             raise TransportError(f"a send failed: {error!r}") from error
         while self._in_flight:
             pending, self._in_flight = self._in_flight, []
-            self._awaiting = pending
             origins, self._origins = self._origins, []
-            rejected: list[tuple[object, RecordRejected]] = []
+            self._awaiting = pending
+            refused: list[tuple[int, RecordRejected]] = []  # (index in pending, refusal)
             ack: Ack
-            for sent, origin in zip(pending, origins, strict=True):
-                if isinstance(sent, Ack):  # already stored; the others are futures
-                    ack = sent
-                else:
+            i = 0
+            try:
+                for i, sent in enumerate(pending):
                     try:
-                        ack = await sent
+                        if isinstance(sent, Ack):  # already stored
+                            ack = sent
+                        elif sent.done():  # type: ignore[attr-defined]
+                            ack = sent.result()  # type: ignore[attr-defined]
+                        else:  # shielded: a cancelled wait leaves the send itself alone
+                            ack = await asyncio.shield(sent)
                     except RecordRejected as exc:
-                        if origin is None or self.on_rejected is None:
+                        if origins[i] is None or self.on_rejected is None:
                             raise TransportError(f"a send was refused: {exc}") from exc
-                        rejected.append((origin, exc))
+                        refused.append((i, exc))
                         continue
                     except Exception as exc:
                         raise TransportError(f"a send was not acknowledged: {exc!r}") from exc
-                self._stored(ack)
-            self._awaiting = []
-            if not rejected:
-                return
-            for origin, refusal in rejected:
-                await self._refused(origin, refusal)  # what it sends: awaited next round
-            await self.flush()
+                    self._stored(ack)
+                i = len(pending)
+                if not refused:
+                    return
+                while refused:
+                    await self._refused(origins[refused[0][0]], refused[0][1])
+                    del refused[0]
+            except asyncio.CancelledError:
+                # The sends go on (the shield kept the client's delivery futures): the next
+                # checkpoint awaits what this one had not, and dead-letters the refused.
+                back = [j for j, _ in refused] + list(range(i, len(pending)))
+                self._in_flight[:0] = [pending[j] for j in back]
+                self._origins[:0] = [origins[j] for j in back]
+                raise
+            finally:
+                self._awaiting = []
+            await self.flush()  # what the dead letters sent, awaited next round
 
     async def _refused(self, origin: object, exc: RecordRejected) -> None:
         if isinstance(origin, _Batch):
@@ -450,5 +482,6 @@ class Publisher:
 async def _all_acknowledged(
     pending: list[Awaitable[Ack]], callback: Callable[[bool], None]
 ) -> None:
-    results = await asyncio.gather(*pending, return_exceptions=True)
+    # Shielded: cancelling the watch (the worker stops) must not cancel the sends.
+    results = await asyncio.gather(*map(asyncio.shield, pending), return_exceptions=True)
     callback(not any(isinstance(r, BaseException) for r in results))
