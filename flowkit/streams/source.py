@@ -254,10 +254,12 @@ class StreamSource(TaskScope):
         return it
 
     async def refuse(self, error: Exception) -> None:
-        """The current record is bad input (``error``: it does not decode, or a join finds
-        it late or beyond its guard): dead-lettered where the walk found it, which goes on
-        with the next record, the agent not started again for it. Raises ``error`` where
-        the worker wants it raised through the agent (``fail_fast``, or no worker)."""
+        """The current record failed where the walk found it (``error``: it does not
+        decode, a join finds it late or beyond its guard, an operator of a list's chain
+        raised on it): dealt with there as the agent's error policy says for a record of a
+        list (dead-lettered or skipped), and the walk goes on with the next record, the
+        agent not started again for it. Raises ``error`` where the worker wants it raised
+        through the agent (a stop, ``fail_fast``, or no worker)."""
         if self.undecodable is None or not await self.undecodable(error):
             raise error from None
 
@@ -596,7 +598,13 @@ class StreamSource(TaskScope):
                         await self.refuse(batch.topic.decode_error(exc))
                         continue
                     if fn is not None:
-                        v = fn(v, batch.topic, m)
+                        try:
+                            v = fn(v, batch.topic, m)
+                        except Exception as exc:
+                            # An operator raised: the record fails in place too, as one
+                            # of a list (it cannot be processed again there).
+                            await self.refuse(exc)
+                            continue
                     if v is not SKIP:
                         if not chunk:
                             deadline = now() + (within or 0.0)

@@ -283,3 +283,55 @@ async def test_a_bad_record_in_a_join_is_dead_lettered_in_place() -> None:
         assert sorted(got) == [("l1", "r"), ("l2", "r")]
         await check_dead_letters(driver, "take_pairs", 2)
     assert len(starts) == 1, f"the agent was started {len(starts)} times"
+
+
+def _checked(order: Order) -> Order:
+    if order.id.startswith("bad"):
+        raise ValueError(f"refused {order.id}")
+    return order
+
+
+@pytest.mark.parametrize("shape", ["take", "batches"])
+@pytest.mark.parametrize("policy", [None, RETRY], ids=["default", "retry"])
+async def test_an_operator_raising_in_a_list_fails_its_record_and_the_list_goes_on(
+    shape: str, policy: Any
+) -> None:
+    # A value whose map() raises while a list is filled is failed where it is, as a
+    # record of a list (a Retry's ``then``: it cannot be processed again there); the
+    # values the list holds stay, the agent is not started again, and every offset is
+    # committed.
+    app = flowkit.App("hostile-list-ops", partitions=1)
+    orders = app.topic("orders", value_type=Order)
+    seen: list[str] = []
+    starts: list[int] = []
+
+    @app.agent(orders, on_error=policy)
+    async def take_orders(stream: flowkit.Stream[Order]) -> None:
+        starts.append(1)
+        checked = stream.map(_checked)
+        lists = checked.take(4, 0.05) if shape == "take" else checked.batches(4, 0.05)
+        async for chunk in lists:
+            seen.extend(order.id for order in chunk)
+
+    want: list[str] = []
+    async with TestDriver(app) as driver:
+        for i in range(10):
+            await driver.send(orders, Order(id=f"good-{i}", amount=i), key="k")
+            want.append(f"good-{i}")
+            if i % 3 == 1:
+                await driver.send(orders, Order(id=f"bad-{i}", amount=i), key="k")
+        await driver.advance(1.0)  # the last list's time is up
+        await driver.run_until_idle()
+        assert sorted(seen) == sorted(want), "a good value was lost or repeated"
+        letters = [DeadLetter(m) for m in await driver.dead_letters()]
+        assert [(d.stage, d.error_type, d.agent) for d in letters] == [
+            ("process", "ValueError", "take_orders")
+        ] * 3
+        assert sorted(DeadLetter(m).source_offset for m in await driver.dead_letters()) == [
+            2,
+            6,
+            10,
+        ]
+        await driver.worker.checkpoint()
+        assert driver.broker.committed(app.name, flowkit.TopicPartition("orders", 0)) == 13
+    assert len(starts) == 1, f"the agent was started {len(starts)} times"

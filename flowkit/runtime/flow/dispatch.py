@@ -398,9 +398,10 @@ class Dispatcher:
         await source.call_each(agent.fn, emitter, failed, is_async=agent.is_async, many=agent.many)
 
     async def _undecodable(self, agent: Agent[Any], name: str, exc: Exception) -> bool:
-        # The current record of the instance ``name`` does not decode (or a join found it
-        # too late): dealt with where the stream found it, so the agent goes on without
-        # being started again (True); else (False) it is raised through the agent.
+        # The current record of the instance ``name`` failed where its stream found it (it
+        # does not decode, a join found it too late, an operator of a list's chain raised):
+        # dealt with there, so the agent goes on without being started again (True); else
+        # (False) it is raised through the agent.
         source = self._instances[name]
         message = source.current_message()
         if message is None:
