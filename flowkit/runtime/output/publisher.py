@@ -169,6 +169,8 @@ class Publisher:
         stops) leaves it to finish, so records taken from the lanes are never dropped half
         sent, and a failure is raised by the next ``await_acks``.
         """
+        if not (self.buffered or self._flush_lock.locked() or self._any_queued()):
+            return  # nothing to send, no round to wait for: no task, no turn of the loop
         sending = asyncio.get_running_loop().create_task(self._flush_round())
         try:
             await asyncio.shield(sending)
@@ -176,6 +178,9 @@ class Publisher:
             if not sending.done():
                 sending.add_done_callback(self._orphan_ended)
             raise
+
+    def _any_queued(self) -> bool:
+        return any(lane.queued() for lane in self._lanes.values())
 
     def _orphan_ended(self, sending: asyncio.Task[None]) -> None:
         if not sending.cancelled() and sending.exception() is not None and self._error is None:
@@ -465,7 +470,7 @@ class Publisher:
         failed)."""
         if self.buffered or self._error is not None or self._flush_lock.locked():
             return False
-        if any(lane.queued() for lane in self._lanes.values()):
+        if self._any_queued():
             return False
         for ack in self._in_flight:
             if isinstance(ack, Ack):
