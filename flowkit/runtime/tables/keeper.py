@@ -34,6 +34,7 @@ from ...deadletter import dead_letter_headers, dead_letter_topic
 from ...records import Message, TopicPartition
 from ...redaction import redact_url
 from ...state import GlobalTable, StreamJoin, Table, TableStore, WindowedStore, WindowedTable
+from ...state.joins.store import JoinStore
 from ...state.rocks import RocksTableStore
 from ...state.snapshots import Captured, SnapshotFiles
 from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
@@ -599,12 +600,12 @@ class StateKeeper:
 
     async def _dead_letter_refused(self, stores: Iterable[Any]) -> None:
         for store in stores:
-            # (Tables' and global tables' stores keep what they refused; the stores of
-            # windowed tables and joins refuse nothing here.)
+            # What a store refused of its changelog (or a global table of its topic).
             rejected = getattr(store, "rejected", None)
             if rejected:
                 store.rejected = []
-                await self._dead_letter(store.table.name, rejected)
+                owner = store.join if isinstance(store, JoinStore) else store.table
+                await self._dead_letter(owner.name, rejected)
 
     def tick(self, caught_up: set[int]) -> None:
         """Let quiet, caught-up partitions move their watermarks."""

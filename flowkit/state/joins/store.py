@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from ...codecs import StrCodec
-from ...errors import LateRecord, NotRunningError
+from ...codecs import DECODE_FAILURES, StrCodec, decode_error_message
+from ...errors import DecodeError, LateRecord, NotRunningError
 from ...records import Message
 from ...streamtime import FutureGuard
 
@@ -143,6 +143,8 @@ class JoinStore(FutureGuard):
         self.join = join
         self.parts: dict[int, JoinPart] = {}
         self.late_records = 0
+        # Changelog records that are not this join's: the worker dead-letters them.
+        self.rejected: list[tuple[Message, Exception]] = []
         self._decode = (join.left.decoder(), join.right.decoder())
         self._decode_key = _key_decoder_of(join)
         # How long after its timestamp a record of each side may still be matched by a
@@ -439,22 +441,34 @@ class JoinStore(FutureGuard):
         for m in messages:
             if m.key is None:
                 continue
+            # Checked: anyone who may write the changelog may write anything there, and
+            # a record the join cannot hold must not stop its recovery. The worker
+            # dead-letters it.
+            try:
+                if m.key == TIME_KEY:
+                    state = None if m.value is None else _state_decoder.decode(m.value)
+                else:
+                    ref = _key_decoder.decode(m.key)
+                    if ref[0] not in (LEFT, RIGHT):
+                        raise msgspec.ValidationError(f"side {ref[0]} is neither 0 nor 1")
+                    entry = None if m.value is None else _entry_decoder.decode(m.value)
+            except DECODE_FAILURES as exc:
+                error = f"not a changelog record of this join: {decode_error_message(exc)}"
+                self.rejected.append((m, DecodeError(error)))
+                continue
             if m.key == TIME_KEY:
-                if m.value is not None:
-                    state = _state_decoder.decode(m.value)
+                if state is not None:
                     if isinstance(state, int):
                         state = (state, -1, -1)
                     part.logged = state
                     part.time = part.done = state[0]
                     part.high = [state[1], state[2]]
                     part.replayed = (state[1], state[2])
-                continue
-            ref = _key_decoder.decode(m.key)
-            if m.value is None:
+            elif entry is None:
                 found.pop(ref, None)
-                continue
-            ts, matched, raw = _entry_decoder.decode(m.value)
-            found[ref] = [ts, matched, raw, None, ref[1], ref[2], ref[0], LOGGED]
+            else:
+                ts, matched, raw = entry
+                found[ref] = [ts, matched, raw, None, ref[1], ref[2], ref[0], LOGGED]
 
     def _rebuild(self, part: JoinPart) -> None:
         """The buffers, deques and due time of what the changelog held."""

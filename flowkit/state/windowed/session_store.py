@@ -7,10 +7,11 @@ sessions and markers, the changelog, reads), so the worker runs both alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...windows import SessionSpec, Window
+from . import wire
 from .session_owner import SessionOwners
 from .session_source import SessionPart, SessionSource
 from .stages import TwoStages
@@ -26,6 +27,19 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
     (``owners``) of one session table in one worker, with its counters."""
 
     stage1_kinds = ("w", "S")
+    # See session_source.py and session_owner.py.
+    changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
+        "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int])),
+        "S": wire.Shape(2, key=1, value=wire.value_of(list[tuple[int, int, Any]])),
+        "O": wire.Shape(
+            2,
+            key=1,
+            value=wire.value_of(list[tuple[int, int, list[tuple[int, int, int, Any]]]]),
+        ),
+        "C": wire.Shape(2, key=1, value=wire.value_of(list[tuple[int, int, Any]])),
+        "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
+        "e": wire.Shape(1),
+    }
 
     def __init__(self, table: SessionTable[Any, Any], now_ms: Callable[[], int]) -> None:
         spec = table.spec

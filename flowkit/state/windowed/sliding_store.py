@@ -7,9 +7,10 @@ markers, the changelog, reads), so the worker runs both alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...errors import DecodeError
 from ...records import Message
 from ...windows import SlidingSpec, Window
 from . import wire
@@ -27,6 +28,13 @@ __all__ = ["SlidingStore"]
 class SlidingStore(SlidingSource):
     """Stage 1 (inherited, so the per-record ``add`` reaches it in one step) and stage 2
     (``owners``) of one sliding table in one worker, with its counters."""
+
+    # See sliding_source.py and sliding_owner.py.
+    changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
+        "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int, int])),
+        "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(tuple[int, int])),
+        "R": wire.Shape(3, ints=(2,), key=1, value=wire.value_of(tuple[Any])),
+    }
 
     def __init__(self, table: SlidingTable[Any, Any], now_ms: Callable[[], int]) -> None:
         spec = table.spec
@@ -47,6 +55,8 @@ class SlidingStore(SlidingSource):
         self.late_records = 0
         self.callback_errors = 0
         self.late_out: list[Late] = []
+        # Changelog records that are not this table's: the worker dead-letters them.
+        self.rejected: list[tuple[Message, Exception]] = []
 
     def has_outbox(self) -> bool:
         """True when records, markers or late records wait to be sent."""
@@ -92,12 +102,16 @@ class SlidingStore(SlidingSource):
         self.assign([partition])
         part = self.parts[partition]
         owner = self.owners.owners[partition]
+        shapes, sources = self.changelog_shapes, self.partitions
         for m in messages:
             if m.key is None:
                 continue
-            parts = wire.decode(m.key)
-            value = None if m.value is None else wire.decode(m.value)
-            if parts[0] == "w":
+            try:
+                kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))
+                continue
+            if kind == "w":
                 self.apply_record(part, value)
             else:
                 self.owners.apply_record(owner, parts[0], parts, value)

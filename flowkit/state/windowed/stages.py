@@ -12,10 +12,10 @@ here, for tumbling, hopping and session tables alike:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from ...errors import NotRunningError
+from ...errors import DecodeError, NotRunningError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import Window, WindowSpec
@@ -352,6 +352,7 @@ class TwoStages(Sources[P]):
     stage 1's records; the others are stage 2's."""
 
     stage1_kinds: tuple[str, ...] = ("w",)
+    changelog_shapes: ClassVar[Mapping[str, wire.Shape]]  # each kind of changelog record
     table: WindowedTable[Any, Any]
     owners: OwnersBase[Any]
 
@@ -360,6 +361,8 @@ class TwoStages(Sources[P]):
         self.late_records = 0
         self.callback_errors = 0
         self.late_out: list[Late] = []  # late records for a topic or async callable
+        # Changelog records that are not this table's: the worker dead-letters them.
+        self.rejected: list[tuple[Message, Exception]] = []
 
     def has_outbox(self) -> bool:
         """True when records, markers or late records wait to be sent."""
@@ -403,13 +406,15 @@ class TwoStages(Sources[P]):
         part = self.parts[partition]
         owners = self.owners
         owner = owners.owners[partition]
-        stage1 = self.stage1_kinds
+        stage1, shapes, sources = self.stage1_kinds, self.changelog_shapes, self.partitions
         for m in messages:
             if m.key is None:
                 continue
-            parts = wire.decode(m.key)
-            kind = parts[0]
-            value = None if m.value is None else wire.decode(m.value)
+            try:
+                kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
+            except DecodeError as exc:
+                self.rejected.append((m, exc))
+                continue
             if kind in stage1:
                 self.apply_record(part, kind, parts, value)
             else:

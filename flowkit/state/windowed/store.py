@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...windows import Window
+from . import wire
 from .owner import Owners, fold_sources
 from .stage1 import Part, Stage1
 from .stages import TwoStages
@@ -22,6 +23,15 @@ class WindowedStore(TwoStages[Part], Stage1):
     (``owners``) of one tumbling or hopping table in one worker, with its counters."""
 
     stage1_kinds = ("w", "p")
+    # See wire.py.
+    changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
+        "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int])),
+        "p": wire.Shape(3, ints=(1,), key=2),
+        "o": wire.Shape(4, ints=(1, 3), key=2, source=3),
+        "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
+        "c": wire.Shape(3, ints=(1,), key=2),
+        "e": wire.Shape(1),
+    }
 
     def __init__(self, table: WindowedTable[Any, Any], now_ms: Callable[[], int]) -> None:
         Stage1.__init__(

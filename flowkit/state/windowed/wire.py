@@ -25,7 +25,8 @@ Changelog keys (values are JSON; a None value deletes):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -35,8 +36,10 @@ from ...errors import DecodeError
 __all__ = [
     "EMITTED_KEY",
     "WATERMARK_KEY",
+    "Shape",
     "closed_key",
     "decode",
+    "decode_change",
     "decode_record",
     "encode",
     "key_from_json",
@@ -45,6 +48,7 @@ __all__ = [
     "partial",
     "partial_key",
     "source_key",
+    "value_of",
 ]
 
 encode = msgspec.json.Encoder().encode
@@ -118,3 +122,59 @@ def key_from_json(key: Any) -> Any:
     if isinstance(key, list):
         return tuple(key)
     return key
+
+
+# -- changelog records, checked ----------------------------------------------------------
+
+
+def value_of(kind: Any) -> Callable[[bytes], Any]:
+    """The decoder of a changelog value of type ``kind`` (whole numbers are no bools)."""
+    return msgspec.json.Decoder(kind).decode
+
+
+class Shape(NamedTuple):
+    """What a changelog record of one kind must be: its key's length, which of the key's
+    items are whole numbers, which one is a source partition (checked against their
+    count) and which a table key (checked to be one), and the decoder of its value."""
+
+    length: int
+    ints: tuple[int, ...] = ()
+    source: int | None = None
+    key: int | None = None
+    value: Callable[[bytes], Any] = decode
+
+
+def decode_change(
+    key: bytes, value: bytes | None, shapes: Mapping[str, Shape], sources: int
+) -> tuple[str, list[Any], Any]:
+    """A changelog record, checked: anyone who may write the topic may write anything
+    there, and a record a table cannot hold must not stop its recovery (a worker that
+    stops on it would stop again at every restart). Returns its kind, its key's items
+    and its value (None: deleted); raises ``DecodeError`` for a record that is not one
+    of ``shapes`` (the worker dead-letters it and goes on).
+
+    >>> shapes = {"s": Shape(2, ints=(1,), source=1, value=value_of(int))}
+    >>> decode_change(source_key(1), b"5", shapes, sources=2)
+    ('s', ['s', 1], 5)
+    >>> decode_change(source_key(7), b"5", shapes, sources=2)
+    Traceback (most recent call last):
+    ...
+    flowkit.errors.DecodeError: not a changelog record: source partition 7 of 2
+    """
+    try:
+        parts = decode(key)
+        shape = shapes.get(parts[0]) if type(parts) is list and parts else None
+        if shape is not None and len(parts) == shape.length:
+            if any(type(parts[i]) is not int for i in shape.ints):
+                problem = f"{parts[0]!r} needs whole numbers at {list(shape.ints)}"
+            elif shape.source is not None and not 0 <= parts[shape.source] < sources:
+                problem = f"source partition {parts[shape.source]} of {sources}"
+            else:
+                if shape.key is not None:
+                    hash(key_from_json(parts[shape.key]))  # a list in a list is no key
+                return parts[0], parts, None if value is None else shape.value(value)
+        else:
+            problem = f"no key of this table: {key[:60]!r}"
+    except _REFUSED as exc:
+        problem = decode_error_message(exc)
+    raise DecodeError(f"not a changelog record: {problem}")
