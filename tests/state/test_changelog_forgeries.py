@@ -28,6 +28,7 @@ from flowkit.records import Message
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests import test_sessions, test_sliding
+from tests.conftest import ALL_CLIENTS, DriverFactory
 from tests.hostile import hostile_json
 from tests.state import test_stream_join
 from tests.state.test_future_records import Click, window_app
@@ -222,3 +223,31 @@ def test_any_changelog_record_is_applied_or_refused(
         store.apply_changelog(0, [])
         if hasattr(store, "drain_changes"):
             store.drain_changes()
+
+
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS[1:], indirect=True)
+async def test_forged_changelog_records_on_kafka_are_dead_lettered(
+    make_driver: DriverFactory,
+) -> None:
+    # Through the broker and both clients: the records a recovery reads are Kafka's.
+    clock, closed = FakeClock(), []
+    t0 = int(clock.time() * 1000) - 600_000
+    forged = [FORGED[0], FORGED[7], FORGED[9], FORGED[13], FORGED[19], FORGED[27]]
+    async with make_driver(window_app(closed), clock=clock) as driver:
+        for i in range(4):
+            await driver.send("clicks", Click("c", t0 + i * 1_000), partition=i % 2)
+        await driver.run_until_idle()
+        for key, value in forged:
+            await driver.send_raw("win-counts-changelog", value, key=key, partition=0)
+    async with make_driver(window_app(closed), clock=clock) as driver:
+        for p in range(PARTITIONS):
+            await driver.send("clicks", Click("c", t0 + 15_000), partition=p)
+        await driver.run_until_idle()
+        await driver.advance(70)
+        await driver.run_until_idle()
+        letters = [DeadLetter(m) for m in await driver.dead_letters()]
+    assert sorted(closed) == [("c", t0, 4), ("c", t0 + 10_000, 2)]
+    assert sorted((d.message.key or b"", d.message.value or b"") for d in letters) == sorted(
+        (k, v or b"") for k, v in forged
+    )
+    assert {(d.stage, d.agent) for d in letters} == {("decode", "table:counts")}
