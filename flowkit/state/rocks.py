@@ -505,8 +505,10 @@ class RocksTableStore(Generic[K, V]):
 
 
 def _bytes(ms: int) -> bytes:
-    # Big-endian and offset by 2**63: every int64 time sorts in byte order.
-    return (ms + 2**63).to_bytes(8, "big")
+    # Big-endian and offset by 2**63: every int64 time sorts in byte order. A time past
+    # the int64 range (a write time near its end, anyone may write the changelog, plus
+    # the ttl) is its end: that key is due never, rather than a store that cannot open.
+    return (min(max(ms, -(2**63)), 2**63 - 1) + 2**63).to_bytes(8, "big")
 
 
 def _int(raw: bytes) -> int:

@@ -22,7 +22,7 @@ from flowkit.records import Message
 from flowkit.rendering import render_text
 from flowkit.state.rocks import RocksTableStore
 from flowkit.testing import FakeClock, TestDriver
-from flowkit.transports import MemoryBroker
+from flowkit.transports import MemoryBroker, MemoryTransport
 from tests.conftest import APACHE_KAFKA, BROKERS, DriverFactory
 
 STORES = ["memory", "memory+snapshots", "rocksdb"]
@@ -380,6 +380,32 @@ async def test_keys_expire_on_the_wall_clock(store: str, tmp_path: Path) -> None
         assert dict(seen.items()) == {"b": 2}
         await driver.advance(16)
         assert dict(seen.items()) == {}
+
+
+@pytest.mark.parametrize("clock", ["event", "wall"])
+async def test_write_times_at_the_ends_of_int64_neither_stop_a_recovery_nor_expire_early(
+    store: str, clock: str, tmp_path: Path
+) -> None:
+    # Anyone may write the changelog, with any timestamp Kafka takes (an int64; brokers
+    # that do not bound it, as Apache Kafka 4.x does by default, store them all).
+    broker = MemoryBroker()
+    app, orders, seen = seen_app(store, tmp_path, ttl=10, ttl_clock=clock)
+    async with TestDriver(app, broker=broker) as driver:
+        await order_at(driver, orders, "a", 1, 0)
+    producer = MemoryTransport(broker).producer()
+    for name, ts in (("end", 2**63 - 1), ("start", -(2**63)), ("none", -1), ("far", 2**62)):
+        key = name.encode()
+        await producer.send("shop-seen-changelog", b"5", key=key, partition=0, timestamp_ms=ts)
+    app, orders, seen = seen_app(store, tmp_path, ttl=10, ttl_clock=clock)
+    async with TestDriver(app, broker=broker) as driver:
+        await order_at(driver, orders, "b", 2, 1_000)
+        await driver.advance(20)
+        await driver.run_until_idle()
+        kept = {"end": 5, "far": 5}  # written in the far future: not due for ages
+        if clock == "event":  # stream time is at 1 s: "a" and "b" are live
+            kept |= {"a": 1, "b": 2}
+        assert dict(seen.items()) == kept
+        assert await driver.dead_letters() == []
 
 
 # On the test broker (Tansu); FLOWKIT_TEST_ALL_CLIENTS=1 adds Apache Kafka, whose
