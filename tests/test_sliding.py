@@ -16,6 +16,7 @@ import flowkit
 from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
+from tests.conftest import ALL_CLIENTS, DriverFactory
 
 SIZE, SECOND = 10_000, 1000
 Result = tuple[str, int, int, Any]  # key, start, end, value
@@ -342,14 +343,35 @@ async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> No
     closed: list[Result] = []
     app, hits, _ = sliding_app(closed, [], grace=0)
     async with TestDriver(app, clock=clock) as driver:
-        await driver.send_raw("sliding-recent-repartition", record, partition=0)
-        for s in (0, 100):
-            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
-        await driver.run_until_idle()
-        letters = await driver.dead_letters()
+        await forge_and_close(driver, hits, t0, record)
+    assert closed == [("a", t0 - SIZE, t0, [1])]  # the table goes on
+
+
+@pytest.mark.parametrize("make_driver", ALL_CLIENTS[1:], indirect=True)
+async def test_a_forged_repartition_record_is_a_dead_letter_on_kafka(
+    make_driver: DriverFactory,
+) -> None:
+    # Anyone who can write the internal topic can forge its records: on the test broker
+    # through both clients too (its envelope and partition are the broker's).
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    closed: list[Result] = []
+    app, hits, _ = sliding_app(closed, [], grace=0)
+    async with make_driver(app, clock=clock) as driver:
+        await forge_and_close(driver, hits, t0, b'["p", 0, 0, "a", [[1], "x", 1]]')
+    assert closed == [("a", t0 - SIZE, t0, [1])]
+
+
+async def forge_and_close(driver: TestDriver, hits: Any, t0: int, record: bytes) -> None:
+    """A forged record on the repartition topic, then records that close a window: the
+    forged one is the one dead letter, at stage decode."""
+    await driver.send_raw("sliding-recent-repartition", record, partition=0)
+    for s in (0, 100):
+        await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+    await driver.run_until_idle()
+    letters = await driver.dead_letters()
     assert [dict(m.headers)["flowkit.error.stage"] for m in letters] == [b"decode"]
     assert [m.value for m in letters] == [record]
-    assert closed == [("a", t0 - SIZE, t0, [1])]  # the table goes on
 
 
 async def test_current_reads_the_last_size_at_each_record_inside_the_agent() -> None:
