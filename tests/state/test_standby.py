@@ -57,7 +57,15 @@ async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
     log = transport.broker
     for i in range(100):  # another worker owns partition 1 and writes its changelog
         log.append(totals.changelog_topic, b"%d" % i, key=b"k%d" % i, partition=1)
-    state = StateKeeper(app, transport, FakeClock(), _send)
+        if i == 50:  # and anyone may write there: records no table holds
+            for value in (b"not json", b"{", b"[" * 5_000):
+                log.append(totals.changelog_topic, value, key=b"forged", partition=1)
+    letters: list[bytes | None] = []
+
+    async def send(topic: str, value: bytes | None, **_: object) -> None:
+        letters.append(value)
+
+    state = StateKeeper(app, transport, FakeClock(), send)
     await state.recover({0})  # this worker owns partition 0, stands by for 1
     follower = asyncio.create_task(state.standbys.run())
     try:
@@ -75,7 +83,9 @@ async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
     expected = {f"k{i}": i for i in range(100)} | {"k1": -1, "k2": -2, "new": 7}
     del expected["k3"]
     assert dict(state.stores[totals].items()) == expected
-    assert replayed == ((1, 4) if standby_replicas else (0, 104))
+    assert replayed == ((1, 4) if standby_replicas else (0, 107))
+    # Refused by the copy or by the replay, each dead-lettered once, by the new owner.
+    assert sorted(letters) == sorted([b"not json", b"{", b"[" * 5_000])
 
 
 async def test_workers_hand_partitions_over_warm_and_counts_stay_exact() -> None:
