@@ -25,6 +25,17 @@ __all__ = ["TestCA"]
 
 KEYSTORE_PASSWORD = "flowkit-test"
 CLIENT_KEY_PASSWORD = "flowkit-client-key"
+# The keystore's key and certificates under one round of PBKDF2 (20,000 by default): the
+# broker reads it once or more for each TLS listener at every start, and 20,000 rounds of
+# the JVM's SHA-256 (compiled by C1 only, tests/apache_kafka.py) took about 0.4 s a read,
+# seconds a start. A test password guards nothing.
+_KEYSTORE_ENCRYPTION = (
+    serialization.PrivateFormat.PKCS12.encryption_builder()
+    .kdf_rounds(1)
+    .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
+    .hmac_hash(hashes.SHA256())
+    .build(KEYSTORE_PASSWORD.encode())
+)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -118,7 +129,7 @@ class TestCA:
                 key,
                 cert,
                 [ca_cert],
-                serialization.BestAvailableEncryption(KEYSTORE_PASSWORD.encode()),
+                _KEYSTORE_ENCRYPTION,
             )
         )
         files.client_cert.write_bytes(_pem(client_cert))

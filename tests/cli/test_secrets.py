@@ -13,8 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlencode
 
 import pytest
@@ -28,7 +30,10 @@ KEY_PASSWORD = "key-secret-5526"
 CLIENT_SECRET = "client-secret-7703"
 SECRETS = (IN_USER, SASL_PASSWORD, KEY_PASSWORD, CLIENT_SECRET)
 
-RUNS_FOR = 8.0  # seconds a worker group that keeps restarting its processes is let run
+DEADLINE = 60.0  # seconds a command may take to fail
+# A worker group restarts a process that died; its line says so once the process's own
+# output is written.
+RESTARTING = "worker process died; restarting it"
 
 
 def _closed_port() -> int:
@@ -61,7 +66,8 @@ def _commands(url: str, client: str) -> list[list[str]]:
 
 def _run(args: list[str]) -> tuple[int | None, str]:
     """Run ``flowkit ARGS``: its exit code (None if it ran on and was stopped) and all
-    it wrote."""
+    it wrote. A worker group runs until each of its processes has died once (their
+    output is in by then) or it ends by itself, within a deadline."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("FLOWKIT_BROKER", None)
     proc = subprocess.Popen(
@@ -73,17 +79,37 @@ def _run(args: list[str]) -> tuple[int | None, str]:
         text=True,
         start_new_session=True,
     )
-    try:
-        out, _ = proc.communicate(timeout=RUNS_FOR)
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
+    assert proc.stdout is not None
+    processes = int(args[args.index("--processes") + 1]) if "--processes" in args else 0
+    lines: list[str] = []
+    died, ended = threading.Event(), threading.Event()
+
+    def read(stdout: IO[str]) -> None:
+        restarts = 0
+        for line in stdout:
+            lines.append(line)
+            restarts += RESTARTING in line
+            if processes and restarts >= processes:
+                died.set()
+        ended.set()  # the end of its output: it exits
+        died.set()
+
+    reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
+    reader.start()
+    died.wait(DEADLINE)
+    code: int | None = None
+    if ended.is_set():
+        code = proc.wait(timeout=30)
+    else:
         proc.send_signal(signal.SIGTERM)  # a group restarting its processes: stop it
         try:
-            out, _ = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate(timeout=30)
-        return None, out
+            proc.wait(timeout=30)
+    reader.join(timeout=30)
+    proc.stdout.close()
+    return code, "".join(lines)
 
 
 def _failing_urls(client: str) -> dict[str, str]:

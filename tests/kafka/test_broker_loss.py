@@ -140,7 +140,8 @@ async def test_a_worker_rides_through_a_broker_kill_with_records_in_flight(
         await wait_committed_at_least(client, 600, worker.err)
 
         broker.stop()  # SIGKILL, mid-stream: sends, fetches and commits in flight
-        await asyncio.sleep(3)
+        # Started again once the worker has seen it go (a JVM start keeps it away seconds).
+        await worker.wait_for_log("Kafka broker unreachable", deadline=30)
         broker.start()
 
         await client.wait_committed(GROUP, ITEMS, end_offsets(acks, PARTITIONS), deadline=60)
