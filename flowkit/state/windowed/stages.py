@@ -45,7 +45,7 @@ class SourcePart(Protocol):
     max_ts: int  # stream time: the largest event time seen
     sent_wm: int  # the watermark last announced to the owners
     active: float  # when the partition was first seen caught up and quiet (-1.0: not)
-    logged: tuple[int, int, int] | None  # (wm, max_ts, sent_wm) as the changelog has them
+    logged: tuple[int, ...] | None  # (wm, max_ts, sent_wm, ...) as the changelog has them
     # With running updates, what changed since the last flush (None: no updates).
     changed: set[Any] | None
 
@@ -99,6 +99,13 @@ class Sources(FutureGuard, Generic[P]):
         part.active = -1.0
         return part
 
+    def advance(self, part: P, ts: int) -> None:
+        """Event time ``ts`` (newer than any seen) moves ``part``'s stream time."""
+        if ts > self.future_limit:
+            self.check_future(ts)
+        part.max_ts = ts
+        self.set_wm(part, ts - self.spec.grace_ms)
+
     def set_wm(self, part: P, wm: int) -> None:
         """Move ``part``'s watermark to ``wm`` (if later) and close what it passes."""
         raise NotImplementedError
@@ -127,12 +134,18 @@ class Sources(FutureGuard, Generic[P]):
     def ship_updates(self) -> None:
         """Put the running updates since the last flush into the outbox (``updates``)."""
 
+    def ship(self, p: int, part: P) -> None:
+        """Put what ``part`` holds for its owners into the outbox, ahead of its marker
+        (a kind that ships records, not closed windows)."""
+
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """What to send, (partition, key, value): what closed, the running updates, then
-        a watermark marker to every owner from each partition whose watermark moved on."""
+        per partition what it ships and a watermark marker to every owner when its
+        watermark moved on."""
         if self.updates:
             self.ship_updates()
         for p, part in self.parts.items():
+            self.ship(p, part)
             if self.announce(part):
                 part.sent_wm = part.wm
                 marker = wire.marker(part.wm, p)
