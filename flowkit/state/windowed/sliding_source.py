@@ -131,8 +131,17 @@ class SlidingSource(Sources[SlidingPart]):
 
     # -- the worker's side ----------------------------------------------------------------
 
-    def ship(self, p: int, part: SlidingPart) -> None:
-        """Put ``part``'s records added since the last flush into the outbox."""
+    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
+        """Records, then watermark markers, to send: (partition, key, value). Each
+        partition's records go ahead of its marker, as they were added."""
+        for p, part in self.parts.items():
+            self._ship(p, part)
+            if self.announce(part):
+                self.mark(p, part)
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _ship(self, p: int, part: SlidingPart) -> None:
         partition_of, encode_key = self._partition_of, self._encode_key
         for key, ts, amount, wm, seq in part.outbox:
             value = wire.partial(ts, p, key, [amount, wm, seq])

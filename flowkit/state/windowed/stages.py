@@ -134,24 +134,22 @@ class Sources(FutureGuard, Generic[P]):
     def ship_updates(self) -> None:
         """Put the running updates since the last flush into the outbox (``updates``)."""
 
-    def ship(self, p: int, part: P) -> None:
-        """Put what ``part`` holds for its owners into the outbox, ahead of its marker
-        (a kind that ships records, not closed windows)."""
-
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
         """What to send, (partition, key, value): what closed, the running updates, then
-        per partition what it ships and a watermark marker to every owner when its
-        watermark moved on."""
+        a watermark marker to every owner from each partition whose watermark moved on."""
         if self.updates:
             self.ship_updates()
         for p, part in self.parts.items():
-            self.ship(p, part)
             if self.announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
+                self.mark(p, part)
         out, self._outbox = self._outbox, []
         return out
+
+    def mark(self, p: int, part: P) -> None:
+        """Put a marker of ``part``'s watermark to every owner into the outbox."""
+        part.sent_wm = part.wm
+        marker = wire.marker(part.wm, p)
+        self._outbox.extend((q, None, marker) for q in range(self.partitions))
 
     def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
         """Put back, in front, what ``drain_outbox`` gave and was not sent."""
