@@ -3,7 +3,8 @@ queued batches and the one read position) and the compiled loop between them."""
 
 from __future__ import annotations
 
-from .source import Barrier, Batch, StreamSource
+from .batches import Barrier, Batch
+from .source import StreamSource
 from .stream import Stream
 
 __all__ = ["Barrier", "Batch", "Stream", "StreamSource"]

@@ -25,7 +25,8 @@ from ..records import TopicPartition
 from ._loop import SKIP, interpreted
 
 if TYPE_CHECKING:
-    from .source import Batch, StreamSource
+    from .batches import Batch
+    from .source import StreamSource
 
 __all__ = ["joined"]
 

@@ -65,7 +65,7 @@ async def make(request: pytest.FixtureRequest) -> AsyncIterator[Make]:
         if request.param == "memory":
             return TestDriver(app, transport=MemoryTransport(max_record_bytes=LIMIT))
         from flowkit.transports.kafka import KafkaTransport
-        from flowkit.transports.kafka.clients import KAFKA_FRAMING
+        from flowkit.transports.kafka.producer import KAFKA_FRAMING
 
         address = request.getfixturevalue("kafka_bootstrap")
         transport = KafkaTransport(

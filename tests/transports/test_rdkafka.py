@@ -23,7 +23,8 @@ from flowkit.errors import BrokerUnavailable, CommitFailed, ConfigurationError, 
 from flowkit.records import Message, TopicPartition
 from flowkit.transports import TopicSpec, transport_from_url
 from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
-from flowkit.transports.rdkafka.consumer import _Held, _runs, _runs_of, _watermarks
+from flowkit.transports.rdkafka.batches import Held, batches_of, runs_of
+from flowkit.transports.rdkafka.consumer import _watermarks
 from flowkit.transports.rdkafka.settings import client_config
 
 
@@ -105,7 +106,7 @@ def rd(partition: int, offset: int, error: KafkaError | None = None, topic: str 
 
 def test_librdkafka_messages_are_filed_per_partition_in_order() -> None:
     eof = KafkaError(KafkaError._PARTITION_EOF)
-    got = _runs([rd(0, 1), rd(1, 7), rd(0, 2), rd(1, 8, eof), rd(0, 3)])
+    got = batches_of([rd(0, 1), rd(1, 7), rd(0, 2), rd(1, 8, eof), rd(0, 3)])
     assert list(got) == [TopicPartition("t", 0), TopicPartition("t", 1)]
     run = got[TopicPartition("t", 0)]
     assert [run.value_of(r) for r in run.raw] == [b"v1", b"v2", b"v3"]  # what the loop reads
@@ -120,12 +121,12 @@ def test_librdkafka_messages_are_filed_per_partition_in_order() -> None:
         run[-4]
     assert [m.offset for m in got[TopicPartition("t", 1)]] == [7]  # the end-of-partition skipped
     with pytest.raises(TransportError, match="UNKNOWN_TOPIC_OR_PART"):
-        _runs([rd(0, 1), rd(0, 2, KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))])
-    assert _runs([]) == {} and _runs([rd(0, 1, eof)]) == {}
+        batches_of([rd(0, 1), rd(0, 2, KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))])
+    assert batches_of([]) == {} and batches_of([rd(0, 1, eof)]) == {}
 
 
 def test_partitions_of_the_same_number_of_two_topics_stay_apart() -> None:
-    got = _runs([rd(0, 1), rd(0, 5, topic="u"), rd(0, 2), rd(1, 3, topic="u")])
+    got = batches_of([rd(0, 1), rd(0, 5, topic="u"), rd(0, 2), rd(1, 3, topic="u")])
     assert {tp: [m.offset for m in run] for tp, run in got.items()} == {
         TopicPartition("t", 0): [1, 2],
         TopicPartition("u", 0): [5],
@@ -218,18 +219,18 @@ def test_watermarks_raise_other_errors_at_once() -> None:
 
 def test_a_budget_hands_over_each_partition_in_order_a_fetch_at_a_time() -> None:
     # rd() records: key b"k" and value b"v<offset>", 3 to 4 bytes each.
-    held = _Held(budget=10)
+    held = Held(budget=10)
     t0 = TopicPartition("t", 0)
 
     def offsets(got: dict[TopicPartition, Any]) -> dict[int, list[int]]:
         return {tp.partition: [m.offset for m in run] for tp, run in got.items()}
 
-    assert offsets(held.take(_runs_of([rd(0, 1), rd(0, 2), rd(1, 7), rd(0, 3), rd(0, 4)]))) == {
+    assert offsets(held.take(runs_of([rd(0, 1), rd(0, 2), rd(1, 7), rd(0, 3), rd(0, 4)]))) == {
         0: [1, 2, 3],
         1: [7],
     }
     assert held.count == 1
-    assert offsets(held.take(_runs_of([rd(0, 5), rd(1, 8)]))) == {0: [4, 5], 1: [8]}
+    assert offsets(held.take(runs_of([rd(0, 5), rd(1, 8)]))) == {0: [4, 5], 1: [8]}
     assert held.count == 0 and offsets(held.take({})) == {}
     huge = RdMessage(topic="t", partition=0, offset=6, key=None, value=b"x" * 100)
     assert offsets(held.take({t0: [huge, rd(0, 7)]})) == {0: [6]}  # one record at least

@@ -12,8 +12,8 @@ given; each child serves its own endpoint on a private port of 127.0.0.1 (listed
   The parent follows no redirect but one: a child's ``307`` to another child of this
   group is asked of that child; any other redirect is answered as it is, never fetched.
 
-The parent applies the same token, Host allow-list and limits as a worker's endpoint
-(``web.access``, ``web.limits``), behind the group's one web gate (``web.gate``): the
+The parent serves as a worker's endpoint does (``web.serving``: the same token, Host
+allow-list and limits), behind the group's one web gate (``web.gate``): the
 children, which only the parent asks, accept in their own event loops. They get the token
 over a pipe (``processes``), and the parent sends it with what it asks them.
 """
@@ -30,9 +30,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ...errors import ConfigurationError
-from ..observe.server_logs import ServerLogs
-from ..web.access import WebAccess, WebToken
-from ..web.limits import BoundedListener, WebLimits
+from ..web.access import WebToken
+from ..web.limits import WebLimits
+from ..web.serving import ServedEndpoint
 from .group import Child, ProcessGroup
 from .metrics import GroupCollector
 
@@ -42,7 +42,7 @@ _ASK_TIMEOUT = 2.0  # seconds a child has to answer the parent
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
-class GroupWebServer:
+class GroupWebServer(ServedEndpoint):
     """Serves a process group's metrics, readiness and health over HTTP."""
 
     def __init__(
@@ -56,30 +56,17 @@ class GroupWebServer:
         limits: WebLimits | None = None,
     ) -> None:
         self.group = group
-        self.host = host
-        self.port = port
-        self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
-        self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, self._probe, gate=self.limits.gate)
-        token_ = self.access.token
-        self._logs = ServerLogs([token_.reveal()] if token_ is not None else [])
+        super().__init__(
+            host, port, self._probe, token=token, allowed_hosts=allowed_hosts, limits=limits
+        )
         self.collector = GroupCollector(group)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
-        self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def url(self) -> str:
-        """Where this endpoint answers (the port is known once started)."""
-        return f"http://{self.host}:{self.port}"
 
     def application(self) -> web.Application:
         """The aiohttp application (routes only; ``start`` serves it)."""
-        app = web.Application(
-            middlewares=[self.listener.middleware, self.access.middleware],
-            client_max_size=self.limits.max_body,
-        )
+        app = self.new_application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/health", self._health)
@@ -91,29 +78,15 @@ class GroupWebServer:
         token = self.access.token
         # The children want the token too (aiohttp drops it on a redirect to another origin).
         self._session = aiohttp.ClientSession(headers=token.header() if token else None)
-        runner = web.AppRunner(
-            self.application(),
-            access_log=None,
-            handle_signals=False,
-            **self.listener.runner_options(),
-        )
-        await runner.setup()
         try:
-            self.port = await self.listener.start(runner, self.host, self.port)
-        except OSError as exc:
+            await self.serve(self.application())
+        except ConfigurationError:
             await self.aclose()
-            await runner.cleanup()
-            raise ConfigurationError(f"cannot serve on {self.host}:{self.port} ({exc})") from None
-        self._logs.install()
-        self._runner = runner
+            raise
 
     async def aclose(self) -> None:
         """Stop listening. Idempotent."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await self.listener.aclose()
-            await runner.cleanup()
-            self._logs.uninstall()
+        await self.stop_serving()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()

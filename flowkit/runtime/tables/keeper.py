@@ -15,7 +15,7 @@ a deleted topic), is dropped with one log line and the partition rebuilt from th
 
 With standby replicas (``flowkit.runtime.tables.standby``), a partition this worker followed
 while another owned it is taken warm: only the changelog after the copy's position
-replays.
+replays. Global tables are loaded whole and followed (``flowkit.runtime.tables.globals``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ...state.joins.store import JoinStore
 from ...state.rocks import RocksTableStore
 from ...state.snapshots import Captured, SnapshotFiles
 from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
+from .globals import GlobalTables
 from .recovery import RecoveryProgress
 from .standby import Standbys
 
@@ -98,6 +99,9 @@ class StateKeeper:
         self.globals: list[GlobalTable[Any, Any]] = [
             t for t in tables if isinstance(t, GlobalTable)
         ]
+        self.global_tables = GlobalTables(
+            self.globals, self.stores, transport, send, self._load, self._dead_letter_refused
+        )
         self.partitioned: list[Table[Any, Any] | WindowedTable[Any, Any] | StreamJoin] = [
             *(t for t in tables if isinstance(t, Table)),
             *self.windowed,
@@ -159,40 +163,7 @@ class StateKeeper:
     async def start_globals(self, spawn: Spawn) -> None:
         """Load global tables whole (seeding empty ones from their loader), then follow
         their topics in a task started with ``spawn`` (the worker's supervisor)."""
-        if not self.globals:
-            return
-        for table in self.globals:
-            if table.loader is not None and not await self._has_records(table):
-                count = 0
-                for key, value in table.loader():
-                    await self._send(
-                        table.topic.name,
-                        None if value is None else table.topic.encode(value),
-                        key=table.topic.encode_key(key),
-                    )
-                    count += 1
-                log.info("global table seeded", table=table.name, records=count)
-        consumer = self.transport.consumer(group_id=None, client_id="flowkit-global-tables")
-        await consumer.start()
-        tps: dict[TopicPartition, Any] = {}
-        for table in self.globals:
-            count = await self.transport.partition_count(table.topic.name) or 0
-            for p in range(count):
-                tps[TopicPartition(table.topic.name, p)] = self.stores[table]
-        started = time.monotonic()
-        try:
-            consumer.assign(tps)
-            total = await self._load(consumer, tps)
-        except BaseException:
-            await consumer.aclose()
-            raise
-        log.info(
-            "global tables loaded",
-            tables=[t.name for t in self.globals],
-            records=total,
-            seconds=round(time.monotonic() - started, 3),
-        )
-        spawn(self._follow(consumer, tps), "global-tables")
+        await self.global_tables.start(spawn)
 
     async def _load(
         self,
@@ -211,28 +182,6 @@ class StateKeeper:
             self.recovery.finish()
         await self._dead_letter_refused(set(tps.values()))
         return total
-
-    async def _has_records(self, table: GlobalTable[Any, Any]) -> bool:
-        consumer = self.transport.consumer(group_id=None, client_id="flowkit-probe")
-        await consumer.start()
-        try:
-            count = await self.transport.partition_count(table.topic.name) or 0
-            tps = {TopicPartition(table.topic.name, p) for p in range(count)}
-            consumer.assign(tps)
-            got = await _fetch_some(consumer, tps)
-            return got
-        finally:
-            await consumer.aclose()
-
-    async def _follow(self, consumer: Any, tps: dict[TopicPartition, Any]) -> None:
-        try:
-            while True:
-                batches = await consumer.getmany(0.5, 10_000)
-                for tp, messages in batches.items():
-                    tps[tp].apply_changelog(tp.partition, messages)
-                await self._dead_letter_refused(set(tps.values()))
-        finally:
-            await consumer.aclose()
 
     # -- partitioned tables ---------------------------------------------------------------
 
@@ -612,16 +561,3 @@ class StateKeeper:
         now = self.clock.monotonic()
         for table in self.windowed:
             self.stores[table].tick(now, caught_up, table.idle_timeout)
-
-
-async def _fetch_some(consumer: Any, tps: set[TopicPartition]) -> bool:
-    for _ in range(3):
-        got = await consumer.getmany(0.05, 1)
-        if got:
-            return True
-        highs = [consumer.highwater(tp) for tp in tps]
-        if all(h is not None for h in highs) and all(
-            h <= consumer.position(tp) for h, tp in zip(highs, tps, strict=True)
-        ):
-            return False
-    return False

@@ -12,7 +12,8 @@
 
 It runs within ``WebLimits`` (``web.limits``: connections, header timeout, request rate)
 and, when given, behind a token and a Host allow-list (``web.access``); aiohttp's and
-asyncio's error reports become budgeted log lines meanwhile (``observe.server_logs``).
+asyncio's error reports become budgeted log lines meanwhile (``observe.server_logs``):
+what every endpoint does to serve, in ``web.serving``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ...errors import ConfigurationError
-from ..observe.server_logs import ServerLogs
-from .access import WebAccess, WebToken
-from .limits import BoundedListener, WebLimits
+from .access import WebToken
+from .limits import WebLimits
+from .serving import ServedEndpoint
 from .status import status
 from .tables import TableQueries
 
@@ -51,7 +51,7 @@ _ASSETS = {
 }
 
 
-class WebServer:
+class WebServer(ServedEndpoint):
     """Serves a worker's page, metrics, health, graph and tables over HTTP.
 
     ``token`` (a ``WebToken`` or its text) is then needed on every route but the probes;
@@ -70,16 +70,11 @@ class WebServer:
         limits: WebLimits | None = None,
     ) -> None:
         self.worker = worker
-        self.host = host
-        self.port = port
-        self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
+        super().__init__(
+            host, port, self.probe, token=token, allowed_hosts=allowed_hosts, limits=limits
+        )
         self.access.page = self._page_response
-        self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, self.probe, gate=self.limits.gate)
         self.tables = TableQueries(worker, self)
-        self._runner: web.AppRunner | None = None
-        secrets = [self.access.token.reveal()] if self.access.token else []
-        self._logs = ServerLogs(secrets)
         self._metrics_cache = _Cache(self.limits.cache_seconds)
         self._status_cache = _Cache(self.limits.cache_seconds)
         self._graph_body: bytes | None = None
@@ -87,17 +82,9 @@ class WebServer:
     def __repr__(self) -> str:
         return f"WebServer({self.url}, {self.access!r})"
 
-    @property
-    def url(self) -> str:
-        """Where this endpoint answers (the port is known once started)."""
-        return f"http://{self.host}:{self.port}"
-
     def application(self) -> web.Application:
         """The aiohttp application (routes only; ``start`` serves it)."""
-        app = web.Application(
-            middlewares=[self.listener.middleware, self.access.middleware],
-            client_max_size=self.limits.max_body,
-        )
+        app = self.new_application()
         app.router.add_get("/", self._page)
         app.router.add_get("/assets/{name}", self._asset)
         app.router.add_get("/metrics", self._metrics)
@@ -111,24 +98,11 @@ class WebServer:
     async def start(self) -> None:
         """Listen; with port 0 the actual port is in ``self.port`` afterwards. A host that
         is not this machine's or a port in use is a one-line ``ConfigurationError``."""
-        runner = web.AppRunner(
-            self.application(),
-            access_log=None,
-            handle_signals=False,
-            **self.listener.runner_options(),
-        )
-        await runner.setup()
-        try:
-            port = await self.listener.start(runner, self.host, self.port)
-        except OSError as exc:
-            await runner.cleanup()
-            raise ConfigurationError(self._bind_error(exc)) from None
-        self._logs.install()
-        self._runner = runner
-        self.port = port
+        await self.serve(self.application())
         await self.tables.start()
 
-    def _bind_error(self, exc: OSError) -> str:
+    def bind_error(self, exc: OSError) -> str:
+        """The one line that says why the endpoint cannot listen, as the flags say it."""
         if exc.errno == errno.EADDRINUSE:
             return f"--web-port {self.port}: the port is already in use on {self.host}"
         if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
@@ -148,11 +122,7 @@ class WebServer:
     async def aclose(self) -> None:
         """Stop listening. Idempotent."""
         await self.tables.aclose()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await self.listener.aclose()
-            await runner.cleanup()
-            self._logs.uninstall()
+        await self.stop_serving()
 
     # -- routes ---------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ class SessionPart:
         self.sent_wm = NONE
         self.active = -1.0  # when the partition went quiet (monotonic), or -1
         self.dirty: set[Any] = set()  # keys changed since the last changelog flush
-        self.logged: tuple[int, int, int] | None = None
+        self.logged: tuple[int, ...] | None = None
         # (end, n, key, start) of each session, earliest end first. An entry goes stale
         # when its session grows or merges: it is checked, and pushed again, when popped,
         # so a record that extends a session costs no heap operation.
@@ -176,13 +176,6 @@ class SessionSource(Sources[SessionPart]):
                     heapq.heappush(part.closing, (merged[1], next(self._n), key, merged[0]))
         part.dirty.add(key)
         return True
-
-    def advance(self, part: SessionPart, ts: int) -> None:
-        """Event time ``ts`` (newer than any seen) moves ``part``'s stream time."""
-        if ts > self.future_limit:
-            self.check_future(ts)
-        part.max_ts = ts
-        self.set_wm(part, ts - self.spec.grace_ms)
 
     def set_wm(self, part: SessionPart, wm: int) -> None:
         """Move ``part``'s watermark to ``wm`` (if later) and close what ends before

@@ -40,19 +40,18 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
 import structlog
 
-from ...errors import DecodeError, NotRunningError
+from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SlidingSpec, Window
 from . import wire
-from .owner import Emission
-from .stage1 import NONE
+from .stages import NONE, Change, Emission, OwnersBase
 
 __all__ = ["SlidingOwner", "SlidingOwners", "windows_of"]
 
@@ -69,6 +68,7 @@ class SlidingOwner:
         "close_time",
         "closing",
         "dirty",
+        "emitted_through",
         "expiring",
         "logged",
         "records",
@@ -90,6 +90,8 @@ class SlidingOwner:
         # (key, time) of the records changed since the last flush: the changelog holds a
         # record per key and time, so a flush writes what changed, not a key's every record.
         self.dirty: set[tuple[Any, int]] = set()
+        # Never set (``marks_replays`` is off): no result is marked as replayed.
+        self.emitted_through = -1
 
 
 def fold(records: list[list[Any]], start: int, end: int, combine: Callable[..., Any]) -> Any:
@@ -121,12 +123,12 @@ def windows_of(records: list[list[Any]], size: int) -> Iterator[tuple[int, int]]
     return iter(sorted(found, key=lambda w: (w[1], w[0])))
 
 
-class SlidingOwners:
-    """One worker's stage-2 state of one sliding table: the partitions it owns."""
+class SlidingOwners(OwnersBase[SlidingOwner]):
+    """One worker's stage-2 state of one sliding table: the partitions it owns
+    (``OwnersBase``), each a ``SlidingOwner`` of its keys' records."""
 
     # Not for sliding windows yet: running updates, and marking the results a restart
     # emits again (the changelog holds the records only).
-    updates = False
     marks_replays = False
 
     def __init__(
@@ -138,45 +140,17 @@ class SlidingOwners:
         name: str = "table",
         guard: FutureGuard | None = None,
     ) -> None:
+        super().__init__(SlidingOwner, sources=sources, name=name, guard=guard)
         self.spec = spec
         self.size = spec.size_ms
         self.keep = spec.size_ms + 1 + spec.expires_ms  # a record's life after its time
-        self.guard = guard
-        self.sources = sources
         self.combine = combine
-        self.name = name
-        self.owners: dict[int, SlidingOwner] = {}
-        self.closed_windows = 0
-        self.replays_ignored = 0
-        self.rejected: list[tuple[Message, Exception]] = []
         self._n = itertools.count()
-
-    def replayed(self, q: int, messages: Sequence[Message]) -> int:
-        """None of a sliding table's results is marked as replayed (see ``Owners``)."""
-        return 0
-
-    def take_rejected(self) -> list[tuple[Message, Exception]]:
-        """The records ``receive`` refused since the last call."""
-        rejected, self.rejected = self.rejected, []
-        return rejected
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start owning these partitions."""
-        for p in partitions:
-            if p not in self.owners:
-                self.owners[p] = SlidingOwner(self.sources)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.owners.pop(p, None)
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """Apply records and markers that arrived on repartition partition ``q``; return
         the windows that closed, earliest end first."""
-        owner = self.owners.get(q)
-        if owner is None:
-            raise NotRunningError(f"table {self.name!r}: partition {q} is not held here")
+        owner = self.owner_of(q)
         out: list[Emission] = []
         replays = future = 0
         guard = self.guard
@@ -281,11 +255,14 @@ class SlidingOwners:
 
     # -- changelog --------------------------------------------------------------------------
 
-    def drain_changes_into(self, q: int, out: list[tuple[int, bytes, bytes | None]]) -> None:
-        """Append partition ``q``'s changelog records since the last drain: each changed
-        record of a key and time (None once it has left), and per source its watermark and
-        the last sequence number applied."""
-        owner = self.owners[q]
+    def drain_changes_into(self, out: list[Change]) -> None:
+        """Append stage 2's changelog records since the last drain: each changed record
+        of a key and time (None once it has left), and per source its watermark and the
+        last sequence number applied."""
+        for q, owner in self.owners.items():
+            self._drain_owner(q, owner, out)
+
+    def _drain_owner(self, q: int, owner: SlidingOwner, out: list[Change]) -> None:
         for key, ts in owner.dirty:
             value = _MISSING
             records = owner.records.get(key)
@@ -329,10 +306,7 @@ class SlidingOwners:
 
     def recovered(self, owner: SlidingOwner, partition: int) -> None:
         """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
-        if self.guard is not None:
-            for src, wm in enumerate(owner.source_wm):
-                if wm != NONE and not self.guard.trusts(wm, partition):
-                    owner.source_wm[src] = NONE
+        self.trust_watermarks(owner, partition)
         close_time = owner.close_time = min(owner.source_wm)
         n, size = self._n, self.size
         owner.closing = [

@@ -30,14 +30,12 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from ...errors import NotRunningError
-from ...streamtime import FutureGuard
 from ...windows import SlidingSpec
 from . import wire
-from .stage1 import NONE, idle_parts
+from .stages import NONE, Change, Sources
 
 __all__ = ["SlidingPart", "SlidingSource"]
 
@@ -47,6 +45,7 @@ class SlidingPart:
 
     __slots__ = (
         "active",
+        "changed",
         "indexed",
         "logged",
         "max_ts",
@@ -58,8 +57,9 @@ class SlidingPart:
         "wm",
     )
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
+        self.changed: set[Any] | None = None  # no running updates for sliding windows yet
         self.wm = NONE  # stream time minus grace
         self.max_ts = NONE
         self.sent_wm = NONE
@@ -88,8 +88,9 @@ class SlidingPart:
         return self.unsent.get(key, [])
 
 
-class SlidingSource(FutureGuard):
-    """One worker's stage-1 state of one sliding table: its source partitions."""
+class SlidingSource(Sources[SlidingPart]):
+    """One worker's stage-1 state of one sliding table: its source partitions
+    (``Sources``), each a ``SlidingPart`` of the records on their way to their owners."""
 
     def __init__(
         self,
@@ -101,32 +102,18 @@ class SlidingSource(FutureGuard):
         now_ms: Callable[[], int] = lambda: 0,
         name: str = "table",
     ) -> None:
-        super().__init__(spec.max_future_ms, now_ms=now_ms, owner=f"table {name!r}")
-        self.spec = spec
+        super().__init__(
+            spec,
+            SlidingPart,
+            partitions=partitions,
+            partition_of=partition_of,
+            encode_key=encode_key,
+            now_ms=now_ms,
+            name=name,
+        )
         self.size = spec.size_ms
-        self.partitions = partitions
-        self.name = name
-        self._partition_of = partition_of
-        self._encode_key = encode_key
-        self.parts: dict[int, SlidingPart] = {}
-        self._outbox: list[tuple[int, bytes | None, bytes]] = []
 
     # -- adds -----------------------------------------------------------------------------
-
-    def part_of_batch(self, batch: Any) -> SlidingPart:
-        """The state of ``batch``'s partition."""
-        return self._part(batch.tp.partition)
-
-    def part_of_key(self, key: Any) -> SlidingPart:
-        """The state of the partition that owns ``key`` (adds outside an agent)."""
-        return self._part(self._partition_of(key))
-
-    def _part(self, p: int) -> SlidingPart:
-        part = self.parts.get(p)
-        if part is None:
-            raise NotRunningError(f"table {self.name!r}: that partition is not held here")
-        part.active = -1.0
-        return part
 
     def add(self, part: SlidingPart, key: Any, ts: int, amount: Any) -> bool:
         """Ship a record of ``key`` at ``ts``; False when it is late (every window it
@@ -137,13 +124,6 @@ class SlidingSource(FutureGuard):
         part.outbox.append((key, ts, amount, part.wm, part.seq))
         return True
 
-    def advance(self, part: SlidingPart, ts: int) -> None:
-        """Event time ``ts`` (newer than any seen) moves ``part``'s stream time."""
-        if ts > self.future_limit:
-            self.check_future(ts)
-        part.max_ts = ts
-        self.set_wm(part, ts - self.spec.grace_ms)
-
     def set_wm(self, part: SlidingPart, wm: int) -> None:
         """Move ``part``'s watermark to ``wm`` if later (owners learn it at the flush)."""
         if wm > part.wm:
@@ -151,61 +131,39 @@ class SlidingSource(FutureGuard):
 
     # -- the worker's side ----------------------------------------------------------------
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these source partitions."""
-        for p in partitions:
-            if p not in self.parts:
-                self.parts[p] = SlidingPart(p)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        for p in partitions:
-            self.parts.pop(p, None)
-
-    def tick(self, now: float, caught_up: set[int], idle_timeout: float | None) -> None:
-        """A caught-up partition with no records for ``idle_timeout`` seconds moves its
-        watermark to the wall clock minus grace (never, when ``idle_timeout`` is None)."""
-        if idle_timeout is None:
-            return
-        for part in idle_parts(self.parts, now, caught_up, idle_timeout):
-            self.set_wm(part, self.now_ms() - self.spec.grace_ms)
-
     def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
-        """Records, then watermark markers, to send: (partition, key, value)."""
-        partition_of, encode_key = self._partition_of, self._encode_key
+        """Records, then watermark markers, to send: (partition, key, value). Each
+        partition's records go ahead of its marker, as they were added."""
         for p, part in self.parts.items():
-            for key, ts, amount, wm, seq in part.outbox:
-                value = wire.partial(ts, p, key, [amount, wm, seq])
-                self._outbox.append((partition_of(key), encode_key(key), value))
-            part.outbox.clear()
-            part.unsent.clear()
-            part.indexed = 0
-            if self._announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
+            self._ship(p, part)
+            if self.announce(part):
+                self.mark(p, part)
         out, self._outbox = self._outbox, []
         return out
 
-    def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
-        """Put back, in front, what ``drain_outbox`` gave and was not sent."""
-        self._outbox[:0] = items
+    def _ship(self, p: int, part: SlidingPart) -> None:
+        partition_of, encode_key = self._partition_of, self._encode_key
+        for key, ts, amount, wm, seq in part.outbox:
+            value = wire.partial(ts, p, key, [amount, wm, seq])
+            self._outbox.append((partition_of(key), encode_key(key), value))
+        part.outbox.clear()
+        part.unsent.clear()
+        part.indexed = 0
 
     def has_outbox(self) -> bool:
         """True when records or markers wait to be sent."""
-        return bool(self._outbox) or any(
-            part.outbox or self._announce(part) for part in self.parts.values()
-        )
+        return any(part.outbox for part in self.parts.values()) or super().has_outbox()
 
-    def _announce(self, part: SlidingPart) -> bool:
+    @property
+    def marker_step(self) -> int:
         # A marker when the watermark has moved into a new span of ``size``: an owner
         # learns a source's watermark with each record it gets from it, and the others'
         # at most one size late, at one marker per size of stream time, not per flush.
-        if part.wm == NONE:
-            return False
-        return part.sent_wm == NONE or part.wm // self.size > part.sent_wm // self.size
+        return self.size
 
-    def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
+    # -- the changelog --------------------------------------------------------------------
+
+    def drain_changes_into(self, out: list[Change]) -> None:
         """Append stage 1's changelog records since the last drain: each partition's
         watermark, stream time, announced watermark and sequence number."""
         for p, part in self.parts.items():
@@ -214,8 +172,8 @@ class SlidingSource(FutureGuard):
                 part.logged = state
                 out.append((p, wire.WATERMARK_KEY, wire.encode(state)))
 
-    def apply_record(self, part: SlidingPart, value: Any) -> None:
-        """Apply stage 1's changelog record (None: deleted)."""
+    def apply_record(self, part: SlidingPart, kind: str, parts: list[Any], value: Any) -> None:
+        """Apply stage 1's changelog record (``kind`` "w"; None: deleted)."""
         if value is not None:
             part.wm, part.max_ts, part.sent_wm, part.seq = value
             part.logged = tuple(value)
@@ -223,6 +181,4 @@ class SlidingSource(FutureGuard):
     def recovered(self, part: SlidingPart) -> None:
         """A stream time beyond ``max_future`` in the changelog starts again (the sequence
         goes on: the owner has seen it)."""
-        if part.max_ts != NONE and not self.trusts(part.max_ts, part.number):
-            part.wm = part.max_ts = part.sent_wm = NONE
-            part.logged = None
+        self.trust_watermark(part)

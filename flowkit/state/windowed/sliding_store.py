@@ -7,17 +7,14 @@ markers, the changelog, reads), so the worker runs both alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...errors import DecodeError
-from ...records import Message
 from ...windows import SlidingSpec, Window
 from . import wire
-from .owner import Emission
-from .results import Late
 from .sliding_owner import SlidingOwners, fold, windows_of
-from .sliding_source import SlidingSource
+from .sliding_source import SlidingPart, SlidingSource
+from .stages import TwoStages
 
 if TYPE_CHECKING:
     from .sliding_table import SlidingTable
@@ -25,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["SlidingStore"]
 
 
-class SlidingStore(SlidingSource):
+class SlidingStore(TwoStages[SlidingPart], SlidingSource):
     """Stage 1 (inherited, so the per-record ``add`` reaches it in one step) and stage 2
     (``owners``) of one sliding table in one worker, with its counters."""
 
@@ -39,7 +36,8 @@ class SlidingStore(SlidingSource):
     def __init__(self, table: SlidingTable[Any, Any], now_ms: Callable[[], int]) -> None:
         spec = table.spec
         assert isinstance(spec, SlidingSpec)
-        super().__init__(
+        SlidingSource.__init__(
+            self,
             spec,
             partitions=table.partitions,
             partition_of=table.partition_of,
@@ -49,74 +47,10 @@ class SlidingStore(SlidingSource):
         )
         self.table = table
         self.combine = table.combine
-        self.owners = SlidingOwners(
+        self.owners: SlidingOwners = SlidingOwners(
             spec, sources=table.partitions, combine=table.combine, name=table.name, guard=self
         )
-        self.late_records = 0
-        self.callback_errors = 0
-        self.late_out: list[Late] = []
-        # Changelog records that are not this table's: the worker dead-letters them.
-        self.rejected: list[tuple[Message, Exception]] = []
-
-    def has_outbox(self) -> bool:
-        """True when records, markers or late records wait to be sent."""
-        return bool(self.late_out) or super().has_outbox()
-
-    @property
-    def closed_windows(self) -> int:
-        """Windows this worker closed as their owner."""
-        return self.owners.closed_windows
-
-    # -- the worker's side ----------------------------------------------------------------
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        """Start holding these partitions, as source and as owner."""
-        ps = list(partitions)
-        super().assign(ps)
-        self.owners.assign(ps)
-
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Drop these partitions' state (after the final flush)."""
-        ps = list(partitions)
-        super().revoke(ps)
-        self.owners.revoke(ps)
-
-    def held(self) -> set[int]:
-        """Partitions this worker holds."""
-        return set(self.parts)
-
-    def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
-        """Records and markers arriving at owner partition ``q``; the windows that closed."""
-        return self.owners.receive(q, messages)
-
-    def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
-        """Changelog records since the last drain: (partition, key, value or None)."""
-        records: list[tuple[int, bytes, bytes | None]] = []
-        for q in self.owners.owners:
-            self.owners.drain_changes_into(q, records)
-        self.drain_changes_into(records)
-        return records
-
-    def apply_changelog(self, partition: int, messages: Iterable[Message]) -> None:
-        """Rebuild both stages of ``partition`` from its changelog."""
-        self.assign([partition])
-        part = self.parts[partition]
-        owner = self.owners.owners[partition]
-        shapes, sources = self.changelog_shapes, self.partitions
-        for m in messages:
-            if m.key is None:
-                continue
-            try:
-                kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
-            except DecodeError as exc:
-                self.rejected.append((m, exc))
-                continue
-            if kind == "w":
-                self.apply_record(part, value)
-            else:
-                self.owners.apply_record(owner, parts[0], parts, value)
-        self.owners.recovered(owner, partition)
-        self.recovered(part)
+        self.start_counters()
 
     def keys_held(self, partition: int) -> int:
         """Keys whose records owner partition ``partition`` holds here (for metrics)."""

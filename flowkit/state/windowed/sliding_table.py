@@ -118,7 +118,7 @@ class SlidingTable(WindowedTable[K, V]):
             st.advance(part, ts)
         lifted = amount if self._lift is None else self._lift(amount, ts)
         if not st.add(part, key, ts, lifted):
-            self._late(st, key, ts - self._size, amount)  # type: ignore[arg-type]
+            self._late(st, key, ts - self._size, amount)
 
     def __setitem__(self, key: K, value: V | WindowSet[K, V]) -> None:
         if type(value) is WindowSet and value.table is self and value.key == key:

@@ -59,7 +59,7 @@ class Part:
         self.sent_wm = NONE  # the watermark last announced to the owners
         self.active = -1.0  # when the partition went quiet (monotonic), or -1 if not quiet
         self.dirty: set[int] = set()  # windows changed since the last changelog flush
-        self.logged: tuple[int, int, int] | None = None
+        self.logged: tuple[int, ...] | None = None
         # The window the last add() went to, already open and in ``dirty``: consecutive
         # records mostly fall in the same window. Forgotten whenever ``dirty`` is cleared
         # or a window leaves ``partials``. ``hot_top`` is the highest time add() may put

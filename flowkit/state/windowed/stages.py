@@ -45,7 +45,7 @@ class SourcePart(Protocol):
     max_ts: int  # stream time: the largest event time seen
     sent_wm: int  # the watermark last announced to the owners
     active: float  # when the partition was first seen caught up and quiet (-1.0: not)
-    logged: tuple[int, int, int] | None  # (wm, max_ts, sent_wm) as the changelog has them
+    logged: tuple[int, ...] | None  # (wm, max_ts, sent_wm, ...) as the changelog has them
     # With running updates, what changed since the last flush (None: no updates).
     changed: set[Any] | None
 
@@ -99,6 +99,13 @@ class Sources(FutureGuard, Generic[P]):
         part.active = -1.0
         return part
 
+    def advance(self, part: P, ts: int) -> None:
+        """Event time ``ts`` (newer than any seen) moves ``part``'s stream time."""
+        if ts > self.future_limit:
+            self.check_future(ts)
+        part.max_ts = ts
+        self.set_wm(part, ts - self.spec.grace_ms)
+
     def set_wm(self, part: P, wm: int) -> None:
         """Move ``part``'s watermark to ``wm`` (if later) and close what it passes."""
         raise NotImplementedError
@@ -134,11 +141,15 @@ class Sources(FutureGuard, Generic[P]):
             self.ship_updates()
         for p, part in self.parts.items():
             if self.announce(part):
-                part.sent_wm = part.wm
-                marker = wire.marker(part.wm, p)
-                self._outbox.extend((q, None, marker) for q in range(self.partitions))
+                self.mark(p, part)
         out, self._outbox = self._outbox, []
         return out
+
+    def mark(self, p: int, part: P) -> None:
+        """Put a marker of ``part``'s watermark to every owner into the outbox."""
+        part.sent_wm = part.wm
+        marker = wire.marker(part.wm, p)
+        self._outbox.extend((q, None, marker) for q in range(self.partitions))
 
     def requeue_outbox(self, items: list[tuple[int, bytes | None, bytes]]) -> None:
         """Put back, in front, what ``drain_outbox`` gave and was not sent."""

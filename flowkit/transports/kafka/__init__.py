@@ -30,8 +30,9 @@ Defaults, chosen for a stream processor rather than aiokafka's request/response 
 
 from __future__ import annotations
 
-from .clients import KafkaConsumer, KafkaProducer
+from .consumer import KafkaConsumer
 from .errors import map_kafka_errors
+from .producer import KafkaProducer
 from .transport import KafkaTransport
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaTransport", "map_kafka_errors"]

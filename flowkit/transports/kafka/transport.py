@@ -28,8 +28,9 @@ from .._kafka_common import (
 )
 from ..base import OffsetReset, TopicSpec
 from ..watch import BrokerWatch
-from .clients import KafkaConsumer, KafkaProducer, KafkaTransactionalProducer
+from .consumer import KafkaConsumer
 from .errors import map_kafka_errors
+from .producer import KafkaProducer, KafkaTransactionalProducer
 from .security import security_options
 from .settings import KINDS, check_settings
 
@@ -333,6 +334,10 @@ class KafkaTransport:
         broker is away (a producer would otherwise wait out its sends' timeout)."""
         return CLOSE_WHILE_AWAY if self.broker_watch.away else None
 
+    async def disconnect(self, kafka: Any) -> None:
+        """Stop an aiokafka client that ``connect`` started, within ``closing_limit``."""
+        await _stop(kafka, self.closing_limit())
+
     async def __aenter__(self) -> KafkaTransport:
         return self
 
@@ -356,3 +361,17 @@ async def _stop_admin(admin: Any, limit: float | None) -> None:
             await admin.close()
     except TimeoutError:
         log.warning("the Kafka admin client did not close while the broker is away", limit=limit)
+
+
+async def _stop(kafka: Any, limit: float | None) -> None:
+    """Stop an aiokafka client; with a ``limit`` (the broker is away), give up waiting
+    after it: a producer would otherwise wait out its pending sends' timeout."""
+    try:
+        with map_kafka_errors():
+            if limit is None:
+                await kafka.stop()
+            else:
+                async with asyncio.timeout(limit):
+                    await kafka.stop()
+    except TimeoutError:
+        log.warning("a Kafka client did not close while the broker is away", limit=limit)
