@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiokafka.structs import TopicPartition as KafkaTP
 
 from flowkit.errors import (
     BrokerUnavailable,
@@ -367,6 +368,22 @@ async def test_aclose_ends_a_getmany_waiting_in_another_task(transport: KafkaTra
     assert await asyncio.wait_for(waiting, 60) == {}  # ended by aclose, not its own timeout
     with pytest.raises(TransportError):
         await consumer.getmany(0.1, 10)
+
+
+async def test_an_assignment_aiokafka_reports_after_the_consumer_closed_is_passed_over(
+    transport: KafkaTransport,
+) -> None:
+    # aiokafka calls the listener in its coordinator task, which can still run while the
+    # worker closes the consumer: the client is gone by then, and the call must not fail.
+    topic = unique("closing")
+    await transport.create_topics([TopicSpec(topic, 1)])
+    consumer = transport.consumer(group_id=unique("closing"))
+    consumer.subscribe([topic], Recorder())
+    await consumer.start()
+    bridge = consumer.client._subscription._listener  # aiokafka's, as it calls it
+    await consumer.aclose()
+    await bridge.on_partitions_assigned({KafkaTP(topic, 0)})
+    assert consumer.generation is None
 
 
 # --- groups --------------------------------------------------------------------------------

@@ -46,7 +46,10 @@ class _Bridge(ConsumerRebalanceListener):  # type: ignore[misc]
         # The generation the partitions were given in, taken now: aiokafka resets its own
         # to "none" when it learns that the group went on without this member, and offsets
         # sent with "none" are not checked at all.
-        coordinator = self._consumer.client._coordinator  # noqa: SLF001 (aiokafka, see draining.py)
+        client = self._consumer.client
+        if client is None:  # closed meanwhile (the worker stops): nothing to take over
+            return
+        coordinator = client._coordinator  # noqa: SLF001 (aiokafka, see draining.py)
         self._consumer.generation = (coordinator.generation, coordinator.member_id)
         await self._consumer.hand_over("assigned", assigned)
 
