@@ -219,7 +219,7 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 return
         messages = batch.messages
         decode = batch.decode
-{events}        # The walk is the cursor's iterator: source.pos reads it when someone asks.
+{events}        # The walk is the cursor's iterator: source.pos() reads it when someone asks.
         if messages.__class__ is not RawMessages:
             for m in begin(messages):
 {_record("m.value", "m", [], lines)}

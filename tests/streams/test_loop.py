@@ -431,11 +431,10 @@ async def run_hop(
     source.hops[step.ref] = topics[HOP_TOPIC]
     out: list[tuple[Any, ...]] = []
 
-    async def undecodable(exc: Exception) -> bool:  # the worker, dead-lettering in place
+    async def undecodable(exc: Exception) -> None:  # the worker, dead-lettering in place
         message = source.current_message()
         assert message is not None
         out.append(("dead", message.topic, message.offset))
-        return True
 
     if in_place:
         source.undecodable = undecodable
