@@ -528,14 +528,15 @@ class StreamSource(TaskScope):
         self,
         fn: Callable[[Any], Any],
         emitter: Emitting,
-        failed: Callable[[Exception], Awaitable[bool]],
+        failed: Callable[[Exception, Any], Awaitable[bool]],
         *,
         is_async: bool,
         many: bool,
     ) -> None:
         """Call ``fn`` on each value from the current position on, from inside the stream's
         loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emitter``;
-        when it raises, ``failed(exc)`` says whether the loop goes on."""
+        when it raises, ``failed(exc, record)`` (the record as ``current_record()`` gives
+        it) says whether the loop goes on."""
         place, settle = emitter.place, emitter.settle
         if self.join is None:
             await call_loop(is_async, many)(self, SKIP, fn, place, settle, failed)
@@ -554,7 +555,7 @@ class StreamSource(TaskScope):
                     await settle(wait)
                     wait = place(outs, cause)
             except Exception as exc:
-                if not await failed(exc):
+                if not await failed(exc, self.current_record()):
                     raise
 
     async def chunks(

@@ -311,7 +311,8 @@ async def run_per_record(
         async def settle(self, wait: Any) -> None:
             await wait
 
-    async def failed(exc: Exception) -> bool:
+    async def failed(exc: Exception, record: Any) -> bool:
+        assert record is source.current_record()  # the loop's record is the cursor's
         message = source.current_message()
         assert message is not None
         log.append(("failed", message.offset, type(exc).__name__))
@@ -333,7 +334,7 @@ async def run_per_record(
                     if pending is not None:
                         await pending
             except Exception as exc:
-                if not await failed(exc):
+                if not await failed(exc, source.current_record()):
                     raise
 
     while True:

@@ -362,8 +362,10 @@ class Dispatcher:
         counter = self.guards.get(source.name)
         inputs: dict[type, bool] = {}  # by class: the guard's ``ignores``, asked once
 
-        async def failed(exc: Exception) -> bool:
-            message = source.current_message()
+        async def failed(exc: Exception, record: Any) -> bool:
+            # The loop hands over the record it was on, as its batch holds it: a Message
+            # needs no asking the cursor, a client's own record is made one there.
+            message = record if record.__class__ is Message else source.current_message()
             if message is None:
                 return False
             kind = exc.__class__
