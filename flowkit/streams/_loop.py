@@ -115,9 +115,9 @@ def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
     ``fn(value)`` (awaited if ``is_async``) returns an output or None, or if ``many`` a
     generator of outputs; ``place(outputs, record)`` places the record's outputs and returns
     None, or something to ``await settle(...)`` before it is called again for the rest
-    (see ``Emitter.place``). When the call or its outputs raise, ``await failed(exc)`` says
-    whether the record was dealt with in place (the loop goes on) or the exception is to be
-    raised out of the loop."""
+    (see ``Emitter.place``). When the call or its outputs raise, ``await failed(exc,
+    record)`` (the record as ``place`` gets it) says whether the record was dealt with in
+    place (the loop goes on) or the exception is to be raised out of the loop."""
     loop = _calls.get((is_async, many))
     if loop is None:
         call = "await fn(v)" if is_async else "fn(v)"
@@ -141,7 +141,7 @@ def call_loop(is_async: bool, many: bool) -> Callable[..., Awaitable[None]]:
             "try:",
             *emit,
             "except Exception as exc:",
-            "    if not await failed(exc):",
+            "    if not await failed(exc, {rec}):",
             "        raise",
         ]
         # A loop without ``yield``: a coroutine function, not an async generator's.
@@ -219,7 +219,7 @@ async def loop(source, {", ".join(["SKIP", *params])}):
                 return
         messages = batch.messages
         decode = batch.decode
-{events}        # The walk is the cursor's iterator: source.pos reads it when someone asks.
+{events}        # The walk is the cursor's iterator: source.pos() reads it when someone asks.
         if messages.__class__ is not RawMessages:
             for m in begin(messages):
 {_record("m.value", "m", [], lines)}

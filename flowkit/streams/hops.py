@@ -259,7 +259,7 @@ async def hop(source: StreamSource, ops: tuple[tuple[str, Any], ...]) -> AsyncIt
         # is the route's, which may be another declaration of the same topic.
         home = batch.tp.topic == name
         decode = batch.decode
-        i = source.pos + 1
+        i = source.pos() + 1
         n = len(messages)
         while i < n:
             source.at(batch, i)

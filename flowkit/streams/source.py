@@ -57,7 +57,7 @@ class StreamSource(TaskScope):
         sender: Sender | None = None,
         now_ms: Callable[[], int] = lambda: 0,
         clock: Clock | None = None,
-        undecodable: Callable[[Exception], Awaitable[bool]] | None = None,
+        undecodable: Callable[[Exception], Awaitable[None]] | None = None,
         on_drained: Callable[[], None] | None = None,
         behind: Callable[[TopicPartition], bool] = lambda tp: False,
         hops: dict[tuple[str, str], Topic[Any]] | None = None,
@@ -71,7 +71,7 @@ class StreamSource(TaskScope):
         self.batch: Batch | None = None
         self._pos = -1
         # While the stream loop walks a batch, the position is its list iterator's (read
-        # on demand, see ``pos``): the loop then stores nothing per record to track it.
+        # on demand, see ``pos()``): the loop then stores nothing per record to track it.
         self._it: Any = None
         self._n = 0
         self.closed = False
@@ -82,8 +82,9 @@ class StreamSource(TaskScope):
         # Of those, the records a hop sent on to its topic (group_by, through) rather than
         # to the agent: they come back as records of the hop topic (see ``reached``).
         self.passed = 0
-        # The worker's: takes a record that does not decode (the current one) and returns
-        # True once it is dealt with (dead-lettered), so the stream goes on.
+        # The worker's: takes the error of a record that is bad input (the current one)
+        # and deals with it (dead-letters it), so the stream goes on; or raises the error,
+        # to go through the agent.
         self.undecodable = undecodable
         # Called when the agent has taken every queued batch and is about to wait for more.
         self.on_drained = on_drained
@@ -114,16 +115,19 @@ class StreamSource(TaskScope):
     # ``next_batch``, walks it with ``begin`` (the cursor follows an iterator) or ``at``
     # (the cursor set per record), hands a record that is bad input to ``refuse`` (dead-
     # lettered in place, the walk goes on) and ends the batch with ``finish``. Everyone
-    # else asks: ``pos``, ``current_message()``, ``current_record()``, ``event_time()``.
+    # else asks: ``pos()``, ``current_message()``, ``current_record()``, ``event_time()``.
 
-    @property
     def pos(self) -> int:
-        """The index in ``batch.messages`` of the record being processed (-1: none yet)."""
+        """The index in ``batch.messages`` of the record being processed (-1: none yet).
+        A method, not a property: a property's getter costs the interpreter a call through
+        C, and a failed record asks this."""
         it = self._it
         if it is None:
             return self._pos
-        # A walk by ``begin``: the iterator has handed out the records before its rest.
-        return self._n - 1 - int(it.__length_hint__())
+        # A walk by ``begin``: the iterator has handed out the records before its rest
+        # (annotated, not converted: an int already, and read for every failed record).
+        left: int = it.__length_hint__()
+        return self._n - 1 - left
 
     def at(self, batch: Batch | None, i: int) -> None:
         """The cursor on record ``i`` of ``batch`` (-1: before its first; ``batch`` None:
@@ -135,9 +139,9 @@ class StreamSource(TaskScope):
     def begin(self, records: Sequence[Any]) -> Iterator[Any]:
         """Walk ``records`` (the current batch's ``messages`` or ``records``) from the
         cursor on: the iterator returned is the cursor, which stores nothing per record
-        (``pos`` reads the iterator when someone asks). Once per batch, and again for its
+        (``pos()`` reads the iterator when someone asks). Once per batch, and again for its
         rest when the agent is started again in the middle of it."""
-        start = self.pos + 1
+        start = self.pos() + 1
         it = iter(records)
         if start:
             it.__setstate__(start)  # type: ignore[attr-defined]
@@ -145,15 +149,20 @@ class StreamSource(TaskScope):
         self._it = it
         return it
 
-    async def refuse(self, error: Exception) -> None:
+    def refuse(self, error: Exception) -> Awaitable[None]:
         """The current record failed where the walk found it (``error``: it does not
         decode, a join finds it late or beyond its guard, an operator of a list's chain
-        raised on it): dealt with there as the agent's error policy says for a record of a
-        list (dead-lettered or skipped), and the walk goes on with the next record, the
-        agent not started again for it. Raises ``error`` where the worker wants it raised
-        through the agent (a stop, ``fail_fast``, or no worker)."""
-        if self.undecodable is None or not await self.undecodable(error):
+        raised on it): ``await source.refuse(error)`` deals with it there as the agent's
+        error policy says for a record of a list (dead-lettered or skipped), and the walk
+        goes on with the next record, the agent not started again for it. Raises ``error``
+        where the worker wants it raised through the agent (a stop, ``fail_fast``, or no
+        worker)."""
+        undecodable = self.undecodable
+        if undecodable is None:
             raise error from None
+        # The worker's coroutine itself, awaited by the walker: no coroutine of our own
+        # per bad record (a burst of them is all this path does).
+        return undecodable(error)
 
     def finish(self, batch: Batch, *, passed: bool = False) -> None:
         """Every record of ``batch`` (the current one) is read: the cursor leaves it, and
@@ -179,7 +188,7 @@ class StreamSource(TaskScope):
         batch = self.batch
         if batch is None:
             return None
-        pos = self.pos
+        pos = self.pos()
         messages = batch.messages
         if pos < 0 or pos >= len(messages):
             return None
@@ -192,7 +201,7 @@ class StreamSource(TaskScope):
         batch = self.batch
         if batch is None:
             return None
-        pos = self.pos
+        pos = self.pos()
         records = batch.records
         if pos < 0 or pos >= len(records):
             return None
@@ -202,15 +211,15 @@ class StreamSource(TaskScope):
         """The timestamp (ms) of the record being processed."""
         messages = self.batch.messages  # type: ignore[union-attr]
         if messages.__class__ is RawMessages:  # read through the client: no Message made
-            return int(messages.timestamp_of(messages.raw[self.pos]))
-        return int(messages[self.pos].timestamp)
+            return int(messages.timestamp_of(messages.raw[self.pos()]))
+        return int(messages[self.pos()].timestamp)
 
     def retry_current(self) -> None:
         """Step back one record: the agent, started again, gets the same record first."""
         if self.join is not None and self.batch is not None:
             self.batch.cursor -= 1  # a join keeps its place in the batch itself
             return
-        self.at(self.batch, self.pos - 1)
+        self.at(self.batch, self.pos() - 1)
 
     def progress_of(self, batch: Batch) -> int | None:
         """The offset of the record being processed in ``batch`` (the ones before it are
@@ -224,7 +233,7 @@ class StreamSource(TaskScope):
             return batch.messages[min(cursor, len(batch.messages) - 1)].offset
         if self.batch is not batch or self._held is not None:
             return None
-        pos = self.pos
+        pos = self.pos()
         if pos < 0:
             return None
         return batch.messages[pos].offset
@@ -241,11 +250,11 @@ class StreamSource(TaskScope):
         held = self.join_held
         if held:  # a join's batches, side by side: each record read moves one cursor
             return self.records + sum(b.cursor for sides in held.values() for q in sides for b in q)
-        return self.records - self.passed + self.pos + 1
+        return self.records - self.passed + self.pos() + 1
 
     def marker(self) -> tuple[int, int, Batch | None]:
         """Something that changes whenever the agent reads a record."""
-        return (self.records, self.pos, self.batch)
+        return (self.records, self.pos(), self.batch)
 
     # -- the worker's side ----------------------------------------------------------------
 
@@ -413,14 +422,15 @@ class StreamSource(TaskScope):
         self,
         fn: Callable[[Any], Any],
         emitter: Emitting,
-        failed: Callable[[Exception], Awaitable[bool]],
+        failed: Callable[[Exception, Any], Awaitable[bool]],
         *,
         is_async: bool,
         many: bool,
     ) -> None:
         """Call ``fn`` on each value from the current position on, from inside the stream's
         loop (a per-record agent; see ``_loop.call_loop``): its outputs go to ``emitter``;
-        when it raises, ``failed(exc)`` says whether the loop goes on."""
+        when it raises, ``failed(exc, record)`` (the record as ``current_record()`` gives
+        it) says whether the loop goes on."""
         place, settle = emitter.place, emitter.settle
         if self.join is None:
             await call_loop(is_async, many)(self, SKIP, fn, place, settle, failed)
@@ -439,7 +449,7 @@ class StreamSource(TaskScope):
                     await settle(wait)
                     wait = place(outs, cause)
             except Exception as exc:
-                if not await failed(exc):
+                if not await failed(exc, self.current_record()):
                     raise
 
     async def chunks(
@@ -476,7 +486,7 @@ class StreamSource(TaskScope):
                     if batch is None:
                         break
                 messages = batch.messages
-                i = self.pos + 1
+                i = self.pos() + 1
                 n = len(messages)
                 while i < n and len(chunk) < max_size:
                     self.at(batch, i)

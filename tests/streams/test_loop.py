@@ -311,7 +311,8 @@ async def run_per_record(
         async def settle(self, wait: Any) -> None:
             await wait
 
-    async def failed(exc: Exception) -> bool:
+    async def failed(exc: Exception, record: Any) -> bool:
+        assert record is source.current_record()  # the loop's record is the cursor's
         message = source.current_message()
         assert message is not None
         log.append(("failed", message.offset, type(exc).__name__))
@@ -333,7 +334,7 @@ async def run_per_record(
                     if pending is not None:
                         await pending
             except Exception as exc:
-                if not await failed(exc):
+                if not await failed(exc, source.current_record()):
                     raise
 
     while True:
@@ -431,11 +432,10 @@ async def run_hop(
     source.hops[step.ref] = topics[HOP_TOPIC]
     out: list[tuple[Any, ...]] = []
 
-    async def undecodable(exc: Exception) -> bool:  # the worker, dead-lettering in place
+    async def undecodable(exc: Exception) -> None:  # the worker, dead-lettering in place
         message = source.current_message()
         assert message is not None
         out.append(("dead", message.topic, message.offset))
-        return True
 
     if in_place:
         source.undecodable = undecodable

@@ -355,14 +355,17 @@ class Dispatcher:
         # A record that fails is dead-lettered (or skipped) here, and the loop goes on: no
         # restart. One that is retried, or stops the worker, is drive's to handle.
         emitter = self.emitters[source.name]
-        name, policy, fail_fast = agent.name, agent.on_error, self.fail_fast
+        name, instance, policy, fail_fast = agent.name, source.name, agent.on_error, self.fail_fast
         decided: dict[type, Decision] = {}  # by exception class, for a first failure
         settle, relieve, attempt = self._settle, self.publisher.relieve, self._attempt
+        retrying = self._retrying  # while empty, a failure is a record's first: no call
         counter = self.guards.get(source.name)
         inputs: dict[type, bool] = {}  # by class: the guard's ``ignores``, asked once
 
-        async def failed(exc: Exception) -> bool:
-            message = source.current_message()
+        async def failed(exc: Exception, record: Any) -> bool:
+            # The loop hands over the record it was on, as its batch holds it: a Message
+            # needs no asking the cursor, a client's own record is made one there.
+            message = record if record.__class__ is Message else source.current_message()
             if message is None:
                 return False
             kind = exc.__class__
@@ -388,7 +391,8 @@ class Dispatcher:
                     counter.inputs += 1
                 else:
                     pause = counter.failed(exc, message)
-            if settle(name, message, exc, attempt(source.name, message), decision):
+            tries = attempt(instance, message) if retrying else 1
+            if settle(name, message, exc, tries, decision):
                 await relieve()
             if pause:
                 await self._pause(pause)
@@ -397,15 +401,15 @@ class Dispatcher:
         # The stream's loop calls the function itself: no generator step per record.
         await source.call_each(agent.fn, emitter, failed, is_async=agent.is_async, many=agent.many)
 
-    async def _undecodable(self, agent: Agent[Any], name: str, exc: Exception) -> bool:
+    async def _undecodable(self, agent: Agent[Any], name: str, exc: Exception) -> None:
         # The current record of the instance ``name`` failed where its stream found it (it
         # does not decode, a join found it too late, an operator of a list's chain raised):
-        # dealt with there, so the agent goes on without being started again (True); else
-        # (False) it is raised through the agent.
+        # dealt with there, so the agent goes on without being started again; else ``exc``
+        # is raised, through the agent.
         source = self._instances[name]
         message = source.current_message()
         if message is None:
-            return False
+            raise exc from None
         owned, others = self._undecided[name]
         known = owned if self._decode_owner.get(message.topic, agent.name) == agent.name else others
         kind = exc.__class__
@@ -419,7 +423,7 @@ class Dispatcher:
                 at="list",
             )
         if not decision.settles:
-            return False
+            raise exc from None
         counter = self.guards.get(name)
         pause = 0.0
         if counter is not None and decision.counted:
@@ -428,7 +432,6 @@ class Dispatcher:
             await self.publisher.relieve()
         if pause:
             await self._pause(pause)
-        return True
 
     async def _pause(self, seconds: float) -> None:
         # An instance whose guard tripped with action "pause". Real time, as a retry's

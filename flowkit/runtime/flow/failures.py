@@ -49,7 +49,9 @@ decides once per exception class, not once per record.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal
+
+import msgspec
 
 from ...errors import (
     DecodeError,
@@ -81,8 +83,12 @@ _NOT_THE_RECORDS = (DefinitionError, NotRunningError, TooManyFailures, Transport
 _SETTLES = ("dead_letter", "skip", "pass")
 
 
-class Decision(NamedTuple):
-    """What to do with a failed record (see the module's table)."""
+class Decision(msgspec.Struct, frozen=True):
+    """What to do with a failed record (see the module's table).
+
+    A frozen Struct, not a NamedTuple: the dispatcher reads several of its fields for
+    every failed record, and a Struct's fields are slots, which the interpreter reads
+    faster than a tuple's named items."""
 
     verb: Verb
     stage: str  # named in the record's log line, metric and dead letter

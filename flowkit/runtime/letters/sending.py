@@ -238,7 +238,8 @@ class LetterSender:
                 failed,
             )
             key, value = message.key, message.value
-            lane: Lane | None = group.lane
+            lane = group.lane
+            parts = lane.parts  # None until the lane knows its partition count
             if limit is not None and value is not None:
                 # record_size of the letter: the record's, and the headers added to it
                 # (the group's shared ones sized once).
@@ -246,8 +247,8 @@ class LetterSender:
                 size += record_size(key, value, original)
                 if size > limit:  # cut, and marked, to fit
                     value, headers = fit_dead_letter(key, value, headers, limit)
-                    lane = None  # the publisher's place checks it again
-            if lane is not None and (parts := lane.parts) is not None:
+                    parts = None  # the publisher's place checks it again
+            if parts is not None:
                 # ``Lane.put`` written out: a call less a letter, and no key hashed for
                 # a dead-letter topic's usual single partition.
                 records, origins = parts[0] if len(parts) == 1 else parts[lane.partition(key)]
