@@ -16,7 +16,9 @@ __all__ = [
     "Event",
     "Headers",
     "Message",
+    "Origin",
     "RawMessages",
+    "RawOrigin",
     "Record",
     "TopicPartition",
     "headers_size",
@@ -187,3 +189,20 @@ class Event(msgspec.Struct, Generic[T], frozen=True):
             if k == name:
                 return v
         return None
+
+
+class Origin(msgspec.Struct, frozen=True, gc=False):
+    """What caused an agent's output: its record and the agent (built in C: one a record)."""
+
+    message: Message
+    agent: str
+
+
+class RawOrigin(msgspec.Struct, frozen=True, gc=False):
+    """An ``Origin`` whose record is a client's own (librdkafka's, in a ``RawMessages``
+    batch): its ``Message`` is made only by ``settled``, for the rare output that is refused
+    or goes to a sink."""
+
+    record: object
+    agent: str
+    convert: Callable[[Any], Message]

@@ -47,6 +47,7 @@ class Sender(Protocol):
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        origin: object = None,
     ) -> Awaitable[Any]: ...
 
 
@@ -65,6 +66,11 @@ class TaskScope:
         self.stores = stores
         self.sender = sender
         self.now_ms = now_ms
+
+    def origin(self) -> object:
+        """What caused a send made now, for the error policy should the broker refuse it:
+        a task without a stream has no record (an agent's ``StreamSource`` has one)."""
+        return None
 
     def follow(self, table: Any, store: Any) -> None:
         """Let every record this task reads move ``table``'s stream time. A task without

@@ -184,7 +184,8 @@ class Topic(Generic[T]):
         worker it raises ``NotRunningError`` (use ``flowkit.testing`` in tests).
         """
         self.check_value(value)
-        sender = require_scope(f"topic {self.name!r}: send()").sender
+        scope = require_scope(f"topic {self.name!r}: send()")
+        sender = scope.sender
         if sender is None:
             raise NotRunningError(f"topic {self.name!r}: this worker has no producer yet")
         return await sender.send_bytes(
@@ -194,6 +195,7 @@ class Topic(Generic[T]):
             headers=tuple(headers),
             partition=partition,
             timestamp_ms=timestamp_ms,
+            origin=scope.origin(),  # a refusal fails the record being processed
         )
 
 

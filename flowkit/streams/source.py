@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DefinitionError
-from ..records import Message, RawMessages, TopicPartition
+from ..records import Message, Origin, RawMessages, RawOrigin, TopicPartition
 from ..scope import Sender, TaskScope
 from ._loop import SKIP, call_loop, fused_loop, interpreted
 from .batches import Barrier, Batch, BatchQueue
@@ -63,9 +63,11 @@ class StreamSource(TaskScope):
         hops: dict[tuple[str, str], Topic[Any]] | None = None,
         join: Any = None,
         exactly_once: bool = False,
+        agent: str | None = None,
     ) -> None:
         super().__init__(stores={} if stores is None else stores, sender=sender, now_ms=now_ms)
         self.name = name
+        self.agent = name if agent is None else agent  # the declared agent this instance runs
         self.clock = clock  # the worker's: take(within=) waits on it
         self._queue: BatchQueue = BatchQueue(maxsize)
         self.batch: Batch | None = None
@@ -193,6 +195,18 @@ class StreamSource(TaskScope):
         if pos < 0 or pos >= len(messages):
             return None
         return messages[pos]
+
+    def origin(self) -> object:
+        """The record being processed as what caused a send (``topic.send`` in the agent):
+        should the broker refuse the send, that record's error policy applies."""
+        record = self.current_record()
+        if record is None:
+            return None
+        assert self.batch is not None
+        messages = self.batch.messages
+        if isinstance(messages, RawMessages):
+            return RawOrigin(record, self.agent, messages.convert)
+        return Origin(record, self.agent)
 
     def current_record(self) -> Any:
         """The record the agent is processing as its batch holds it, if any: a

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
@@ -24,7 +25,7 @@ from flowkit.testing import TestDriver
 from flowkit.transports import Ack, MemoryBroker, MemoryTransport, OutRecord, Transport
 from flowkit.transports.base import OffsetReset
 from flowkit.transports.memory.clients import MemoryConsumer, MemoryProducer
-from tests.conftest import KAFKA_TEST_SETTINGS
+from tests.conftest import APACHE_KAFKA, KAFKA_TEST_SETTINGS, DriverFactory
 
 LIMIT = 100_000  # bytes of key, value and headers the producer sends (about, on Kafka)
 
@@ -282,3 +283,52 @@ async def test_refusals_in_the_ack_fail_their_record_and_resend_the_dead_letter_
     assert bare.value_sha256 == hashlib.sha256(big_bad).hexdigest()
     assert metrics.errors.labels(app.agents[0].name, "output")._value.get() == 1
     assert metrics.dead_letters_lost.labels("decode")._value.get() == 0
+
+
+class Stamped(flowkit.Record):
+    n: int
+    at_ms: int  # the output's timestamp, from the record: a producer's data
+
+
+@pytest.mark.parametrize("make_driver", APACHE_KAFKA, indirect=True)
+async def test_an_output_refused_for_its_timestamp_fails_only_its_record(
+    make_driver: DriverFactory,
+) -> None:
+    """Apache Kafka refuses a record stamped over an hour ahead, and with it the rest of
+    its broker batch (librdkafka says ``_INVALID_DIFFERENT_RECORD``, aiokafka fails the
+    whole batch): only the culprit is dead-lettered; the others are sent again and
+    written; the worker never stops."""
+    name = f"stamps-{uuid.uuid4().hex[:8]}"
+    app = flowkit.App(name)
+    orders = app.topic(f"{name}-orders", value_type=Stamped, partitions=1)
+    out = app.topic(f"{name}-out", value_type=Out, partitions=1)
+    starts = 0
+
+    @app.agent(orders)
+    async def stamp(stream: flowkit.Stream[Stamped]) -> None:
+        nonlocal starts
+        starts += 1
+        async for order in stream:
+            await out.send(Out(order.n), key=b"same", timestamp_ms=order.at_ms)
+
+    now = int(time.time() * 1000)
+    ahead = now + 10 * 24 * 3600 * 1000  # ten days: over the broker's hour
+    stamps = [ahead if n in (3, 11) else now + n for n in range(20)]
+    async with make_driver(app) as driver:
+        for n, at in enumerate(stamps):
+            await driver.send(orders, Stamped(n, at), key="k", timestamp_ms=now)
+        # A refusal in an ack is found by the next checkpoint (see above).
+        deadline = time.monotonic() + 60
+        while len(await driver.dead_letters()) < 2 and time.monotonic() < deadline:
+            await driver.worker.checkpoint()
+            await asyncio.sleep(0.05)
+        await driver.run_until_idle(timeout=60)
+        outputs = await driver.values(out)
+        letters = [DeadLetter(m) for m in await driver.dead_letters()]
+    assert sorted(o.n for o in outputs) == [n for n in range(20) if n not in (3, 11)]
+    assert sorted((letter.stage, letter.source_offset) for letter in letters) == [
+        ("output", 3),
+        ("output", 11),
+    ]
+    assert all(letter.error_type == "RecordRejected" for letter in letters)
+    assert starts == 1

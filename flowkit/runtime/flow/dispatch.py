@@ -132,6 +132,7 @@ class Dispatcher:
                     hops=agent.hops,
                     join=agent.join,
                     exactly_once=exactly_once,
+                    agent=agent.name,
                 )
                 for name in names
             ]

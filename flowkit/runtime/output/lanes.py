@@ -17,13 +17,8 @@ What caused a record travels beside it (its origin), typed: an agent output's ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-import msgspec
-
 from ...partitioning import partition_for_key
-from ...records import Headers, Message, record_size
+from ...records import Headers, Origin, RawOrigin, record_size
 from ...transports import OutRecord
 
 __all__ = ["Group", "KeyPartitions", "Lane", "Origin", "RawOrigin", "settled"]
@@ -34,27 +29,11 @@ Group = tuple[list[OutRecord], list[object]]
 """The records waiting for one partition, and beside them what caused each."""
 
 
-class Origin(msgspec.Struct, frozen=True, gc=False):
-    """What caused an agent's output: its record and the agent (built in C: one a record)."""
-
-    message: Message
-    agent: str
-
-
-class RawOrigin(msgspec.Struct, frozen=True, gc=False):
-    """An ``Origin`` whose record is a client's own (librdkafka's, in a ``RawMessages``
-    batch): its ``Message`` is made only by ``settled``, for the rare output that is refused
-    or goes to a sink."""
-
-    record: object
-    agent: str
-    convert: Callable[[Any], Message]
-
-
 def settled(origin: object) -> object:
     """An output's origin as ``on_rejected`` and sinks take it: an ``Origin`` for a
     ``RawOrigin`` (its ``Message`` made now); any other origin as it is.
 
+    >>> from flowkit.records import Message
     >>> m = Message("t", 0, 7, 0, None, b"v")
     >>> settled(RawOrigin(("t", 7), "agent", lambda r: m)) == Origin(m, "agent")
     True

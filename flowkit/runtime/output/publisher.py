@@ -17,10 +17,13 @@ end of the flush round that sends it: the publisher counts rounds, not records.
 
 A send the broker refuses for good (``RecordRejected``, found when its ack fails) is handed
 with its ``origin`` (``settled``) to ``on_rejected``, which applies the error policy of the
-record that caused it; the sends that makes are awaited before the checkpoint goes on. When
-a whole batch is refused, its records are sent again one by one, so only the culprit is
-refused. A refused send with no origin (a changelog write) is a ``TransportError``: the
-worker stops.
+record that caused it; the sends that makes are awaited before the checkpoint goes on. A
+broker refuses a whole broker batch for one record in it (a timestamp out of its range,
+say), and a client puts sends of one partition in one broker batch as it likes: so a
+refusal is believed only for a record sent alone. The refused records are sent again in
+halves, each awaited before the next, until each culprit stands alone; the others are
+written (after records of their partition sent meanwhile). A refused send with no origin
+(a changelog write) is a ``TransportError``: the worker stops.
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ PartitionCount = Callable[[str], Awaitable[int | None]]
 
 
 class _Batch:
-    """The origin of a batch send: its records and, beside them, what caused each."""
+    """The origin of a send: its records and, beside them, what caused each (a single
+    send's partition may be None: the producer places it by its key)."""
 
     __slots__ = ("origins", "partition", "records", "topic")
 
     def __init__(
-        self, topic: str, partition: int, records: list[OutRecord], origins: list[object]
+        self, topic: str, partition: int | None, records: list[OutRecord], origins: list[object]
     ) -> None:
         self.topic, self.partition, self.records, self.origins = topic, partition, records, origins
 
@@ -316,7 +320,12 @@ class Publisher:
             return ack
         in_flight = self._in_flight
         in_flight.append(ack)
-        self._origins.append(origin)
+        self._origins.append(
+            # The record itself, should it have to be sent again alone (see _refused).
+            None
+            if origin is None
+            else _Batch(topic, partition, [(key, value, headers, timestamp_ms)], [origin])
+        )
         if len(in_flight) >= MAX_IN_FLIGHT:
             await self.await_acks()
         return ack
@@ -338,7 +347,11 @@ class Publisher:
             self._stored(ack)
             return ack
         self._in_flight.append(ack)
-        self._origins.append(origin)
+        self._origins.append(
+            None
+            if origin is None
+            else _Batch(topic, partition, [(key, value, headers, timestamp_ms)], [origin])
+        )
         return ack
 
     def _stored(self, ack: Ack) -> None:
@@ -443,27 +456,61 @@ class Publisher:
             await self.flush()  # what the dead letters sent, awaited next round
 
     async def _refused(self, origin: object, exc: RecordRejected) -> None:
-        if isinstance(origin, _Batch):
-            if len(origin.records) > 1:
-                # Which record? Send each alone: the broker refuses only the culprit.
-                for (key, value, headers, ts), cause in zip(
-                    origin.records, origin.origins, strict=True
-                ):
-                    await self.send_bytes(
-                        origin.topic,
-                        value,
-                        key=key,
-                        headers=headers,
-                        partition=origin.partition,
-                        timestamp_ms=ts,
-                        origin=cause,
-                    )
-                return
-            origin = origin.origins[0]
-            if origin is None:
-                raise TransportError(f"a send was refused: {exc}") from exc
-        assert self.on_rejected is not None
-        await self.on_rejected(settled(origin), exc)
+        if not isinstance(origin, _Batch):  # a dead letter's: refused, alone or not
+            assert self.on_rejected is not None
+            await self.on_rejected(origin, exc)
+            return
+        async with self._flush_lock:  # no send of ours joins theirs meanwhile
+            culprits = await self._isolate(origin)
+        for cause, refusal in culprits:
+            if cause is None:
+                raise TransportError(f"a send was refused: {refusal}") from refusal
+            assert self.on_rejected is not None
+            await self.on_rejected(settled(cause), refusal)
+
+    async def _isolate(self, batch: _Batch) -> list[tuple[object, RecordRejected]]:
+        """Send the records of a refused ``batch`` again, in halves, each awaited before the
+        next, until every refused record was sent alone: those, with their refusals."""
+        culprits: list[tuple[object, RecordRejected]] = []
+        # Parts to send, in partition order: (records, causes, the refusal if sent alone).
+        todo: list[tuple[list[OutRecord], list[object], RecordRejected | None]] = []
+        # A single send too: the client may have put others in its broker batch.
+        todo += _halves(batch.records, batch.origins, None)
+        while todo:
+            records, causes, alone = todo.pop(0)
+            if alone is not None and len(records) == 1:
+                culprits.append((causes[0], alone))
+                continue
+            refused = await self._send_awaited(batch.topic, batch.partition, records)
+            for start, end, refusal in reversed(refused):  # each refused broker batch
+                part, why = records[start:end], causes[start:end]
+                todo[:0] = _halves(part, why, refusal if len(part) == 1 else None)
+        return culprits
+
+    async def _send_awaited(
+        self, topic: str, partition: int | None, records: list[OutRecord]
+    ) -> list[tuple[int, int, RecordRejected]]:
+        """Send ``records`` and wait for their acks: the refused broker batches, as
+        (start, end, refusal) in ``records``."""
+        if partition is None:  # a single send the producer placed
+            key, value, headers, ts = records[0]
+            one = await self.producer.send(topic, value, key=key, headers=headers, timestamp_ms=ts)
+            sends: list[tuple[int, Awaitable[Ack]]] = [(1, one)]
+        else:
+            sends = await self.producer.send_batch(topic, partition, records)
+        refused = []
+        start = 0
+        for n, sent in sends:
+            try:
+                ack = sent if isinstance(sent, Ack) else await asyncio.shield(sent)
+            except RecordRejected as refusal:
+                refused.append((start, start + n, refusal))
+            except Exception as error:
+                raise TransportError(f"a send was not acknowledged: {error!r}") from error
+            else:
+                self._stored(ack)
+            start += n
+        return refused
 
     def all_acked(self) -> bool:
         """True when nothing is buffered and every send so far is acknowledged (and none
@@ -490,3 +537,14 @@ async def _all_acknowledged(
     # Shielded: cancelling the watch (the worker stops) must not cancel the sends.
     results = await asyncio.gather(*map(asyncio.shield, pending), return_exceptions=True)
     callback(not any(isinstance(r, BaseException) for r in results))
+
+
+def _halves(
+    records: list[OutRecord], causes: list[object], alone: RecordRejected | None
+) -> list[tuple[list[OutRecord], list[object], RecordRejected | None]]:
+    """A refused part to send again: as two halves, or whole if it is one record (with
+    its refusal if it was sent alone: then it is the culprit)."""
+    if len(records) == 1:
+        return [(records, causes, alone)]
+    mid = len(records) // 2
+    return [(records[:mid], causes[:mid], None), (records[mid:], causes[mid:], None)]

@@ -55,8 +55,11 @@ _UNAVAILABLE_CODES = frozenset(
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 
 # Refused for good, for this record: sending it again would fail again (RecordRejected).
+# Or refused with its broker batch, for another record in it (_INVALID_DIFFERENT_RECORD):
+# the publisher sends the records of a refusal again apart, to tell which.
 _REJECTED_CODES = frozenset(
     {
+        KafkaError._INVALID_DIFFERENT_RECORD,
         KafkaError.MSG_SIZE_TOO_LARGE,
         KafkaError.INVALID_RECORD,
         KafkaError.INVALID_TIMESTAMP,
