@@ -178,9 +178,23 @@ def check_counts(specs: Iterable[TopicSpec], existing: Mapping[str, int]) -> Non
         raise ConfigurationError("; ".join(dict.fromkeys(problems)))
 
 
-def topic_config(spec: TopicSpec) -> dict[str, str]:
-    """The topic configuration to create ``spec`` with: ``compacted`` sets cleanup.policy."""
-    return {**spec.config, **({"cleanup.policy": "compact"} if spec.compacted else {})}
+# Kafka 3.6 and later bound a record's timestamp per topic (KIP-937), and 4.0 refuses one
+# over an hour ahead by default. A topic flowkit makes for itself takes any: its records'
+# timestamps are those of records some topic took already.
+ANY_TIMESTAMP = {
+    "message.timestamp.after.max.ms": str(2**63 - 1),
+    "message.timestamp.before.max.ms": str(2**63 - 1),
+}
+
+
+def topic_config(spec: TopicSpec, *, bounds: bool = True) -> dict[str, str]:
+    """The topic configuration to create ``spec`` with: ``compacted`` sets cleanup.policy;
+    ``internal`` lifts the timestamp bounds (unless ``bounds`` is False: a broker before
+    Kafka 3.6 knows no such setting, and bounds nothing)."""
+    config = {**spec.config, **({"cleanup.policy": "compact"} if spec.compacted else {})}
+    if spec.internal and bounds:
+        config = {**ANY_TIMESTAMP, **config}
+    return config
 
 
 async def create_missing(

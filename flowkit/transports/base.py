@@ -35,13 +35,19 @@ OutRecord = tuple[bytes | None, bytes | None, Headers, int | None]
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic the app needs: name, partitions and configuration."""
+    """A topic the app needs: name, partitions and configuration.
+
+    ``internal``: a topic flowkit makes for itself (changelog, repartition, dead letters),
+    into which it carries the timestamps of the records it read. It takes any timestamp,
+    so that a record its input took (stamped far ahead, say) is never refused there.
+    """
 
     name: str
     partitions: int
     replication_factor: int = 1
     compacted: bool = False
     config: Mapping[str, str] = field(default_factory=dict)
+    internal: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,9 @@ from flowkit.errors import RecordRejected
 from flowkit.records import Headers, Message, RawMessages, TopicPartition, record_size
 from flowkit.testing import TestDriver
 from flowkit.transports import Ack, MemoryBroker, MemoryTransport, OutRecord, Transport
-from flowkit.transports.base import OffsetReset
+from flowkit.transports.base import OffsetReset, TopicSpec
 from flowkit.transports.memory.clients import MemoryConsumer, MemoryProducer
+from tests.apache_kafka import ApacheKafka
 from tests.conftest import APACHE_KAFKA, KAFKA_TEST_SETTINGS, DriverFactory
 
 LIMIT = 100_000  # bytes of key, value and headers the producer sends (about, on Kafka)
@@ -332,3 +333,49 @@ async def test_an_output_refused_for_its_timestamp_fails_only_its_record(
     ]
     assert all(letter.error_type == "RecordRejected" for letter in letters)
     assert starts == 1
+
+
+class Purchase(flowkit.Record):
+    customer: str
+
+
+LONG_MAX = str(2**63 - 1)
+
+
+@pytest.mark.kafka
+@pytest.mark.apache_kafka
+async def test_a_timestamp_the_input_took_is_taken_by_every_topic_flowkit_makes(
+    clean_apache_kafka: ApacheKafka,
+) -> None:
+    """A topic may hold records stamped far ahead (written before Apache Kafka 4.0, whose
+    brokers refuse a record over an hour ahead, or to a topic configured to allow them).
+    flowkit carries a record's timestamp into the topics it makes (a group_by's
+    repartition topic, the dead-letter topic): they take whatever timestamp the input
+    took, so such a record is processed, or dead-lettered, like any other, and never stops
+    the worker."""
+    from flowkit.transports import transport_from_url
+
+    name = f"ahead-{uuid.uuid4().hex[:8]}"
+    app = flowkit.App(name)
+    purchases = app.topic(f"{name}-purchases", value_type=Purchase, partitions=1)
+    counts = app.table("counts", default=int)
+
+    @app.agent(purchases)
+    async def count(stream: flowkit.Stream[Purchase]) -> None:
+        async for purchase in stream.group_by(lambda p: p.customer, name="by-customer"):
+            counts[purchase.customer] += 1
+
+    now = int(time.time() * 1000)
+    ahead = now + 10 * 24 * 3600 * 1000
+    transport = transport_from_url(clean_apache_kafka.url, **KAFKA_TEST_SETTINGS)
+    allow = {"message.timestamp.after.max.ms": LONG_MAX}  # as a topic of Kafka 3 took them
+    await transport.create_topics([TopicSpec(purchases.name, 1, config=allow)])
+    async with TestDriver(app, transport=transport, settle=0.3) as driver:
+        for n, at in enumerate([now, ahead, now, ahead]):
+            await driver.send(purchases, Purchase(f"c{n % 2}"), key=f"k{n}", timestamp_ms=at)
+        await driver.send_raw(purchases, b"not json", key=b"bad", timestamp_ms=ahead)
+        await driver.run_until_idle(timeout=60)
+        assert {c: counts[c] for c in ("c0", "c1")} == {"c0": 2, "c1": 2}
+        letters = [DeadLetter(m) for m in await driver.dead_letters()]
+    await transport.aclose()
+    assert [(letter.message.key, letter.stage) for letter in letters] == [(b"bad", "decode")]

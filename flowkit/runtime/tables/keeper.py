@@ -153,9 +153,11 @@ class StateKeeper:
         specs: list[TopicSpec] = []
         for t in app.tables.values():
             if isinstance(t, Table | WindowedTable | StreamJoin):
-                specs.append(TopicSpec(t.changelog_topic, t.partitions, compacted=True))
+                specs.append(
+                    TopicSpec(t.changelog_topic, t.partitions, compacted=True, internal=True)
+                )
             if isinstance(t, WindowedTable):
-                specs.append(TopicSpec(t.repartition_topic, t.partitions))
+                specs.append(TopicSpec(t.repartition_topic, t.partitions, internal=True))
         return specs
 
     # -- global tables --------------------------------------------------------------------

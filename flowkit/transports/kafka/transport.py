@@ -308,17 +308,28 @@ class KafkaTransport:
         """
         await create_missing(specs, self._partition_counts, self._create)
 
-    async def _create(self, specs: list[TopicSpec]) -> None:
+    async def _create(self, specs: list[TopicSpec], *, bounds: bool = True) -> None:
         new = [
-            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=topic_config(s))
+            NewTopic(
+                s.name,
+                s.partitions,
+                s.replication_factor,
+                topic_configs=topic_config(s, bounds=bounds),
+            )
             for s in specs
         ]
         with map_kafka_errors():
             response = await self._admin.create_topics(new)
+        unbounded = []  # internal topics refused for their timestamp settings (Kafka < 3.6)
         for name, code, *rest in response.topic_errors:
-            if code not in (0, kerr.TopicAlreadyExistsError.errno):
+            spec = next(s for s in specs if s.name == name)
+            if code == kerr.InvalidConfigurationError.errno and spec.internal and bounds:
+                unbounded.append(spec)
+            elif code not in (0, kerr.TopicAlreadyExistsError.errno):
                 detail = f"{kerr.for_code(code).__name__} {rest[0] if rest else ''}".strip()
                 raise TransportError(f"could not create topic {name!r}: {detail}")
+        if unbounded:
+            await self._create(unbounded, bounds=False)
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""

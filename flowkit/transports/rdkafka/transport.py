@@ -291,21 +291,29 @@ class RdkafkaTransport:
         """
         await create_missing(specs, self._partition_counts, self._create)
 
-    async def _create(self, specs: list[TopicSpec]) -> None:
+    async def _create(self, specs: list[TopicSpec], *, bounds: bool = True) -> None:
         new = [
-            NewTopic(s.name, s.partitions, s.replication_factor, config=topic_config(s))
+            NewTopic(
+                s.name, s.partitions, s.replication_factor, config=topic_config(s, bounds=bounds)
+            )
             for s in specs
         ]
         futures = self._admin.create_topics(new, request_timeout=self.connect_timeout)
+        unbounded = []  # internal topics refused for their timestamp settings (Kafka < 3.6)
         for name, future in futures.items():
             try:
                 await asyncio.wrap_future(future)
             except ck.KafkaException as exc:
                 error = exc.args[0]
-                if error.code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                spec = next(s for s in specs if s.name == name)
+                if error.code() == ck.KafkaError.INVALID_CONFIG and spec.internal and bounds:
+                    unbounded.append(spec)
+                elif error.code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
                     raise TransportError(
                         f"could not create topic {name!r}: {error.name()} {error.str()}"
                     ) from exc
+        if unbounded:
+            await self._create(unbounded, bounds=False)
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
