@@ -303,6 +303,7 @@ class Worker:
             on_rejected=self._rejected,
             partition_count=self.transport.partition_count,
             before_flush=self._before_flush,  # dead letters are built in batches
+            timestamp_bounds=self.transport.timestamp_bounds,
         )
         self.scope.sender = publisher
         dispatcher = self.dispatcher = Dispatcher(

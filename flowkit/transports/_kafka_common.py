@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..redaction import MASK, is_secret
-from .base import TopicSpec
+from .base import TimestampBounds, TopicSpec
 
 __all__ = [
     "ACKS",
@@ -38,6 +38,7 @@ __all__ = [
     "check_counts",
     "check_heartbeat",
     "check_security",
+    "timestamp_bounds",
     "check_values",
     "client_reason",
     "create_missing",
@@ -185,6 +186,40 @@ ANY_TIMESTAMP = {
     "message.timestamp.after.max.ms": str(2**63 - 1),
     "message.timestamp.before.max.ms": str(2**63 - 1),
 }
+
+
+def timestamp_bounds(config: Mapping[str, str | None]) -> TimestampBounds:
+    """How far ahead of and behind the broker's clock a topic takes a record's timestamp,
+    in ms (None: no bound), from its configuration.
+
+    >>> timestamp_bounds({"message.timestamp.after.max.ms": "3600000",
+    ...                   "message.timestamp.before.max.ms": str(2**63 - 1)})
+    (3600000, None)
+    >>> timestamp_bounds({"message.timestamp.type": "LogAppendTime",
+    ...                   "message.timestamp.after.max.ms": "3600000"})
+    (None, None)
+    >>> timestamp_bounds({"message.timestamp.difference.max.ms": "60000"})  # Kafka < 3.6
+    (60000, 60000)
+    """
+
+    def bound(name: str) -> int | None:
+        value = config.get(name)
+        try:
+            ms = int(value) if value is not None else None
+        except ValueError:
+            return None
+        return ms if ms is not None and 0 <= ms < 2**63 - 1 else None
+
+    if config.get("message.timestamp.type") == "LogAppendTime":
+        return (None, None)  # the broker stamps every record itself
+    either = bound("message.timestamp.difference.max.ms")
+    ahead = bound("message.timestamp.after.max.ms")
+    behind = bound("message.timestamp.before.max.ms")
+    if "message.timestamp.after.max.ms" not in config:
+        ahead = either
+    if "message.timestamp.before.max.ms" not in config:
+        behind = either
+    return (ahead, behind)
 
 
 def topic_config(spec: TopicSpec, *, bounds: bool = True) -> dict[str, str]:

@@ -22,6 +22,7 @@ __all__ = [
     "OutRecord",
     "Producer",
     "RebalanceListener",
+    "TimestampBounds",
     "TopicSpec",
     "TransactionalProducer",
     "Transport",
@@ -31,6 +32,10 @@ OffsetReset = Literal["earliest", "latest"]
 
 OutRecord = tuple[bytes | None, bytes | None, Headers, int | None]
 """A record to send in a batch: (key, value, headers, timestamp_ms or None for now)."""
+
+TimestampBounds = tuple[int | None, int | None]
+"""How far ahead of and behind now a topic takes a record's timestamp, in ms (None: no
+bound)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,10 @@ class Transport(Protocol):
 
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist."""
+
+    async def timestamp_bounds(self, topic: str) -> TimestampBounds:
+        """How far ahead of and behind now ``topic`` takes a record's timestamp, from its
+        configuration ((None, None) if it bounds nothing, or cannot be read)."""
 
     async def watch(self) -> None:
         """Watch the broker while a worker runs: return if there is nothing to watch,

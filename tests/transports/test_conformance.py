@@ -13,7 +13,7 @@ import pytest
 from flowkit.errors import ConfigurationError, RecordRejected
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message, TopicPartition
-from flowkit.transports import Ack, Consumer, TopicSpec, Transport
+from flowkit.transports import Ack, Consumer, MemoryTransport, TopicSpec, Transport
 
 from .conftest import Recorder, TransportFactory, collect, poll, unique
 
@@ -47,6 +47,25 @@ async def test_create_topics_with_another_partition_count_raises(
     topic = await new_topic(transport, 2)
     with pytest.raises(ConfigurationError, match=topic):
         await transport.create_topics([TopicSpec(topic, 3)])
+
+
+async def test_timestamp_bounds_are_read_from_the_topic(
+    transport_factory: TransportFactory,
+) -> None:
+    """What a topic takes, as the publisher checks a ``topic.send(timestamp_ms=)`` before
+    sending it; a topic flowkit makes for itself takes any timestamp."""
+    transport = transport_factory()
+    bounded, internal = unique("conf"), unique("conf")
+    config = {"message.timestamp.after.max.ms": "60000", "message.timestamp.before.max.ms": "7"}
+    await transport.create_topics(
+        [TopicSpec(bounded, 1, config=config), TopicSpec(internal, 1, internal=True)]
+    )
+    if isinstance(transport, MemoryTransport):
+        assert await transport.timestamp_bounds(bounded) == (None, None)  # takes any
+        return
+    assert await transport.timestamp_bounds(bounded) == (60_000, 7)
+    assert await transport.timestamp_bounds(internal) == (None, None)
+    assert await transport.timestamp_bounds(unique("missing")) == (None, None)
 
 
 async def test_keyed_records_land_on_the_murmur2_partition(

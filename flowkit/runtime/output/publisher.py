@@ -29,11 +29,13 @@ written (after records of their partition sent meanwhile). A refused send with n
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from ...errors import RecordRejected, TransportError
 from ...records import Headers, record_size
 from ...transports import Ack, OutRecord, Producer
+from ...transports.base import TimestampBounds
 from .lanes import Group, KeyPartitions, Lane, settled
 
 __all__ = ["Publisher", "Rejected"]
@@ -42,6 +44,7 @@ MAX_IN_FLIGHT = 10_000  # unacknowledged sends or batches before a sender waits
 MAX_BUFFERED = 20_000  # published records held before the publisher sends them
 Rejected = Callable[[object, RecordRejected], Awaitable[None]]
 PartitionCount = Callable[[str], Awaitable[int | None]]
+Bounds = Callable[[str], Awaitable[TimestampBounds]]
 
 
 class _Batch:
@@ -65,10 +68,15 @@ class Publisher:
         on_rejected: Rejected | None = None,
         partition_count: PartitionCount | None = None,
         before_flush: Callable[[], None] | None = None,
+        timestamp_bounds: Bounds | None = None,
     ) -> None:
         self.producer = producer
         self.on_rejected = on_rejected
         self._partition_count = partition_count
+        # Per topic, how far from now it takes a timestamp given with ``send_bytes``
+        # (``topic.send(timestamp_ms=)``): asked once, checked before the record is sent.
+        self._timestamp_bounds = timestamp_bounds
+        self._bounds: dict[str, TimestampBounds] = {}
         self.sent_end: dict[tuple[str, int], int] = {}  # (topic, partition) -> end offset
         self._in_flight: list[Awaitable[Ack]] = []
         self._origins: list[object] = []  # beside _in_flight: what caused each send, or None
@@ -306,9 +314,14 @@ class Publisher:
     ) -> Awaitable[Ack]:
         """Send encoded bytes; the ack is awaited before the next commit.
 
-        Raises ``RecordRejected`` if the producer refuses the record at once (too large);
-        if the broker refuses it later, ``on_rejected(origin, error)`` is called then.
+        Raises ``RecordRejected`` if the producer refuses the record at once (too large),
+        or if its timestamp is outside what the topic takes; if the broker refuses it later,
+        ``on_rejected(origin, error)`` is called then.
         """
+        if timestamp_ms is not None and self._timestamp_bounds is not None:
+            # Refused now, the record fails alone; refused in its ack, it would abort an
+            # exactly-once transaction, and every record in it with it.
+            await self._check_timestamp(topic, timestamp_ms)
         if self._queued(topic):
             await self.flush()  # published records of this topic first: keep the order
         # Inlined (not _send_one): changelogs and partials come here, one coroutine each.
@@ -329,6 +342,28 @@ class Publisher:
         if len(in_flight) >= MAX_IN_FLIGHT:
             await self.await_acks()
         return ack
+
+    async def _check_timestamp(self, topic: str, timestamp_ms: int) -> None:
+        bounds = self._bounds.get(topic)
+        if bounds is None:
+            assert self._timestamp_bounds is not None
+            bounds = self._bounds[topic] = await self._timestamp_bounds(topic)
+        ahead, behind = bounds
+        if ahead is None and behind is None:
+            return
+        now = int(time.time() * 1000)  # the wall clock: the broker compares with its own
+        if ahead is not None and timestamp_ms > now + ahead:
+            raise RecordRejected(
+                f"a record stamped {timestamp_ms} ms is {(timestamp_ms - now) / 1000:g} s "
+                f"ahead of now; topic {topic!r} takes at most {ahead / 1000:g} s "
+                "(message.timestamp.after.max.ms)"
+            )
+        if behind is not None and timestamp_ms < now - behind:
+            raise RecordRejected(
+                f"a record stamped {timestamp_ms} ms is {(now - timestamp_ms) / 1000:g} s "
+                f"behind now; topic {topic!r} takes at most {behind / 1000:g} s "
+                "(message.timestamp.before.max.ms)"
+            )
 
     async def _send_one(
         self,

@@ -14,6 +14,7 @@ from typing import Any
 import aiokafka.errors as kerr
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.protocol.admin import ApiVersionRequest
@@ -23,10 +24,11 @@ from .._kafka_common import (
     authentication_failed,
     certificate_refused,
     create_missing,
+    timestamp_bounds,
     tls_reason,
     topic_config,
 )
-from ..base import OffsetReset, TopicSpec
+from ..base import OffsetReset, TimestampBounds, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import KafkaConsumer
 from .errors import map_kafka_errors
@@ -288,13 +290,17 @@ class KafkaTransport:
         self._opened.add(producer)
         return producer
 
-    async def _partition_counts(self) -> dict[str, int]:
+    async def _admin_client(self) -> Any:
         if self._closed:
             raise TransportError("the Kafka transport is closed")
         if self._admin is None:
             admin = AIOKafkaAdminClient(**self._client, client_id=self._id("flowkit") + "-admin")
             await self.connect(admin.start, admin.close)
             self._admin = admin
+        return self._admin
+
+    async def _partition_counts(self) -> dict[str, int]:
+        await self._admin_client()
         # Metadata of all topics: asking for a missing one by name creates it on some
         # brokers (Tansu; Kafka with auto.create.topics.enable).
         with map_kafka_errors():
@@ -334,6 +340,23 @@ class KafkaTransport:
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
         return (await self._partition_counts()).get(topic)
+
+    async def timestamp_bounds(self, topic: str) -> TimestampBounds:
+        """How far ahead of and behind now ``topic`` takes a timestamp, from its
+        configuration; (None, None) if it cannot be read (not authorised, say)."""
+        admin = await self._admin_client()
+        try:
+            with map_kafka_errors():
+                responses = await admin.describe_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, topic)]
+                )
+        except TransportError:
+            return (None, None)
+        for response in responses:
+            for code, _, _, name, entries in response.resources:
+                if code == 0 and name == topic:
+                    return timestamp_bounds({entry[0]: entry[1] for entry in entries})
+        return (None, None)
 
     async def watch(self) -> None:
         """Run until cancelled; raises ``BrokerUnavailable`` once the brokers have been

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from ..._text import count as plural
 from ...errors import CommitFailed, ConfigurationError, RecordRejected, TransportError
 from ...records import Headers, Message, TopicPartition, record_size
-from ..base import Ack, OffsetReset, OutRecord, RebalanceListener, TopicSpec
+from ..base import Ack, OffsetReset, OutRecord, RebalanceListener, TimestampBounds, TopicSpec
 from .broker import MemoryBroker
 
 if TYPE_CHECKING:
@@ -425,6 +425,10 @@ class MemoryTransport:
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist."""
         return self.broker.partition_count(topic)
+
+    async def timestamp_bounds(self, topic: str) -> TimestampBounds:
+        """The memory broker takes any timestamp."""
+        return (None, None)
 
     async def aclose(self) -> None:
         """Close every client this transport made. Idempotent."""

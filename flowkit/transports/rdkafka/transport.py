@@ -13,7 +13,11 @@ from typing import Any
 
 import confluent_kafka as ck
 import structlog
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # (not in its stubs' exports)
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from ...errors import BrokerUnavailable, ConfigurationError, TransportError
@@ -22,11 +26,12 @@ from .._kafka_common import (
     certificate_refused,
     client_reason,
     create_missing,
+    timestamp_bounds,
     tls_context,
     tls_refusal,
     topic_config,
 )
-from ..base import OffsetReset, TopicSpec
+from ..base import OffsetReset, TimestampBounds, TopicSpec
 from ..watch import BrokerWatch
 from .consumer import RdkafkaConsumer
 from .errors import RDKAFKA_ERRORS, map_rdkafka_errors
@@ -259,7 +264,7 @@ class RdkafkaTransport:
         self._opened.add(producer)
         return producer
 
-    async def _partition_counts(self) -> dict[str, int]:
+    async def _admin_client(self) -> Any:
         if self._closed:
             raise TransportError("the Kafka transport is closed")
         if self._admin is None:
@@ -272,7 +277,10 @@ class RdkafkaTransport:
             )
             await self.connect(admin)
             self._admin = admin
-        admin, timeout = self._admin, self.connect_timeout
+        return self._admin
+
+    async def _partition_counts(self) -> dict[str, int]:
+        admin, timeout = await self._admin_client(), self.connect_timeout
         loop = asyncio.get_running_loop()
         # Metadata of all topics: asking for a missing one by name creates it on some
         # brokers (Tansu; Kafka with auto.create.topics.enable).
@@ -318,6 +326,20 @@ class RdkafkaTransport:
     async def partition_count(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
         return (await self._partition_counts()).get(topic)
+
+    async def timestamp_bounds(self, topic: str) -> TimestampBounds:
+        """How far ahead of and behind now ``topic`` takes a timestamp, from its
+        configuration; (None, None) if it cannot be read (not authorised, say)."""
+        admin = await self._admin_client()
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            [future] = admin.describe_configs(
+                [resource], request_timeout=self.connect_timeout
+            ).values()
+            entries = await asyncio.wrap_future(future)
+        except (ck.KafkaException, ValueError):
+            return (None, None)
+        return timestamp_bounds({name: entry.value for name, entry in entries.items()})
 
     async def __aenter__(self) -> RdkafkaTransport:
         return self
