@@ -477,7 +477,7 @@ class Publisher:
                 if not refused:
                     return
                 while refused:
-                    await self._refused(origins[refused[0][0]], refused[0][1])
+                    await self._refused(origins[refused[0][0]])
                     del refused[0]
             except asyncio.CancelledError:
                 # The sends go on (the shield kept the client's delivery futures): the next
@@ -490,11 +490,10 @@ class Publisher:
                 self._awaiting = []
             await self.flush()  # what the dead letters sent, awaited next round
 
-    async def _refused(self, origin: object, exc: RecordRejected) -> None:
-        if not isinstance(origin, _Batch):  # a dead letter's: refused, alone or not
-            assert self.on_rejected is not None
-            await self.on_rejected(origin, exc)
-            return
+    async def _refused(self, origin: object) -> None:
+        """A send refused in its ack: its records go again until each culprit is alone."""
+        # Every send with an origin keeps its records beside it (a _Batch): see send_bytes.
+        assert isinstance(origin, _Batch), origin
         async with self._flush_lock:  # no send of ours joins theirs meanwhile
             culprits = await self._isolate(origin)
         for cause, refusal in culprits:
