@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
+import pytest
 from aiohttp import web
 
+from flowkit.errors import ConfigurationError
 from flowkit.runtime.processes.group import ProcessGroup
 from flowkit.runtime.processes.web import GroupWebServer
 
@@ -97,3 +100,17 @@ async def test_the_parent_follows_no_redirect_to_a_foreign_host() -> None:
             if sleeper.returncode is None:
                 sleeper.kill()
             await sleeper.wait()
+
+
+async def test_a_port_in_use_is_one_line_naming_the_option_as_a_worker_says_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with ProcessGroup(["true"], 1) as group:
+            parent = GroupWebServer(group, "127.0.0.1", port)
+            with pytest.raises(
+                ConfigurationError, match=rf"^--web-port {port}: the port is already in use"
+            ):
+                await parent.start()
+            await parent.aclose()

@@ -19,10 +19,8 @@ what every endpoint does to serve, in ``web.serving``.
 from __future__ import annotations
 
 import base64
-import errno
 import hashlib
 import json
-import socket
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -100,16 +98,6 @@ class WebServer(ServedEndpoint):
         is not this machine's or a port in use is a one-line ``ConfigurationError``."""
         await self.serve(self.application())
         await self.tables.start()
-
-    def bind_error(self, exc: OSError) -> str:
-        """The one line that says why the endpoint cannot listen, as the flags say it."""
-        if exc.errno == errno.EADDRINUSE:
-            return f"--web-port {self.port}: the port is already in use on {self.host}"
-        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
-            return f"--web-host {self.host!r}: not an address of this machine"
-        if exc.errno == errno.EACCES:
-            return f"--web-port {self.port}: not allowed to listen on it (ports < 1024 need root)"
-        return f"--web-host {self.host!r} / --web-port {self.port}: cannot listen ({exc})"
 
     async def leaving(self) -> None:
         """The worker stops: withdraw its advertisement (best effort)."""

@@ -10,6 +10,9 @@ endpoint adds its routes and what it answers on the probes.
 
 from __future__ import annotations
 
+import errno
+import socket
+
 from aiohttp import web
 
 from ...errors import ConfigurationError
@@ -78,8 +81,15 @@ class ServedEndpoint:
         self.port = port
 
     def bind_error(self, exc: OSError) -> str:
-        """The one line that says why the endpoint cannot listen."""
-        return f"cannot serve on {self.host}:{self.port} ({exc})"
+        """The one line that says why the endpoint cannot listen, as the flags that chose
+        its address say it (a worker's endpoint and a process group's alike)."""
+        if exc.errno == errno.EADDRINUSE:
+            return f"--web-port {self.port}: the port is already in use on {self.host}"
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            return f"--web-host {self.host!r}: not an address of this machine"
+        if exc.errno == errno.EACCES:
+            return f"--web-port {self.port}: not allowed to listen on it (ports < 1024 need root)"
+        return f"--web-host {self.host!r} / --web-port {self.port}: cannot listen ({exc})"
 
     async def stop_serving(self) -> None:
         """Stop listening. Idempotent."""
