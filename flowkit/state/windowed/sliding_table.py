@@ -56,6 +56,10 @@ class SlidingTable(WindowedTable[K, V]):
     ('sliding', 60000, 'sum(cents)')
     """
 
+    # Running updates need nothing of add: every record goes to its owner, which finds
+    # the windows each one changed (sliding_owner.py).
+    changed_entry = None
+
     def __init__(
         self,
         name: str,
@@ -68,16 +72,13 @@ class SlidingTable(WindowedTable[K, V]):
         **kwargs: Any,
     ) -> None:
         what = f"table {name!r}"
-        if emit_on != "close" or on_update is not None:
-            raise DefinitionError(
-                f"{what}: sliding windows do not take emit_on='update' or on_update= yet; "
-                "each window is emitted once, when it closes"
-            )
         if aggregate is not None:
             combine = _check_aggregate(what, aggregate, combine, spec, kwargs.get("partitions", 1))
         # The aggregation is applied here (each record lifted to a one-record accumulator,
         # merged on the owner), not through the tumbling tables' compiled add.
-        super().__init__(name, spec=spec, combine=combine, **kwargs)
+        super().__init__(
+            name, spec=spec, combine=combine, emit_on=emit_on, on_update=on_update, **kwargs
+        )
         self.aggregation = aggregate
         self.sliding_spec = spec
         self._lift: Callable[[Any, int], Any] | None = None
