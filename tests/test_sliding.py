@@ -316,13 +316,24 @@ def test_declaration_errors_are_one_line() -> None:
     recent = app.table("r", default=int).sliding(30.0)
     with pytest.raises(flowkit.DefinitionError, match=r"use r\.add"):
         recent["k"] = 3
-    node = next(n for n in app.graph().to_dict()["nodes"] if n["id"] == "table:r")
+    app.table("u").sliding(30.0, aggregate=flowkit.Count(), emit_on="update", on_update=print)
+    graph = app.graph().to_dict()
+    node = next(n for n in graph["nodes"] if n["id"] == "table:r")
     assert (node["window"], node["size"], node["grace"], node["expires"]) == (
         "sliding",
         30.0,
         30.0,
         60.0,
     )
+    shown = {n["id"]: n.get("emit_on") for n in graph["nodes"]}
+    assert (shown["table:r"], shown["table:u"]) == ("close", "update")
+    # As every two-stage table: records go out to the repartition topic and come back.
+    edges = {(e["source"], e["target"], e["kind"]) for e in graph["edges"]}
+    assert {
+        ("table:u", "topic:decl-u-changelog", "changelog"),
+        ("table:u", "topic:decl-u-repartition", "partials"),
+        ("topic:decl-u-repartition", "table:u", "combines"),
+    } <= edges
 
 
 def count_keys(store: Any) -> int:

@@ -17,7 +17,9 @@ flush) and the partition that owns the key holds them for ``size + grace`` and c
 every window exactly (``sliding_owner.py``). A record costs the windows it enters: two
 close times queued, and its value folded once into each window that holds it when that
 window closes. The values of a window are combined with the table's ``combine`` (``+`` by
-default) or a declared aggregation's ``merge``, in time order.
+default) or a declared aggregation's ``merge``, in time order. With ``emit_on="update"``
+the owner also emits, after each batch, every open window whose value its records changed
+or that they made; ``add`` does nothing more for it.
 
 Where flowkit differs from Kafka Streams: windows may start before time 0 (Kafka Streams
 puts the records of the first ``size`` after the epoch in one window ``[0, size]``); the
