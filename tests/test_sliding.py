@@ -431,6 +431,28 @@ async def test_a_forged_repartition_record_is_a_dead_letter_on_kafka(
     assert closed == [("a", t0 - SIZE, t0, [1])]
 
 
+async def test_a_late_record_is_a_dead_letter_naming_its_window_with_both_ends() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    app = flowkit.App("slidinglate", partitions=1)
+    hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+    recent = app.table("recent", default=int).sliding(10.0, grace=0, time=lambda h: h.t)
+
+    @app.agent(hits)
+    async def count(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            recent.add(hit.user, 1)
+
+    async with TestDriver(app, clock=clock) as driver:
+        for s in (100, 0):  # the second is late: [-10 s, 0] closed at 100 s
+            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [dict(m.headers)["flowkit.error.type"] for m in letters] == [b"LateRecord"]
+    message = dict(letters[0].headers)["flowkit.error.message"].decode()
+    assert f"([{t0 - SIZE}, {t0}] ms)" in message, message
+
+
 async def forge_and_close(driver: TestDriver, hits: Any, t0: int, record: bytes) -> None:
     """A forged record on the repartition topic, then records that close a window: the
     forged one is the one dead letter, at stage decode."""

@@ -343,7 +343,7 @@ class WindowedTable(TableBase[K, V]):
             self.late(key, window, amount)
             return
         raise LateRecord(
-            f"record for window {window} ([{window.start}, {window.end}) ms) of table "
+            f"record for window {window} ({self.spec.bounds(window)} ms) of table "
             f"{self.name!r} arrived after the window closed on its partition"
         )
 
