@@ -402,6 +402,56 @@ async def test_a_crash_repeats_windows_but_changes_none() -> None:
     assert all(c in since for c in repeated)
 
 
+async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    closed: list[tuple[str, int, int, Any, bool]] = []
+
+    def make_app() -> tuple[flowkit.App, flowkit.Topic[Hit]]:
+        app = flowkit.App("slidingmarks", partitions=1)
+        hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+
+        def report(key: str, w: flowkit.Window, value: Any, replayed: bool = False) -> None:
+            closed.append((key, w.start - t0, w.end - t0, value, replayed))
+
+        recent = app.table("recent").sliding(
+            SIZE / 1000,
+            grace=0,
+            aggregate=flowkit.Sum("n"),
+            time=lambda h: h.t,
+            idle_timeout=None,
+            on_close=report,
+        )
+
+        @app.agent(hits)
+        async def add(stream: flowkit.Stream[Hit]) -> None:
+            async for hit in stream:
+                recent.add(hit.user, hit)
+
+        return app, hits
+
+    async def feed(driver: TestDriver, hits: Any, times: list[tuple[int, int]]) -> None:
+        for s, n in times:
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+            await driver.run_until_idle()
+
+    app, hits = make_app()
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    await feed(driver, hits, [(0, 1), (5, 2), (30, 4)])
+    first = [("a", -10_000, 0, 1, False), ("a", -5000, 5000, 3, False), ("a", 1, 10_001, 2, False)]
+    assert closed == first
+    driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
+    await driver.aclose()
+    # The successor reads every record again: the same windows close a second time,
+    # marked; the sources' records sent again are applied once.
+    app, hits = make_app()
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        await again.run_until_idle()
+        await feed(again, hits, [(60, 8)])  # closes the window ending at 30 s: new
+    assert closed[3:] == [(*c[:4], True) for c in first] + [("a", 20_000, 30_000, 4, False)]
+
+
 @pytest.mark.parametrize(
     "record",
     [b'["p", 0, 0, "a", 5]', b'["p", 0, 0, "a", [[1], 0, 0]]', b'["p", 0, 0, "a", [[1], "x", 1]]'],
