@@ -44,7 +44,7 @@ Window = tuple[str, int, int]  # user, start, end
 Session = tuple[str, int, int, int]  # user, start, end, sum
 
 
-def data_set(t0: int, users: int = 40, per_user: int = 30) -> list[Hit]:
+def data_set(t0: int, users: int = 24, per_user: int = 25) -> list[Hit]:
     """Each user's hits in bursts (steps of 0.3 to 1.2 s, a pause of 2.5 s now and then),
     in the order they arrive: by event time plus up to 1.5 s of delay, less than the
     grace, so none is late and a delayed hit can bridge two sessions. Then a hit per
