@@ -36,7 +36,9 @@ __all__ = [
 
 
 class Window(msgspec.Struct, frozen=True, order=True):
-    """One window: ``[start, end)`` in milliseconds since the epoch.
+    """One window, its bounds in milliseconds since the epoch: ``[start, end)`` for
+    tumbling and hopping windows, ``[start, end]`` (both included) for session and sliding
+    windows (``WindowSpec.bounds`` writes them so).
 
     ``str()`` shows it in UTC for people; ``start`` and ``end`` stay milliseconds for programs.
 
@@ -106,6 +108,15 @@ class WindowSpec:
     def window(self, start: int) -> Window:
         """The window that starts at ``start``."""
         return Window(start, start + self.size_ms)
+
+    def bounds(self, window: Window) -> str:
+        """``window``'s bounds in milliseconds as this kind includes them: ``[start, end)``
+        for tumbling and hopping windows, whose end belongs to the next window.
+
+        >>> TumblingWindow(10).bounds(Window(0, 10_000))
+        '[0, 10000)'
+        """
+        return f"[{window.start}, {window.end})"
 
     def describe(self) -> dict[str, object]:
         """The spec as graph attributes (seconds)."""
@@ -198,6 +209,10 @@ class SessionSpec(WindowSpec):
         """The one-record session at ``start``."""
         return Window(start, start)
 
+    def bounds(self, window: Window) -> str:
+        """``[start, end]``: a session holds the records at both its ends."""
+        return f"[{window.start}, {window.end}]"
+
     def describe(self) -> dict[str, object]:
         """The spec as graph attributes (seconds)."""
         return {
@@ -260,6 +275,14 @@ class SlidingSpec(WindowSpec):
     def window(self, start: int) -> Window:
         """The window ``[start, start + size]``."""
         return Window(start, start + self.size_ms)
+
+    def bounds(self, window: Window) -> str:
+        """``[start, end]``: a sliding window includes both its ends.
+
+        >>> SlidingWindow(10).bounds(Window(-10_000, 0))
+        '[-10000, 0]'
+        """
+        return f"[{window.start}, {window.end}]"
 
     def describe(self) -> dict[str, object]:
         """The spec as graph attributes (seconds)."""

@@ -20,6 +20,7 @@ from tests.conftest import ALL_CLIENTS, DriverFactory
 
 SIZE, SECOND = 10_000, 1000
 Result = tuple[str, int, int, Any]  # key, start, end, value
+Update = tuple[str, int, int, Any, bool]  # key, start, end, value, final
 
 
 class Hit(flowkit.Record):
@@ -29,10 +30,14 @@ class Hit(flowkit.Record):
 
 
 def reference(
-    records: Iterable[tuple[str, int, Any]], size: int, grace: int
+    records: Iterable[tuple[str, int, Any]],
+    size: int,
+    grace: int,
+    states: list[dict[tuple[str, int, int], Any]] | None = None,
 ) -> tuple[list[Result], list[tuple[str, int]]]:
     """Kafka Streams' sliding-window aggregation over one partition, in plain Python and
-    by brute force: the windows emitted when they close, and the late records.
+    by brute force: the windows emitted when they close, and the late records; ``states``
+    gets the open windows with their values after each record.
 
     Windows are ``[start, start + size]``, both ends included: one ending at each record,
     and one starting just after each record that a later record follows within
@@ -53,6 +58,8 @@ def reference(
         close = stream_time - grace
         if ts + size < close:
             late.append((key, ts))
+            if states is not None:
+                states.append(states[-1] if states else {})
             continue
         record = (ts, i, value)
         mine = seen.setdefault(key, [])
@@ -73,11 +80,17 @@ def reference(
             if start + size < close:
                 del open_[(k, start)]
                 done.add((k, start))
-                total: Any = None
-                for _, _, v in sorted(members):
-                    total = v if total is None else total + v
-                closed.append((k, start, start + size, total))
+                closed.append((k, start, start + size, fold(members)))
+        if states is not None:
+            states.append({(k, s, s + size): fold(m) for (k, s), m in open_.items()})
     return sorted(closed), sorted(late)
+
+
+def fold(members: list[tuple[int, int, Any]]) -> Any:
+    total: Any = None
+    for _, _, v in sorted(members):
+        total = v if total is None else total + v
+    return total
 
 
 def sliding_app(
@@ -87,6 +100,7 @@ def sliding_app(
     grace: float,
     partitions: int = 1,
     size: int = SIZE,
+    updates: list[Update] | None = None,
 ) -> tuple[flowkit.App, Any, Any]:
     app = flowkit.App("sliding", partitions=partitions)
     hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
@@ -104,6 +118,12 @@ def sliding_app(
         time=lambda h: h.t,
         on_close=on_close,
         late=on_late,
+        emit_on="close" if updates is None else "update",
+        on_update=(
+            None
+            if updates is None
+            else lambda key, w, value, final: updates.append((key, w.start, w.end, value, final))
+        ),
     )
 
     @app.agent(hits)
@@ -132,27 +152,64 @@ streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_si
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(stream=streams, grace=st.sampled_from([0, 4, 30]), cut=st.floats(0, 1))
+@given(
+    stream=streams,
+    grace=st.sampled_from([0, 4, 30]),
+    cut=st.floats(0, 1),
+    emit_on=st.sampled_from(["close", "update"]),
+    flush_every=st.sampled_from([1, 4, 100]),
+)
 async def test_every_window_emitted_matches_the_reference(
-    stream: list[tuple[str, int]], grace: int, cut: float
+    stream: list[tuple[str, int]], grace: int, cut: float, emit_on: str, flush_every: int
 ) -> None:
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
     records = [(user, t0 + ms, [i]) for i, (user, ms) in enumerate(stream)]
     records.append(("end", t0 + 2000 * SECOND, [-1]))  # every other key's windows close
-    expected, expected_late = reference(records, SIZE, grace * SECOND)
+    states: list[dict[tuple[str, int, int], Any]] = []
+    expected, expected_late = reference(records, SIZE, grace * SECOND, states)
     closed: list[Result] = []
     late: list[tuple[str, int]] = []
+    updates: list[Update] | None = [] if emit_on == "update" else None
     # A worker stops (cleanly) midway and another goes on from the changelog.
     split = int(cut * len(records))
     for part in (records[:split], records[split:]):
-        app, hits, _ = sliding_app(closed, late, grace=grace)
+        app, hits, _ = sliding_app(closed, late, grace=grace, updates=updates)
         async with TestDriver(app, broker=broker, clock=clock, fail_fast=True) as driver:
-            for user, ts, value in part:
+            for i, (user, ts, value) in enumerate(part):
                 await driver.send(hits, Hit(user, ts, value[0]), key=user)
+                if i % flush_every == flush_every - 1:
+                    await driver.run_until_idle()
             await driver.run_until_idle()
     assert sorted(closed) == expected, (closed, expected)
     assert sorted(late) == expected_late
+    if updates is not None:
+        assert sorted(u[:4] for u in updates if u[4]) == expected  # each final once
+        check_updates([u for u in updates if not u[4]], states, exact=flush_every == 1)
+
+
+def check_updates(
+    updates: list[Update], states: list[dict[tuple[str, int, int], Any]], exact: bool
+) -> None:
+    """Every running update is a window as it stood after some prefix of the stream, the
+    prefixes in order, and no update repeats the one before it of the same window. With
+    a batch per record (``exact``), they are exactly the windows each record changed or
+    made, in the order of their starts."""
+    if exact:
+        wanted: list[Result] = []
+        before: dict[tuple[str, int, int], Any] = {}
+        for state in states:
+            changed = [w for w, v in state.items() if w not in before or before[w] != v]
+            wanted.extend((*w, state[w]) for w in sorted(changed, key=lambda w: w[1]))
+            before = state
+        assert [u[:4] for u in updates] == wanted
+    m, last = 0, {}
+    for key, start, end, value, _ in updates:
+        while m < len(states) and states[m].get((key, start, end), None) != value:
+            m += 1
+        assert m < len(states), ("not a window of the stream", key, start, end, value)
+        assert last.get((key, start)) != value, ("a repeated update", key, start)
+        last[key, start] = value
 
 
 async def test_kafka_streams_own_example() -> None:
@@ -248,7 +305,8 @@ def test_declaration_errors_are_one_line() -> None:
         ((-1,), {}, "size must be >= 0"),
         (("soon",), {}, "size"),
         ((10,), {"grace": -1}, "grace must be >= 0"),
-        ((10,), {"emit_on": "update"}, "do not take emit_on='update'"),
+        ((10,), {"emit_on": "soon"}, "emit_on must be 'close' or 'update'"),
+        ((10,), {"on_update": print}, "on_update is called with emit_on='update' only"),
         ((10,), {"aggregate": flowkit.Aggregation(int, operator.add)}, "has no merge"),
         ((10,), {"step": 1}, "has no option 'step'"),
     ):
@@ -258,13 +316,24 @@ def test_declaration_errors_are_one_line() -> None:
     recent = app.table("r", default=int).sliding(30.0)
     with pytest.raises(flowkit.DefinitionError, match=r"use r\.add"):
         recent["k"] = 3
-    node = next(n for n in app.graph().to_dict()["nodes"] if n["id"] == "table:r")
+    app.table("u").sliding(30.0, aggregate=flowkit.Count(), emit_on="update", on_update=print)
+    graph = app.graph().to_dict()
+    node = next(n for n in graph["nodes"] if n["id"] == "table:r")
     assert (node["window"], node["size"], node["grace"], node["expires"]) == (
         "sliding",
         30.0,
         30.0,
         60.0,
     )
+    shown = {n["id"]: n.get("emit_on") for n in graph["nodes"]}
+    assert (shown["table:r"], shown["table:u"]) == ("close", "update")
+    # As every two-stage table: records go out to the repartition topic and come back.
+    edges = {(e["source"], e["target"], e["kind"]) for e in graph["edges"]}
+    assert {
+        ("table:u", "topic:decl-u-changelog", "changelog"),
+        ("table:u", "topic:decl-u-repartition", "partials"),
+        ("topic:decl-u-repartition", "table:u", "combines"),
+    } <= edges
 
 
 def count_keys(store: Any) -> int:
@@ -333,6 +402,56 @@ async def test_a_crash_repeats_windows_but_changes_none() -> None:
     assert all(c in since for c in repeated)
 
 
+async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base_ms(clock)
+    closed: list[tuple[str, int, int, Any, bool]] = []
+
+    def make_app() -> tuple[flowkit.App, flowkit.Topic[Hit]]:
+        app = flowkit.App("slidingmarks", partitions=1)
+        hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+
+        def report(key: str, w: flowkit.Window, value: Any, replayed: bool = False) -> None:
+            closed.append((key, w.start - t0, w.end - t0, value, replayed))
+
+        recent = app.table("recent").sliding(
+            SIZE / 1000,
+            grace=0,
+            aggregate=flowkit.Sum("n"),
+            time=lambda h: h.t,
+            idle_timeout=None,
+            on_close=report,
+        )
+
+        @app.agent(hits)
+        async def add(stream: flowkit.Stream[Hit]) -> None:
+            async for hit in stream:
+                recent.add(hit.user, hit)
+
+        return app, hits
+
+    async def feed(driver: TestDriver, hits: Any, times: list[tuple[int, int]]) -> None:
+        for s, n in times:
+            await driver.send(hits, Hit("a", t0 + s * SECOND, n), key="a")
+            await driver.run_until_idle()
+
+    app, hits = make_app()
+    driver = TestDriver(app, broker=broker, clock=clock, commit_interval=3600)
+    await driver.__aenter__()
+    await feed(driver, hits, [(0, 1), (5, 2), (30, 4)])
+    first = [("a", -10_000, 0, 1, False), ("a", -5000, 5000, 3, False), ("a", 1, 10_001, 2, False)]
+    assert closed == first
+    driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
+    await driver.aclose()
+    # The successor reads every record again: the same windows close a second time,
+    # marked; the sources' records sent again are applied once.
+    app, hits = make_app()
+    async with TestDriver(app, broker=broker, clock=clock) as again:
+        await again.run_until_idle()
+        await feed(again, hits, [(60, 8)])  # closes the window ending at 30 s: new
+    assert closed[3:] == [(*c[:4], True) for c in first] + [("a", 20_000, 30_000, 4, False)]
+
+
 @pytest.mark.parametrize(
     "record",
     [b'["p", 0, 0, "a", 5]', b'["p", 0, 0, "a", [[1], 0, 0]]', b'["p", 0, 0, "a", [[1], "x", 1]]'],
@@ -360,6 +479,28 @@ async def test_a_forged_repartition_record_is_a_dead_letter_on_kafka(
     async with make_driver(app, clock=clock) as driver:
         await forge_and_close(driver, hits, t0, b'["p", 0, 0, "a", [[1], "x", 1]]')
     assert closed == [("a", t0 - SIZE, t0, [1])]
+
+
+async def test_a_late_record_is_a_dead_letter_naming_its_window_with_both_ends() -> None:
+    clock = FakeClock()
+    t0 = base_ms(clock)
+    app = flowkit.App("slidinglate", partitions=1)
+    hits: flowkit.Topic[Hit] = app.topic("hits", value_type=Hit)
+    recent = app.table("recent", default=int).sliding(10.0, grace=0, time=lambda h: h.t)
+
+    @app.agent(hits)
+    async def count(stream: flowkit.Stream[Hit]) -> None:
+        async for hit in stream:
+            recent.add(hit.user, 1)
+
+    async with TestDriver(app, clock=clock) as driver:
+        for s in (100, 0):  # the second is late: [-10 s, 0] closed at 100 s
+            await driver.send(hits, Hit("a", t0 + s * SECOND), key="a")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [dict(m.headers)["flowkit.error.type"] for m in letters] == [b"LateRecord"]
+    message = dict(letters[0].headers)["flowkit.error.message"].decode()
+    assert f"([{t0 - SIZE}, {t0}] ms)" in message, message
 
 
 async def forge_and_close(driver: TestDriver, hits: Any, t0: int, record: bytes) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowkit
-from flowkit.windows import HoppingWindow, TumblingWindow
+from flowkit.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 
 def test_tumbling_assigns_one_window() -> None:
@@ -43,3 +43,13 @@ def test_bad_specs_are_definition_errors() -> None:
         TumblingWindow(0)
     with pytest.raises(flowkit.DefinitionError, match=">= 0"):
         TumblingWindow(10, grace=-1)
+
+
+def test_each_kind_writes_the_bounds_it_includes() -> None:
+    # A late record's message shows its window's bounds: a tumbling or hopping window's
+    # end belongs to the next window; session and sliding windows hold both ends.
+    window = flowkit.Window(0, 10_000)
+    assert TumblingWindow(10).bounds(window) == "[0, 10000)"
+    assert HoppingWindow(10, step=5).bounds(window) == "[0, 10000)"
+    assert SlidingWindow(10).bounds(window) == "[0, 10000]"
+    assert SessionWindow(10).bounds(flowkit.Window(7, 7)) == "[7, 7]"

@@ -21,6 +21,12 @@ windows on a heap (a time already held pushes nothing), and closing a window fol
 the records inside it, found by bisection. A key's records leave once every window that
 holds them has closed and expired; then the key leaves.
 
+With running updates (``emit_on="update"``), a record changes every open window that
+holds it, and may make one more (the window just after it, when a later record is within
+``size``): after each batch, each window its records changed goes out once with its value
+then, unless that is the value it had before the batch. A window that closed in the batch
+has its final value out instead.
+
 >>> import operator
 >>> from flowkit.windows import SlidingWindow
 >>> from flowkit.records import Message
@@ -59,6 +65,7 @@ log = structlog.get_logger(__name__)
 
 _TS = itemgetter(0)
 _MISSING: Any = object()
+_NEW: Any = object()  # a window that did not exist before the batch
 
 
 class SlidingOwner:
@@ -90,7 +97,8 @@ class SlidingOwner:
         # (key, time) of the records changed since the last flush: the changelog holds a
         # record per key and time, so a flush writes what changed, not a key's every record.
         self.dirty: set[tuple[Any, int]] = set()
-        # Never set (``marks_replays`` is off): no result is marked as replayed.
+        # From the changelog: the last repartition offset whose records closed windows
+        # in an earlier run (-1: none).
         self.emitted_through = -1
 
 
@@ -106,6 +114,19 @@ def fold(records: list[list[Any]], start: int, end: int, combine: Callable[..., 
         total = value if first else combine(total, value)
         first = False
     return total
+
+
+def _before(records: list[list[Any]], start: int, end: int, combine: Callable[..., Any]) -> Any:
+    """The value of window ``[start, end]`` as ``records`` (by time) define it, or _NEW
+    when they do not make it: no record at its end, nor one just before its start with a
+    record inside it."""
+    n = len(records)
+    i = bisect.bisect_left(records, end, key=_TS)
+    if not (i < n and records[i][0] == end):
+        k = bisect.bisect_left(records, start - 1, key=_TS)
+        if not (k < n and records[k][0] == start - 1 and k + 1 < n and records[k + 1][0] <= end):
+            return _NEW
+    return fold(records, start, end, combine)
 
 
 def windows_of(records: list[list[Any]], size: int) -> Iterator[tuple[int, int]]:
@@ -127,10 +148,6 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
     """One worker's stage-2 state of one sliding table: the partitions it owns
     (``OwnersBase``), each a ``SlidingOwner`` of its keys' records."""
 
-    # Not for sliding windows yet: running updates, and marking the results a restart
-    # emits again (the changelog holds the records only).
-    marks_replays = False
-
     def __init__(
         self,
         spec: SlidingSpec,
@@ -139,8 +156,9 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         combine: Callable[[Any, Any], Any],
         name: str = "table",
         guard: FutureGuard | None = None,
+        updates: bool = False,
     ) -> None:
-        super().__init__(SlidingOwner, sources=sources, name=name, guard=guard)
+        super().__init__(SlidingOwner, sources=sources, name=name, guard=guard, updates=updates)
         self.spec = spec
         self.size = spec.size_ms
         self.keep = spec.size_ms + 1 + spec.expires_ms  # a record's life after its time
@@ -154,6 +172,9 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         out: list[Emission] = []
         replays = future = 0
         guard = self.guard
+        # With running updates: (key, start) of each window a record changed in this
+        # batch -> its value before the batch (_NEW: it did not exist).
+        touched: dict[tuple[Any, int], Any] | None = {} if self.updates else None
         for m in messages:
             if m.value is None:
                 continue
@@ -182,6 +203,8 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
                         self._close(owner, out)
             if kind == "p":
                 owner.seen[src] = seq
+                if touched is not None:
+                    self._touch(owner, key, ts, touched)
                 self._insert(owner, key, ts, amount)
         if replays:
             self.replays_ignored += replays
@@ -190,7 +213,57 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
             log.warning(
                 "watermarks beyond max_future ignored", table=self.name, partition=q, count=future
             )
+        if touched:
+            self._updated(owner, touched)
         return out
+
+    def _touch(
+        self, owner: SlidingOwner, key: Any, ts: int, touched: dict[tuple[Any, int], Any]
+    ) -> None:
+        """Note the open windows that a record of ``key`` at ``ts``, not yet inserted,
+        changes or makes, with their values before it (the first time in a batch)."""
+        size, close_time = self.size, owner.close_time
+        records = owner.records.get(key) or []
+        i = bisect.bisect_left(records, ts, key=_TS)
+        held = i < len(records) and records[i][0] == ts
+        starts: list[int] = []
+        # The windows ending at ts and at the records up to size after it hold ts ...
+        j = bisect.bisect_right(records, ts + size, key=_TS)
+        ends = [r[0] for r in itertools.islice(records, i, j)]
+        if not held:
+            ends.insert(0, ts)
+        starts.extend(end - size for end in ends if end >= close_time)
+        # ... and so do the windows just after the records up to size + 1 before it (ts
+        # makes them, if none did).
+        k = bisect.bisect_left(records, ts - size - 1, key=_TS)
+        starts.extend(
+            r[0] + 1 for r in itertools.islice(records, k, i) if r[0] + 1 + size >= close_time
+        )
+        # A new time makes the window just after it, when a later record is within it.
+        later = records[i][0] if i < len(records) else None
+        if (
+            not held
+            and later is not None
+            and later <= ts + 1 + size
+            and ts + 1 + size >= close_time
+        ):
+            starts.append(ts + 1)
+        for start in starts:
+            if (key, start) not in touched:
+                touched[key, start] = _before(records, start, start + size, self.combine)
+
+    def _updated(self, owner: SlidingOwner, touched: dict[tuple[Any, int], Any]) -> None:
+        # After the closes: a window that closed in this batch has its final value out,
+        # and no running update of it.
+        size, close_time, combine = self.size, owner.close_time, self.combine
+        for (key, start), before in sorted(touched.items(), key=lambda item: item[0][1]):
+            end = start + size
+            records = owner.records.get(key)
+            if end < close_time or not records:
+                continue
+            value = fold(records, start, end, combine)
+            if before is _NEW or value != before:
+                self._updates.append((key, Window(start, end), value))
 
     def _insert(self, owner: SlidingOwner, key: Any, ts: int, amount: Any) -> None:
         records = owner.records.get(key)
@@ -284,7 +357,10 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
                 out.append((q, wire.source_key(src), wire.encode(state)))
 
     def apply_record(self, owner: SlidingOwner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "s" or "R")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "s", "e" or "R")."""
+        if kind == "e":
+            self.apply_emitted(owner, value)
+            return
         if kind == "s":
             src = parts[1]
             owner.source_wm[src], owner.seen[src] = value if value is not None else (NONE, 0)

@@ -59,7 +59,8 @@ class SlidingPart:
 
     def __init__(self, number: int, updates: bool = False) -> None:
         self.number = number
-        self.changed: set[Any] | None = None  # no running updates for sliding windows yet
+        # Running updates are found by the owner, which sees every record: none here.
+        self.changed: set[Any] | None = None
         self.wm = NONE  # stream time minus grace
         self.max_ts = NONE
         self.sent_wm = NONE

@@ -31,6 +31,7 @@ class SlidingStore(TwoStages[SlidingPart], SlidingSource):
         "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int, int])),
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(tuple[int, int])),
         "R": wire.Shape(3, ints=(2,), key=1, value=wire.value_of(tuple[Any])),
+        "e": wire.Shape(1),
     }
 
     def __init__(self, table: SlidingTable[Any, Any], now_ms: Callable[[], int]) -> None:
@@ -48,7 +49,12 @@ class SlidingStore(TwoStages[SlidingPart], SlidingSource):
         self.table = table
         self.combine = table.combine
         self.owners: SlidingOwners = SlidingOwners(
-            spec, sources=table.partitions, combine=table.combine, name=table.name, guard=self
+            spec,
+            sources=table.partitions,
+            combine=table.combine,
+            name=table.name,
+            guard=self,
+            updates=table.emit_on == "update",
         )
         self.start_counters()
 

@@ -17,7 +17,9 @@ flush) and the partition that owns the key holds them for ``size + grace`` and c
 every window exactly (``sliding_owner.py``). A record costs the windows it enters: two
 close times queued, and its value folded once into each window that holds it when that
 window closes. The values of a window are combined with the table's ``combine`` (``+`` by
-default) or a declared aggregation's ``merge``, in time order.
+default) or a declared aggregation's ``merge``, in time order. With ``emit_on="update"``
+the owner also emits, after each batch, every open window whose value its records changed
+or that they made; ``add`` does nothing more for it.
 
 Where flowkit differs from Kafka Streams: windows may start before time 0 (Kafka Streams
 puts the records of the first ``size`` after the epoch in one window ``[0, size]``); the
@@ -56,6 +58,10 @@ class SlidingTable(WindowedTable[K, V]):
     ('sliding', 60000, 'sum(cents)')
     """
 
+    # Running updates need nothing of add: every record goes to its owner, which finds
+    # the windows each one changed (sliding_owner.py).
+    changed_entry = None
+
     def __init__(
         self,
         name: str,
@@ -68,16 +74,13 @@ class SlidingTable(WindowedTable[K, V]):
         **kwargs: Any,
     ) -> None:
         what = f"table {name!r}"
-        if emit_on != "close" or on_update is not None:
-            raise DefinitionError(
-                f"{what}: sliding windows do not take emit_on='update' or on_update= yet; "
-                "each window is emitted once, when it closes"
-            )
         if aggregate is not None:
             combine = _check_aggregate(what, aggregate, combine, spec, kwargs.get("partitions", 1))
         # The aggregation is applied here (each record lifted to a one-record accumulator,
         # merged on the owner), not through the tumbling tables' compiled add.
-        super().__init__(name, spec=spec, combine=combine, **kwargs)
+        super().__init__(
+            name, spec=spec, combine=combine, emit_on=emit_on, on_update=on_update, **kwargs
+        )
         self.aggregation = aggregate
         self.sliding_spec = spec
         self._lift: Callable[[Any, int], Any] | None = None

@@ -90,8 +90,9 @@ class WindowedTable(TableBase[K, V]):
     """
 
     kind = "windowed_table"
-    # What a running update notes as changed in a part's ``changed`` (see _adds.py).
-    changed_entry: ClassVar[str] = "(start, key)"
+    # What a running update notes as changed in a part's ``changed`` (see _adds.py);
+    # None: the kind's add notes nothing (its owner sees every record).
+    changed_entry: ClassVar[str | None] = "(start, key)"
 
     def __init__(
         self,
@@ -172,7 +173,7 @@ class WindowedTable(TableBase[K, V]):
             and (aggregate is None or aggregate.lifted)
             and emit_on == "close"
         )
-        if aggregate is not None or emit_on == "update":
+        if aggregate is not None or (emit_on == "update" and self.changed_entry is not None):
             # This table's add lifts or folds with the aggregation and notes updates, in
             # a copy of add made for it; a plain table runs add itself (see _adds.py).
             self.__class__ = specialised(type(self), aggregate, emit_on == "update")
@@ -342,7 +343,7 @@ class WindowedTable(TableBase[K, V]):
             self.late(key, window, amount)
             return
         raise LateRecord(
-            f"record for window {window} ([{window.start}, {window.end}) ms) of table "
+            f"record for window {window} ({self.spec.bounds(window)} ms) of table "
             f"{self.name!r} arrived after the window closed on its partition"
         )
 
