@@ -76,10 +76,9 @@ import aiokafka, confluent_kafka
 import flowkit.transports.kafka, flowkit.transports.rdkafka
 import flowkit.cli
 
-def run(args, fifo):
+def run(args, out):
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(fifo, os.O_WRONLY)
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
@@ -100,9 +99,11 @@ while True:
         while b"\\n" in pending:
             line, pending = pending.split(b"\\n", 1)
             ident, args, fifo = json.loads(line)
+            out = os.open(fifo, os.O_WRONLY)  # the test holds its other end open
             pid = os.fork()
             if pid == 0:
-                run(args, fifo)
+                run(args, out)
+            os.close(out)
             print(json.dumps(["started", ident, pid]), flush=True)
     while True:
         try:
@@ -116,8 +117,9 @@ while True:
 
 
 class _Starter:
-    """Starts ``flowkit ARGS`` processes from the fork server: ``start`` returns the pid,
-    ``wait`` its exit code (negative: the signal that ended it)."""
+    """Starts ``flowkit ARGS`` processes from the fork server. Each is known by the number
+    ``start`` returns (a pid may be reused once its process is gone); ``wait`` gives its
+    exit code (negative: the signal that ended it)."""
 
     def __init__(self, directory: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -132,8 +134,9 @@ class _Starter:
             text=True,
         )
         self.lock = threading.Lock()
-        self.pids: dict[int, int] = {}
-        self.codes: dict[int, int] = {}
+        self.pids: dict[int, int] = {}  # number -> pid
+        self.running: dict[int, int] = {}  # pid -> number, until it exits
+        self.codes: dict[int, int] = {}  # number -> exit code
         self.changed = threading.Condition(self.lock)
         self.count = 0
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -144,36 +147,45 @@ class _Starter:
         for line in self.server.stdout:
             kind, key, value = json.loads(line)
             with self.changed:
-                (self.pids if kind == "started" else self.codes)[key] = value
+                if kind == "started":
+                    self.pids[key] = value
+                    self.running[value] = key
+                else:
+                    self.codes[self.running.pop(key)] = value
                 self.changed.notify_all()
 
     def start(self, args: list[str]) -> tuple[int, IO[str]]:
-        """Start ``flowkit ARGS``: its pid and its output (stdout and stderr)."""
+        """Start ``flowkit ARGS``: its number and its output (stdout and stderr)."""
         with self.lock:
             self.count += 1
             ident = self.count
         fifo = self.directory / f"out-{ident}"
         os.mkfifo(fifo)
+        # Open before the server does (a FIFO's first open waits for the other end), and
+        # read only once the process holds the writing end: then its end is the end of
+        # the output.
+        read_end = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         with self.lock:
             assert self.server.stdin is not None
             self.server.stdin.write(json.dumps([ident, args, str(fifo)]) + "\n")
             self.server.stdin.flush()
-        output = fifo.open()  # until the process opens it for writing
         with self.changed:
             assert self.changed.wait_for(lambda: ident in self.pids, 30), "not started"
-            return self.pids[ident], output
+        os.set_blocking(read_end, True)
+        return ident, open(read_end, errors="replace")
 
-    def signal(self, pid: int, signum: int) -> None:
-        """Send ``signum`` to the process, unless it has exited."""
+    def signal(self, ident: int, signum: int, group: bool = False) -> None:
+        """Send ``signum`` to the process (``group``: to its session's process group),
+        unless it has exited."""
         with self.lock:
-            if pid not in self.codes:
-                os.kill(pid, signum)
+            if ident not in self.codes:
+                (os.killpg if group else os.kill)(self.pids[ident], signum)
 
-    def wait(self, pid: int, timeout: float) -> int:
+    def wait(self, ident: int, timeout: float) -> int:
         with self.changed:
-            if not self.changed.wait_for(lambda: pid in self.codes, timeout):
-                raise subprocess.TimeoutExpired(str(pid), timeout)
-            return self.codes[pid]
+            if not self.changed.wait_for(lambda: ident in self.codes, timeout):
+                raise subprocess.TimeoutExpired(f"flowkit command {ident}", timeout)
+            return self.codes[ident]
 
     def close(self) -> None:
         assert self.server.stdin is not None
@@ -192,7 +204,7 @@ def _run(starter: _Starter, args: list[str]) -> tuple[int | None, str]:
     """Run ``flowkit ARGS``: its exit code (None if it ran on and was stopped) and all
     it wrote. A worker group runs until each of its processes has died once (their
     output is in by then) or it ends by itself, within a deadline."""
-    pid, stdout = starter.start(args)
+    ident, stdout = starter.start(args)
     processes = int(args[args.index("--processes") + 1]) if "--processes" in args else 0
     lines: list[str] = []
     died, ended = threading.Event(), threading.Event()
@@ -212,14 +224,14 @@ def _run(starter: _Starter, args: list[str]) -> tuple[int | None, str]:
     died.wait(DEADLINE)
     code: int | None = None
     if ended.is_set():
-        code = starter.wait(pid, timeout=30)
+        code = starter.wait(ident, timeout=30)
     else:
-        starter.signal(pid, signal.SIGTERM)  # a group restarting its processes: stop it
+        starter.signal(ident, signal.SIGTERM)  # a group restarting its processes: stop it
         try:
-            starter.wait(pid, timeout=30)
+            starter.wait(ident, timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(pid, signal.SIGKILL)
-            starter.wait(pid, timeout=30)
+            starter.signal(ident, signal.SIGKILL, group=True)
+            starter.wait(ident, timeout=30)
     reader.join(timeout=30)
     stdout.close()
     return code, "".join(lines)
