@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent
 def pytest_configure(config: pytest.Config) -> None:
     """Compile flowkit's sources (and the test apps) to bytecode once, before any test.
 
-    Tests start hundreds of Python processes (``flowkit`` commands, workers, process
+    Tests start a few hundred Python processes (``flowkit`` commands, workers, process
     groups), and each imports flowkit: without cached bytecode, as under
     ``PYTHONDONTWRITEBYTECODE``, each one compiles every module again, a good part of its
     start. Files already compiled are left as they are; a tree that cannot be written to
