@@ -61,3 +61,42 @@ async def test_a_checkpoint_cancelled_while_it_waits_leaves_its_sends_to_the_nex
     assert publisher.sent_end == ends
     assert publisher.all_acked()
     await producer.aclose()
+
+
+async def test_a_waiter_cancelled_on_a_send_leaves_the_send_to_the_checkpoint(
+    transport_factory: TransportFactory,
+) -> None:
+    """``topic.send()`` hands its ack to the agent: the agent cancelled while it waits
+    (the worker stops its agents) must not cancel the send itself, which the final
+    checkpoint reads (a cancelled delivery future made it fail, and a graceful stop exit
+    with status 1)."""
+    transport = transport_factory()
+    if isinstance(transport, MemoryTransport):
+        pytest.skip("the memory broker acknowledges each send at once: nothing to wait for")
+    topic = await new_topic(transport, PARTITIONS)
+
+    async def partitions(name: str) -> int:
+        return PARTITIONS
+
+    producer = transport.producer()
+    await producer.start()
+    publisher = Publisher(producer, partition_count=partitions)
+    waiters = []
+    for n in range(20):
+        ack = await publisher.send_bytes(topic, f"s{n}".encode(), key=f"k{n}".encode())
+        waiters.append(asyncio.ensure_future(ack))  # as an agent awaits its send
+    for n in range(20, 40):
+        publisher.publish(topic, f"s{n}".encode(), f"k{n}".encode(), (), None)
+    await publisher.flush()
+    await asyncio.sleep(0)
+    for waiter in waiters:
+        waiter.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+
+    await publisher.await_acks()  # the final checkpoint
+    consumer = reader(transport, topic, PARTITIONS)
+    await consumer.start()
+    got = await collect(consumer, 40)
+    assert sorted(m.value for m in got if m.value) == sorted(f"s{n}".encode() for n in range(40))
+    assert publisher.all_acked()
+    await producer.aclose()

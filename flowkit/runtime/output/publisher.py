@@ -341,7 +341,9 @@ class Publisher:
         )
         if len(in_flight) >= MAX_IN_FLIGHT:
             await self.await_acks()
-        return ack
+        # The caller may await it in a task that is then cancelled (an agent, at a stop):
+        # a view, so that this cannot cancel the send that the checkpoint still awaits.
+        return asyncio.shield(ack) if isinstance(ack, asyncio.Future) else ack
 
     async def _check_timestamp(self, topic: str, timestamp_ms: int) -> None:
         bounds = self._bounds.get(topic)

@@ -44,7 +44,9 @@ class _PendingAck:
 
     def __await__(self) -> Generator[Any, None, Ack]:
         try:
-            meta = yield from self._future.__await__()
+            # Shielded: a waiter cancelled (an agent, a checkpoint, at a stop) must not
+            # cancel the delivery future, which the publisher reads again afterwards.
+            meta = yield from asyncio.shield(self._future).__await__()
         except KAFKA_ERRORS as exc:
             raise translate(exc) from exc
         return Ack(meta.topic, meta.partition, meta.offset + self._last)
