@@ -29,6 +29,7 @@ from ..clock import Clock, SystemClock
 from ..deadletter import dead_letter_topic
 from ..durations import Seconds
 from ..errors import (
+    CommitFailed,
     FlowkitError,
     RecordRejected,
     TooManyFailures,
@@ -479,6 +480,15 @@ class Worker:
         try:
             if sound and self.fetcher is not None:
                 await self.checkpoint()
+        except CommitFailed as exc:
+            # The group rebalances as this worker leaves: the revocation commits what it
+            # can, and the next owner processes the rest again (at-least-once). Not a
+            # failure of this worker.
+            log.warning(
+                "could not commit at the stop: the group is rebalancing; the newest "
+                "records will be processed again by their next owner",
+                error=str(exc),
+            )
         except FlowkitError as exc:
             self._error = self._error or exc
         finally:

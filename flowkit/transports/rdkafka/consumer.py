@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import queue
 import threading
 import time
@@ -461,10 +462,25 @@ class RdkafkaConsumer:
         kafka = self._kafka
         wanted = [ck.TopicPartition(tp[0], tp[1], off) for tp, off in offsets.items()]
         with map_rdkafka_errors(commit=True):
-            done = await self._blocking(lambda: kafka.commit(offsets=wanted, asynchronous=False))
+            call = functools.partial(kafka.commit, offsets=wanted, asynchronous=False)
+            done = await (self._blocking(call) if self._in_callback else self._commit_aside(call))
         failed = [k for k in done or () if k.error is not None]
         if failed:
             raise translate(ck.KafkaException(failed[0].error), commit=True)
+
+    async def _commit_aside(self, call: Callable[[], T]) -> T:
+        # A commit from the loop's executor, given up if a rebalance callback begins
+        # meanwhile: librdkafka holds such a commit until the callback returns, and the
+        # callback waits for the event loop, where the revocation's own checkpoint waits
+        # for this one's (a deadlock, seen stopping two workers of one group).
+        pending = asyncio.get_running_loop().run_in_executor(None, call)
+        while True:
+            done, _ = await asyncio.wait([pending], timeout=_SLICE)
+            if done:
+                return pending.result()
+            if self._in_callback:
+                pending.add_done_callback(_retrieved)  # its outcome is moot now
+                raise CommitFailed("commit given up: the group is rebalancing")
 
     def group_metadata(self) -> Any:
         """The consumer's group metadata (group, generation, member), which a
@@ -530,3 +546,8 @@ def _watermarks(kafka: Any, ktp: Any, timeout: float) -> tuple[int, int]:
                 raise
         time.sleep(delay)  # in the consume thread
         delay = min(delay * 2, 1.0)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # read, so that asyncio does not log it as never retrieved
