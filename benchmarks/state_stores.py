@@ -276,8 +276,17 @@ def rss_pair(n: int) -> None:
     results: dict[str, dict[str, float]] = {}
     for store in ("memory://", "rocksdb://"):
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.state_stores", "--rss", "--store", store]
-            + ["--keys", str(n), "--json"],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.state_stores",
+                "--rss",
+                "--store",
+                store,
+                "--keys",
+                str(n),
+                "--json",
+            ],
             capture_output=True,
             text=True,
             check=True,

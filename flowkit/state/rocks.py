@@ -123,11 +123,13 @@ class RocksTableStore(Generic[K, V]):
         data_dir: Path,
         broker: str,
         now_ms: Callable[[], int] = lambda: 0,
+        lock_tries: int = _LOCK_TRIES,
     ) -> None:
         self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self.data_dir = data_dir
         self.broker = broker
+        self.lock_tries = lock_tries  # 0.1 s apart: how long a database held elsewhere is awaited
         self._rocksdict = open_rocksdict()
         self._parts: dict[int, _Part] = {}
         # Key expiry (a table with ttl=; see ``flowkit.state.expiry``).
@@ -260,7 +262,7 @@ class RocksTableStore(Generic[K, V]):
                 self._parts[p] = self._open(p)
 
     def _open(self, p: int) -> _Part:
-        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, p)
+        path = self.path(p)
         want = self.stamp(p)
         why = None
         db = None
@@ -295,13 +297,14 @@ class RocksTableStore(Generic[K, V]):
     def _locked_db(self, path: Path, p: int) -> Any:
         # Another worker process on this machine may still hold the partition it is
         # giving up: wait a little for it, and never delete what it holds.
-        for _ in range(_LOCK_TRIES):
+        for attempt in range(self.lock_tries):
             try:
                 return self._db(path)
             except Exception as exc:
                 if "lock" not in str(exc).lower():
                     raise
-                time.sleep(0.1)
+                if attempt + 1 < self.lock_tries:
+                    time.sleep(0.1)
         raise ConfigurationError(
             f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
             "by another process; give each worker its own --data-dir or stop the other one"
@@ -323,9 +326,33 @@ class RocksTableStore(Generic[K, V]):
         part = self._parts.pop(partition, None)
         if part is not None:
             part.db.close()
-        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+        path = self.path(partition)
         shutil.rmtree(path, ignore_errors=True)
         self.assign([partition])
+
+    def path(self, partition: int) -> Path:
+        """The directory of ``partition``'s database."""
+        return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+
+    def replace(self, partition: int, source: Path) -> None:
+        """Make the closed database at ``source`` (a standby copy, stamped for this
+        partition) the state of ``partition``: moved, not copied; opened as on assignment."""
+        part = self._parts.pop(partition, None)
+        if part is not None:
+            part.db.close()
+        path = self.path(partition)
+        shutil.rmtree(path, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(path)
+        self.assign([partition])
+
+    def checkpoint(self, partition: int, dest: Path) -> None:
+        """Write a copy of ``partition``'s database, as on disk now (stamp included), to
+        ``dest``: RocksDB's checkpoint, hard links to the same files where it can."""
+        part = self._parts[partition]
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._rocksdict.Checkpoint(part.db).create_checkpoint(str(dest))
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""
