@@ -15,8 +15,9 @@ On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-part
 * **throughput**: the same agent over ``--keys`` records of ``--keys // 10`` keys, records
   per second from start to idle on ``rocksdb://`` against ``memory://``.
 * ``--rss``: one worker counting ``--keys`` distinct keys, committing every second, on
-  each store in a process of its own: its peak RSS and records per second (loading the
-  input not counted), and the disk store's against the memory store's. The changelog's
+  each store in a process of its own, the two at once: its peak RSS, records per second
+  and per CPU second (loading the input not counted), and the disk store's against the
+  memory store's. The changelog's
   records are dropped from the memory broker as they come (Kafka keeps them elsewhere);
   the counts are checked. ``--store`` runs one store alone. Not in CI.
 * ``--takeover``: two workers share the 4 partitions of a table of ``--keys`` keys; one
@@ -222,30 +223,32 @@ def drop_changelog(broker: MemoryBroker, table: Any) -> None:
         log.gapped = False
 
 
-async def count_distinct(store: str, n: int, data_dir: Path) -> tuple[float, int]:
-    """Count ``n`` distinct keys with one worker on ``store``, fed in chunks; returns
-    the seconds it spent processing (loading the input is not counted) and the keys
-    its table holds, each checked to count 1."""
+async def count_distinct(store: str, n: int, data_dir: Path) -> dict[str, float]:
+    """Count ``n`` distinct keys with one worker on ``store``, fed in chunks: the wall and
+    CPU seconds (every thread of the process) it spent processing (loading the input is
+    not counted), its peak RSS (MB) and the keys its table holds, each checked to be 1."""
     broker = MemoryBroker(retention_records=10_000)  # committed input is trimmed
     app, _, counts = make_app(store, data_dir if store == "rocksdb://" else None)
     worker = flowkit.Worker(
         app, transport=MemoryTransport(broker), commit_interval=1.0, status_interval=None
     )
     step = 100_000
-    busy = 0.0
+    wall = cpu = 0.0
     deadline = time.perf_counter() + 4 * 3600
     async with worker:
         for start in range(0, n, step):
             end = min(n, start + step)
             load_keys(broker, [f"user-{i:09d}" for i in range(start, end)])
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             while worker.records_in < end or not worker.is_idle():
                 if worker.error is not None or time.perf_counter() > deadline:
                     raise SystemExit(f"{store}: the worker stopped: {worker.error!r}")
                 await asyncio.sleep(0.005)
-            busy += time.perf_counter() - started
+            wall += time.perf_counter() - started
+            cpu += time.process_time() - started_cpu
             drop_changelog(broker, counts)
         await asyncio.sleep(1.5)  # a checkpoint: the last changes drained (and written)
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the check
         table = worker.state.stores[counts]
         held = wrong = 0
         for _, value in table.items():
@@ -253,55 +256,50 @@ async def count_distinct(store: str, n: int, data_dir: Path) -> tuple[float, int
             wrong += value != 1
     if wrong:
         raise SystemExit(f"{store}: {wrong:,} of {held:,} counts are not 1")
-    return busy, held
+    return {"seconds": wall, "cpu_seconds": cpu, "rss_mb": rss_mb, "keys": held}
 
 
 def peak_rss(store: str, n: int) -> dict[str, float]:
-    """Count ``n`` distinct keys on ``store`` in this process; its peak RSS (MB),
-    records per second and the keys held."""
+    """Count ``n`` distinct keys on ``store`` in this process: see ``count_distinct``."""
     data_dir = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
     try:
-        busy, held = asyncio.run(count_distinct(store, n, data_dir))
-        # Measured before the check's scan could count; ru_maxrss is the peak anyway.
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result = asyncio.run(count_distinct(store, n, data_dir))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
-    if held != n:
-        raise SystemExit(f"{store}: the table holds {held:,} keys, expected {n:,}")
-    return {"rss_mb": rss_mb, "records_per_s": n / busy, "seconds": busy}
+    if result["keys"] != n:
+        raise SystemExit(f"{store}: the table holds {result['keys']:,} keys, expected {n:,}")
+    return result
 
 
 def rss_pair(n: int) -> None:
-    """Peak RSS and records/s of each store, each in a process of its own; the ratios."""
+    """Each store in a process of its own, both at once (a loaded machine slows both
+    alike; records per CPU second do not depend on it): peak RSS, records/s, ratios."""
+    command = [sys.executable, "-m", "benchmarks.state_stores", "--rss", "--keys", str(n)]
+    stores = ("memory://", "rocksdb://")
+    children = {
+        store: subprocess.Popen(
+            [*command, "--store", store, "--json"], stdout=subprocess.PIPE, text=True
+        )
+        for store in stores
+    }
     results: dict[str, dict[str, float]] = {}
-    for store in ("memory://", "rocksdb://"):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.state_stores",
-                "--rss",
-                "--store",
-                store,
-                "--keys",
-                str(n),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+    for store, child in children.items():
+        out, _ = child.communicate()
+        if child.returncode != 0:
+            raise SystemExit(f"{store}: the run failed ({child.returncode})")
         results[store] = json.loads(out.strip().splitlines()[-1])
     print(f"the counting agent over {n:,} distinct keys, one worker process per store")
     for store, r in results.items():
         print(
             f"  {store:<11} peak RSS {r['rss_mb']:>7,.0f} MB   "
-            f"{r['records_per_s']:>9,.0f} records/s ({r['seconds']:,.0f} s)"
+            f"{n / r['seconds']:>9,.0f} records/s ({r['seconds']:,.0f} s)   "
+            f"{n / r['cpu_seconds']:>9,.0f} records per CPU second"
         )
     mem, disk = results["memory://"], results["rocksdb://"]
     print(
         f"rocksdb:// / memory://: peak RSS {disk['rss_mb'] / mem['rss_mb']:.2f}, "
-        f"records/s {disk['records_per_s'] / mem['records_per_s']:.2f}"
+        f"records/s {mem['seconds'] / disk['seconds']:.2f}, "
+        f"records per CPU second {mem['cpu_seconds'] / disk['cpu_seconds']:.2f}"
     )
 
 
