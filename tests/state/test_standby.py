@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 import flowkit
 from flowkit.errors import DefinitionError
@@ -96,6 +97,50 @@ async def test_a_takeover_replays_only_the_gap(
     if store == "rocksdb://" and standby_replicas:  # the copy's database moved into place
         assert (tmp_path / "shop" / "totals" / "1").is_dir()
         assert not (tmp_path / "standby" / "shop" / "totals" / "1").exists()
+
+
+async def follow_to_end(state: StateKeeper) -> None:
+    """This worker owns partition 0: its copy of partition 1 reads to the end."""
+    await state.recover({0})
+    follower = asyncio.create_task(state.standbys.run())
+    try:
+        await wait_caught_up(state)
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+
+
+async def test_a_rocksdb_copy_outlives_its_worker_and_one_past_the_end_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    app, _, totals = counting_app(1, "rocksdb://")
+    transport = MemoryTransport()
+    await transport.create_topics(required_topics(app))
+    for i in range(100):
+        transport.broker.append(totals.changelog_topic, b"1", key=b"k%d" % i, partition=1)
+    first = StateKeeper(app, transport, FakeClock(), _send, data_dir=tmp_path)
+    await follow_to_end(first)
+    first.aclose(clean=False)  # as a kill: the copy is on disk, stamped
+    transport.broker.append(totals.changelog_topic, b"2", key=b"k0", partition=1)
+    again = StateKeeper(app, transport, FakeClock(), _send, data_dir=tmp_path)
+    await again.recover({0})
+    # The restarted worker follows its copy on from its stamp, not from the start.
+    assert list(again.standbys.positions.values()) == [100]
+    again.aclose(clean=True)
+
+    # A new broker (the same URL): the copy reflects offset 101, past the changelog's end.
+    fresh = MemoryTransport()
+    await fresh.create_topics(required_topics(app))
+    for key in (b"a", b"b"):
+        fresh.broker.append(totals.changelog_topic, b"5", key=key, partition=1)
+    state = StateKeeper(app, fresh, FakeClock(), _send, data_dir=tmp_path)
+    with capture_logs() as logs:
+        await follow_to_end(state)
+    await state.recover({1})
+    assert dict(state.stores[totals].items()) == {"a": 5, "b": 5}
+    said = [e for e in logs if e["event"].startswith("standby copy not used")]
+    assert [e["reason"] for e in said] == ["it reflects offset 100, beyond the changelog's end"]
+    state.aclose(clean=True)
 
 
 @pytest.mark.parametrize("store", STORES)
