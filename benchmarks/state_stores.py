@@ -307,7 +307,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--rss", action="store_true", help="peak RSS and records/s of each store (opt-in, long)")
+    parser.add_argument(
+        "--rss", action="store_true", help="peak RSS and records/s of each store (opt-in, long)"
+    )
     parser.add_argument(
         "--store", help="--rss of this store alone (memory:// or rocksdb://), in this process"
     )
