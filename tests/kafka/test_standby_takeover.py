@@ -5,10 +5,13 @@ memory and one in RocksDB (its copies are databases in the survivor's data direc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from flowkit.partitioning import partition_for_key
@@ -23,6 +26,7 @@ from tests.kafka.conftest import (
     latest_by_key,
     until,
 )
+from tests.local_servers import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -57,6 +61,23 @@ async def produce(client: Client, first: int, count: int) -> dict[int, int]:
         await producer.aclose()
 
 
+async def copies_caught_up(url: str, deadline: float) -> None:
+    """Until the worker's /status says its copies (2 partitions of 2 tables) read all."""
+    end = time.monotonic() + deadline
+    async with aiohttp.ClientSession() as http:
+        standby = None
+        while True:
+            try:
+                async with http.get(url) as response:
+                    standby = (await response.json())["standby"]
+            except aiohttp.ClientConnectionError:
+                pass  # not listening yet
+            if standby == {"partitions": 4, "lag": 0}:
+                return
+            assert time.monotonic() < end, f"standby copies not caught up: {standby}"
+            await asyncio.sleep(0.1)
+
+
 # The workers' client: aiokafka, or both with FLOWKIT_TEST_ALL_CLIENTS=1 (the standby's
 # consumer is assigned partitions by hand and seeks: each client's own code).
 CLIENTS = (
@@ -77,12 +98,14 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
 ) -> None:
     url = broker_url(kafka_server.bootstrap, client=kafka_client)
 
-    def start(name: str) -> WorkerProcess:
+    port = free_port()
+
+    def start(name: str, *more: str) -> WorkerProcess:
         data = ["--data-dir", str(tmp_path / name)]  # a machine each
-        return workers(name, "worker", APP, "--broker", url, "-l", "info", *data)
+        return workers(name, "worker", APP, "--broker", url, "-l", "info", *data, *more)
 
     # Each owns half the partitions and keeps a copy of the other half.
-    owner, standby = start("owner"), start("standby")
+    owner, standby = start("owner"), start("standby", "--web-port", str(port))
 
     def sharing() -> bool:
         return all(
@@ -95,6 +118,7 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     await until(sharing, 60, "two workers sharing the partitions")
     ends = await produce(client, 0, KEYS)
     await client.wait_committed(GROUP, KEYS_TOPIC, ends, deadline=60)
+    await copies_caught_up(f"http://127.0.0.1:{port}/status", deadline=60)
     owner.kill()
     before = len(RECOVERED.findall(standby.err))
 
