@@ -1,8 +1,7 @@
 """Table stores: a restart from local state against a full replay; disk against memory.
 
     python -m benchmarks.state_stores [--keys 200000] [--repeat 3]
-    python -m benchmarks.state_stores --rss --keys 10000000 --store rocksdb://   # opt-in
-    python -m benchmarks.state_stores --rss --keys 10000000 --store memory://
+    python -m benchmarks.state_stores --rss --keys 10000000   # opt-in: a long run
     python -m benchmarks.state_stores --takeover [--keys 200000] [--repeat 3]
 
 On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-partition topic:
@@ -15,8 +14,12 @@ On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-part
   ``memory://`` without one, which replays the whole changelog. The counts are checked.
 * **throughput**: the same agent over ``--keys`` records of ``--keys // 10`` keys, records
   per second from start to idle on ``rocksdb://`` against ``memory://``.
-* ``--rss``: peak RSS of one worker counting ``--keys`` distinct keys on one store (run it
-  once per store: each run is its own process). Not in CI.
+* ``--rss``: one worker counting ``--keys`` distinct keys, committing every second, on
+  each store in a process of its own, the two at once: its peak RSS, records per second
+  and per CPU second (loading the input not counted), and the disk store's against the
+  memory store's. The changelog's
+  records are dropped from the memory broker as they come (Kafka keeps them elsewhere);
+  the counts are checked. ``--store`` runs one store alone. Not in CI.
 * ``--takeover``: two workers share the 4 partitions of a table of ``--keys`` keys; one
   leaves, and the other takes its partitions over. Timed from the moment it left until
   the other is ready holding every partition, in paired rounds: with standby replicas
@@ -29,9 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +46,7 @@ from typing import Any
 import flowkit
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
+from flowkit.records import TopicPartition
 from flowkit.testing import TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 
@@ -206,44 +213,118 @@ def throughput_round(records: int) -> dict[str, float]:
     return out
 
 
-def peak_rss(store: str, n: int) -> None:
-    """Count ``n`` distinct keys on ``store``; print the peak RSS."""
+def drop_changelog(broker: MemoryBroker, table: Any) -> None:
+    """Forget the changelog's records: Kafka keeps them on another machine, and the
+    memory broker's copy would otherwise count in this process's RSS."""
+    for p in range(table.partitions):
+        log = broker.log(TopicPartition(table.changelog_topic, p))
+        log.messages = []
+        log.base = log.end
+        log.gapped = False
+
+
+async def count_distinct(store: str, n: int, data_dir: Path) -> dict[str, float]:
+    """Count ``n`` distinct keys with one worker on ``store``, fed in chunks: the wall and
+    CPU seconds (every thread of the process) it spent processing (loading the input is
+    not counted), its peak RSS (MB) and the keys its table holds, each checked to be 1."""
+    broker = MemoryBroker(retention_records=10_000)  # committed input is trimmed
+    app, _, counts = make_app(store, data_dir if store == "rocksdb://" else None)
+    worker = flowkit.Worker(
+        app, transport=MemoryTransport(broker), commit_interval=1.0, status_interval=None
+    )
+    step = 100_000
+    wall = cpu = 0.0
+    deadline = time.perf_counter() + 4 * 3600
+    async with worker:
+        for start in range(0, n, step):
+            end = min(n, start + step)
+            load_keys(broker, [f"user-{i:09d}" for i in range(start, end)])
+            started, started_cpu = time.perf_counter(), time.process_time()
+            while worker.records_in < end or not worker.is_idle():
+                if worker.error is not None or time.perf_counter() > deadline:
+                    raise SystemExit(f"{store}: the worker stopped: {worker.error!r}")
+                await asyncio.sleep(0.005)
+            wall += time.perf_counter() - started
+            cpu += time.process_time() - started_cpu
+            drop_changelog(broker, counts)
+        await asyncio.sleep(1.5)  # a checkpoint: the last changes drained (and written)
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the check
+        table = worker.state.stores[counts]
+        held = wrong = 0
+        for _, value in table.items():
+            held += 1
+            wrong += value != 1
+    if wrong:
+        raise SystemExit(f"{store}: {wrong:,} of {held:,} counts are not 1")
+    return {"seconds": wall, "cpu_seconds": cpu, "rss_mb": rss_mb, "keys": held}
+
+
+def peak_rss(store: str, n: int) -> dict[str, float]:
+    """Count ``n`` distinct keys on ``store`` in this process: see ``count_distinct``."""
     data_dir = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
     try:
-        broker = MemoryBroker(retention_records=1)  # the input is not what is measured
-        app, _, _ = make_app(store, data_dir if store == "rocksdb://" else None)
-        step = 500_000
-
-        async def run() -> None:
-            async with TestDriver(app, broker=broker) as driver:
-                for start in range(0, n, step):
-                    load_keys(broker, [f"user-{i:09d}" for i in range(start, min(n, start + step))])
-                    await driver.run_until_idle(timeout=3600)
-
-        started = time.perf_counter()
-        asyncio.run(run())
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(
-            f"{store}: {n:,} keys counted in {time.perf_counter() - started:.0f} s, "
-            f"peak RSS {rss_mb:,.0f} MB"
-        )
+        result = asyncio.run(count_distinct(store, n, data_dir))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+    if result["keys"] != n:
+        raise SystemExit(f"{store}: the table holds {result['keys']:,} keys, expected {n:,}")
+    return result
+
+
+def rss_pair(n: int) -> None:
+    """Each store in a process of its own, both at once (a loaded machine slows both
+    alike; records per CPU second do not depend on it): peak RSS, records/s, ratios."""
+    command = [sys.executable, "-m", "benchmarks.state_stores", "--rss", "--keys", str(n)]
+    stores = ("memory://", "rocksdb://")
+    children = {
+        store: subprocess.Popen(
+            [*command, "--store", store, "--json"], stdout=subprocess.PIPE, text=True
+        )
+        for store in stores
+    }
+    results: dict[str, dict[str, float]] = {}
+    for store, child in children.items():
+        out, _ = child.communicate()
+        if child.returncode != 0:
+            raise SystemExit(f"{store}: the run failed ({child.returncode})")
+        results[store] = json.loads(out.strip().splitlines()[-1])
+    print(f"the counting agent over {n:,} distinct keys, one worker process per store")
+    for store, r in results.items():
+        print(
+            f"  {store:<11} peak RSS {r['rss_mb']:>7,.0f} MB   "
+            f"{n / r['seconds']:>9,.0f} records/s ({r['seconds']:,.0f} s)   "
+            f"{n / r['cpu_seconds']:>9,.0f} records per CPU second"
+        )
+    mem, disk = results["memory://"], results["rocksdb://"]
+    print(
+        f"rocksdb:// / memory://: peak RSS {disk['rss_mb'] / mem['rss_mb']:.2f}, "
+        f"records/s {mem['seconds'] / disk['seconds']:.2f}, "
+        f"records per CPU second {mem['cpu_seconds'] / disk['cpu_seconds']:.2f}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--rss", action="store_true", help="peak RSS of one store (opt-in)")
-    parser.add_argument("--store", default="rocksdb://", help="the store of --rss")
+    parser.add_argument(
+        "--rss", action="store_true", help="peak RSS and records/s of each store (opt-in, long)"
+    )
+    parser.add_argument(
+        "--store", help="--rss of this store alone (memory:// or rocksdb://), in this process"
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--takeover", action="store_true", help="a takeover with a standby against without"
     )
     args = parser.parse_args()
     configure_logging("warning", "console")
+    if args.rss and args.store is None:
+        rss_pair(args.keys)
+        return
     if args.rss:
-        peak_rss(args.store, args.keys)
+        result = peak_rss(args.store, args.keys)
+        print(json.dumps(result) if args.json else f"{args.store}: {result}")
         return
     keys = [f"user-{i:08d}" for i in range(args.keys)]
     if args.takeover:

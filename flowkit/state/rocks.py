@@ -51,6 +51,9 @@ DUE = b"e"
 _GONE: Any = object()  # a deleted key, in the in-memory layers
 _LOCK_TRIES = 20  # 0.1 s apart
 _CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
+_MEMTABLES = 64 << 20  # bytes of memtables, all databases of the process together
+_MEMTABLE = 16 << 20  # one database's memtable: flushed to disk when it is full
+_BLOCK_CACHE = 32 << 20  # bytes of blocks read from disk, all databases together
 
 
 def open_rocksdict() -> Any:
@@ -123,11 +126,13 @@ class RocksTableStore(Generic[K, V]):
         data_dir: Path,
         broker: str,
         now_ms: Callable[[], int] = lambda: 0,
+        lock_tries: int = _LOCK_TRIES,
     ) -> None:
         self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self.data_dir = data_dir
         self.broker = broker
+        self.lock_tries = lock_tries  # 0.1 s apart: how long a database held elsewhere is awaited
         self._rocksdict = open_rocksdict()
         self._parts: dict[int, _Part] = {}
         # Key expiry (a table with ttl=; see ``flowkit.state.expiry``).
@@ -260,7 +265,7 @@ class RocksTableStore(Generic[K, V]):
                 self._parts[p] = self._open(p)
 
     def _open(self, p: int) -> _Part:
-        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, p)
+        path = self.path(p)
         want = self.stamp(p)
         why = None
         db = None
@@ -295,21 +300,21 @@ class RocksTableStore(Generic[K, V]):
     def _locked_db(self, path: Path, p: int) -> Any:
         # Another worker process on this machine may still hold the partition it is
         # giving up: wait a little for it, and never delete what it holds.
-        for _ in range(_LOCK_TRIES):
+        for attempt in range(self.lock_tries):
             try:
                 return self._db(path)
             except Exception as exc:
                 if "lock" not in str(exc).lower():
                     raise
-                time.sleep(0.1)
+                if attempt + 1 < self.lock_tries:
+                    time.sleep(0.1)
         raise ConfigurationError(
             f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
             "by another process; give each worker its own --data-dir or stop the other one"
         )
 
     def _db(self, path: Path) -> Any:
-        rocksdict = self._rocksdict
-        return rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True))
+        return self._rocksdict.Rdict(str(path), _options(self._rocksdict))
 
     def local_offset(self, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects, if any."""
@@ -323,9 +328,33 @@ class RocksTableStore(Generic[K, V]):
         part = self._parts.pop(partition, None)
         if part is not None:
             part.db.close()
-        path = partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+        path = self.path(partition)
         shutil.rmtree(path, ignore_errors=True)
         self.assign([partition])
+
+    def path(self, partition: int) -> Path:
+        """The directory of ``partition``'s database."""
+        return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+
+    def replace(self, partition: int, source: Path) -> None:
+        """Make the closed database at ``source`` (a standby copy, stamped for this
+        partition) the state of ``partition``: moved, not copied; opened as on assignment."""
+        part = self._parts.pop(partition, None)
+        if part is not None:
+            part.db.close()
+        path = self.path(partition)
+        shutil.rmtree(path, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(path)
+        self.assign([partition])
+
+    def checkpoint(self, partition: int, dest: Path) -> None:
+        """Write a copy of ``partition``'s database, as on disk now (stamp included), to
+        ``dest``: RocksDB's checkpoint, hard links to the same files where it can."""
+        part = self._parts[partition]
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._rocksdict.Checkpoint(part.db).create_checkpoint(str(dest))
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""
@@ -502,6 +531,29 @@ class RocksTableStore(Generic[K, V]):
                 cache.clear()
             cache.update(part.draining)
             part.draining = {}
+
+
+_shared: dict[str, Any] = {}
+
+
+def _options(rocksdict: Any) -> Any:
+    """Options of every database this process opens. Memtables (``_MEMTABLES``) and the
+    block cache (``_BLOCK_CACHE``) are shared by all of them, so the memory RocksDB takes
+    does not grow with the partitions held (its defaults: 128 MB of memtables and an 8 MB
+    cache for each); a bloom filter spares the disk a read for most keys it has not got
+    (a new key's first ``table[key] += 1``)."""
+    if not _shared:
+        cache = rocksdict.Cache(_BLOCK_CACHE)
+        _shared["cache"] = cache
+        _shared["memtables"] = rocksdict.WriteBufferManager(_MEMTABLES, False)
+    options = rocksdict.Options(raw_mode=True)
+    options.set_write_buffer_manager(_shared["memtables"])
+    options.set_write_buffer_size(_MEMTABLE)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(_shared["cache"])
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    return options
 
 
 def _bytes(ms: int) -> bytes:

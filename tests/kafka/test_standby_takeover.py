@@ -1,12 +1,17 @@
 """Standby replicas over a kill -9 on the test broker: the surviving worker, which kept
 warm copies of the killed owner's table partitions, takes them over replaying only the
-changelog its copies had not read (the gap), and the counts stay exact."""
+changelog its copies had not read (the gap), and the counts stay exact; for a table in
+memory and one in RocksDB (its copies are databases in the survivor's data directory)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import time
+from pathlib import Path
 
+import aiohttp
 import pytest
 
 from flowkit.partitioning import partition_for_key
@@ -21,17 +26,18 @@ from tests.kafka.conftest import (
     latest_by_key,
     until,
 )
+from tests.local_servers import free_port
 
 pytestmark = pytest.mark.kafka
 
 APP = "tests.kafka.apps.standby_app:app"
 GROUP = "tally"
 KEYS_TOPIC = "tally-keys"
-CHANGELOG = "tally-counts-changelog"
+CHANGELOGS = ["tally-counts-changelog", "tally-disk-changelog"]
 PARTITIONS = 4
 KEYS = 20_000
 RECOVERED = re.compile(
-    r"tables recovered +from_local_state=\d+ from_standby=(\d+) partitions=\[([^\]]*)\] "
+    r"tables recovered +from_local_state=(\d+) from_standby=(\d+) partitions=\[([^\]]*)\] "
     r"records=(\d+)"
 )
 
@@ -55,6 +61,23 @@ async def produce(client: Client, first: int, count: int) -> dict[int, int]:
         await producer.aclose()
 
 
+async def copies_caught_up(url: str, deadline: float) -> None:
+    """Until the worker's /status says its copies (2 partitions of 2 tables) read all."""
+    end = time.monotonic() + deadline
+    async with aiohttp.ClientSession() as http:
+        standby = None
+        while True:
+            try:
+                async with http.get(url) as response:
+                    standby = (await response.json())["standby"]
+            except aiohttp.ClientConnectionError:
+                pass  # not listening yet
+            if standby == {"partitions": 4, "lag": 0}:
+                return
+            assert time.monotonic() < end, f"standby copies not caught up: {standby}"
+            await asyncio.sleep(0.1)
+
+
 # The workers' client: aiokafka, or both with FLOWKIT_TEST_ALL_CLIENTS=1 (the standby's
 # consumer is assigned partitions by hand and seeks: each client's own code).
 CLIENTS = (
@@ -67,15 +90,22 @@ CLIENTS = (
 @ON_TANSU
 @pytest.mark.parametrize("kafka_client", CLIENTS)
 async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
-    kafka_server: KafkaServer, client: Client, workers: Spawn, kafka_client: str
+    kafka_server: KafkaServer,
+    client: Client,
+    workers: Spawn,
+    kafka_client: str,
+    tmp_path: Path,
 ) -> None:
     url = broker_url(kafka_server.bootstrap, client=kafka_client)
 
-    def start(name: str) -> WorkerProcess:
-        return workers(name, "worker", APP, "--broker", url, "-l", "info")
+    port = free_port()
+
+    def start(name: str, *more: str) -> WorkerProcess:
+        data = ["--data-dir", str(tmp_path / name)]  # a machine each
+        return workers(name, "worker", APP, "--broker", url, "-l", "info", *data, *more)
 
     # Each owns half the partitions and keeps a copy of the other half.
-    owner, standby = start("owner"), start("standby")
+    owner, standby = start("owner"), start("standby", "--web-port", str(port))
 
     def sharing() -> bool:
         return all(
@@ -88,6 +118,7 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     await until(sharing, 60, "two workers sharing the partitions")
     ends = await produce(client, 0, KEYS)
     await client.wait_committed(GROUP, KEYS_TOPIC, ends, deadline=60)
+    await copies_caught_up(f"http://127.0.0.1:{port}/status", deadline=60)
     owner.kill()
     before = len(RECOVERED.findall(standby.err))
 
@@ -98,19 +129,24 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     await until(lambda: took_over() is not None or not standby.running(), 60, "a takeover")
     line = took_over()
     assert line is not None, standby.err
-    from_standby, partitions, replayed = int(line[1]), line[2].split(","), int(line[3])
+    from_local, from_standby = int(line[1]), int(line[2])
+    partitions, replayed = line[3].split(","), int(line[4])
     # Every partition taken came warm, and only the gap replays: what the copies had not
     # read when the group moved the partitions (nothing, normally: the killed owner was
     # idle, and the copies read on until the takeover). Without copies, the whole
     # changelog of the killed owner's partitions, about KEYS / 2 records, would replay.
-    assert from_standby == len(partitions) and from_standby >= 2, line[0]
+    # Both tables count per partition; a rocksdb:// partition this worker owned before
+    # the rebalance comes from its own local state, as far as its copy.
+    assert from_local + from_standby == 2 * len(partitions), line[0]
+    assert from_standby >= 4 and from_local <= 2, line[0]
     assert replayed < KEYS // 10, line[0]
 
     more = await produce(client, KEYS - 100, 200)  # 100 keys again, 100 new ones
     await client.wait_committed(GROUP, KEYS_TOPIC, more, deadline=60)
     assert await standby.stop() == 0, standby.err
 
-    table = latest_by_key(await client.read(CHANGELOG, PARTITIONS))
     want = {b"k%d" % i: b"1" for i in range(KEYS + 100)}
     want |= {b"k%d" % i: b"2" for i in range(KEYS - 100, KEYS)}
-    assert table == want, sum(1 for k in want if table.get(k) != want[k])
+    for changelog in CHANGELOGS:
+        table = latest_by_key(await client.read(changelog, PARTITIONS))
+        assert table == want, (changelog, sum(1 for k in want if table.get(k) != want[k]))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 import flowkit
 from flowkit.errors import DefinitionError
@@ -25,8 +27,8 @@ class Order(flowkit.Record):
     amount: int
 
 
-def counting_app(standby_replicas: int) -> tuple[flowkit.App, Any, Any]:
-    app = flowkit.App("shop", partitions=2, standby_replicas=standby_replicas)
+def counting_app(standby_replicas: int, store: str = "memory://") -> tuple[flowkit.App, Any, Any]:
+    app = flowkit.App("shop", partitions=2, standby_replicas=standby_replicas, store=store)
     orders = app.topic("orders", value_type=Order)
     totals = app.table("totals", default=int)
 
@@ -49,9 +51,15 @@ async def _send(*_: object, **__: object) -> None:
     return None
 
 
+STORES = ["memory://", "rocksdb://"]
+
+
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("standby_replicas", [0, 1])
-async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
-    app, _, totals = counting_app(standby_replicas)
+async def test_a_takeover_replays_only_the_gap(
+    standby_replicas: int, store: str, tmp_path: Path
+) -> None:
+    app, _, totals = counting_app(standby_replicas, store)
     transport = MemoryTransport()
     await transport.create_topics(required_topics(app))
     log = transport.broker
@@ -65,7 +73,7 @@ async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
     async def send(topic: str, value: bytes | None, **_: object) -> None:
         letters.append(value)
 
-    state = StateKeeper(app, transport, FakeClock(), send)
+    state = StateKeeper(app, transport, FakeClock(), send, data_dir=tmp_path)
     await state.recover({0})  # this worker owns partition 0, stands by for 1
     follower = asyncio.create_task(state.standbys.run())
     try:
@@ -86,11 +94,61 @@ async def test_a_takeover_replays_only_the_gap(standby_replicas: int) -> None:
     assert replayed == ((1, 4) if standby_replicas else (0, 107))
     # Refused by the copy or by the replay, each dead-lettered once, by the new owner.
     assert sorted(letters) == sorted([b"not json", b"{", b"[" * 5_000])
+    if store == "rocksdb://" and standby_replicas:  # the copy's database moved into place
+        assert (tmp_path / "shop" / "totals" / "1").is_dir()
+        assert not (tmp_path / "standby" / "shop" / "totals" / "1").exists()
 
 
-async def test_workers_hand_partitions_over_warm_and_counts_stay_exact() -> None:
+async def follow_to_end(state: StateKeeper) -> None:
+    """This worker owns partition 0: its copy of partition 1 reads to the end."""
+    await state.recover({0})
+    follower = asyncio.create_task(state.standbys.run())
+    try:
+        await wait_caught_up(state)
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+
+
+async def test_a_rocksdb_copy_outlives_its_worker_and_one_past_the_end_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    app, _, totals = counting_app(1, "rocksdb://")
+    transport = MemoryTransport()
+    await transport.create_topics(required_topics(app))
+    for i in range(100):
+        transport.broker.append(totals.changelog_topic, b"1", key=b"k%d" % i, partition=1)
+    first = StateKeeper(app, transport, FakeClock(), _send, data_dir=tmp_path)
+    await follow_to_end(first)
+    first.aclose(clean=False)  # as a kill: the copy is on disk, stamped
+    transport.broker.append(totals.changelog_topic, b"2", key=b"k0", partition=1)
+    again = StateKeeper(app, transport, FakeClock(), _send, data_dir=tmp_path)
+    await again.recover({0})
+    # The restarted worker follows its copy on from its stamp, not from the start.
+    assert list(again.standbys.positions.values()) == [100]
+    again.aclose(clean=True)
+
+    # A new broker (the same URL): the copy reflects offset 101, past the changelog's end.
+    fresh = MemoryTransport()
+    await fresh.create_topics(required_topics(app))
+    for key in (b"a", b"b"):
+        fresh.broker.append(totals.changelog_topic, b"5", key=key, partition=1)
+    state = StateKeeper(app, fresh, FakeClock(), _send, data_dir=tmp_path)
+    with capture_logs() as logs:
+        await follow_to_end(state)
+    await state.recover({1})
+    assert dict(state.stores[totals].items()) == {"a": 5, "b": 5}
+    said = [e for e in logs if e["event"].startswith("standby copy not used")]
+    assert [e["reason"] for e in said] == ["it reflects offset 100, beyond the changelog's end"]
+    state.aclose(clean=True)
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_workers_hand_partitions_over_warm_and_counts_stay_exact(
+    store: str, tmp_path: Path
+) -> None:
     broker = MemoryBroker()
-    app, orders, totals = counting_app(1)
+    app, orders, totals = counting_app(1, store)
     customers = [f"c{k}" for k in range(20)]
 
     async def feed(driver: TestDriver, rounds: int) -> None:
@@ -99,9 +157,9 @@ async def test_workers_hand_partitions_over_warm_and_counts_stay_exact() -> None
                 await driver.send(orders, Order(c, 1), key=c)
         await driver.run_until_idle()
 
-    async with TestDriver(app, broker=broker) as a:
+    async with TestDriver(app, broker=broker, data_dir=tmp_path / "a") as a:
         await feed(a, 2)
-        async with TestDriver(app, broker=broker) as b:
+        async with TestDriver(app, broker=broker, data_dir=tmp_path / "b") as b:
             for _ in range(3):  # the group gives b one partition, a keeps the other
                 await a.run_until_idle()
                 await b.run_until_idle()

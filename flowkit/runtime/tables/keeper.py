@@ -58,6 +58,9 @@ DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
 
+STANDBY_DIR = "standby"
+"""Under the data directory: the standby copies of ``rocksdb://`` tables' partitions."""
+
 
 class StateKeeper:
     """Holds, recovers, flushes and ticks the tables of one worker."""
@@ -115,21 +118,27 @@ class StateKeeper:
         self._outbox_task: asyncio.Task[None] | None = None
         self.recovery = RecoveryProgress()  # for metrics and the console
         self.changelog_written: dict[str, int] = {}  # records per table, for metrics
-        # Warm copies of the plain memory-store tables' partitions owned by other workers.
+        # Warm copies of the plain tables' partitions owned by other workers.
         replicas = app.standby_replicas if standby_replicas is None else standby_replicas
-        followed = [
-            t for t in tables if isinstance(t, Table) and isinstance(self.stores[t], TableStore)
-        ]
+        followed = [t for t in tables if isinstance(t, Table)] if replicas else []
         self.standbys = Standbys(
-            transport, followed if replicas else [], self.now_ms, client_id=f"{app.name}-standby"
+            transport,
+            {t: self._new_store(app, t, standby=True) for t in followed},
+            client_id=f"{app.name}-standby",
         )
 
-    def _new_store(self, app: App, table: Any) -> Any:
+    def _new_store(self, app: App, table: Any, *, standby: bool = False) -> Any:
         if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
-            data_dir = self.data_dir or Path(DEFAULT_DATA_DIR)
-            return RocksTableStore(
-                table, data_dir=data_dir.absolute(), broker=self.broker, now_ms=self.now_ms
-            )
+            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+            if standby:  # copies beside the owned partitions, never in their place
+                return RocksTableStore(
+                    table,
+                    data_dir=data_dir / STANDBY_DIR,
+                    broker=self.broker,
+                    now_ms=self.now_ms,
+                    lock_tries=1,  # held by another process here: that one has the copy
+                )
+            return RocksTableStore(table, data_dir=data_dir, broker=self.broker, now_ms=self.now_ms)
         return table.new_store(self.now_ms)
 
     def _local(self, store: Any) -> bool:
@@ -258,15 +267,27 @@ class StateKeeper:
 
     def _take_standby(self, store: Any, partition: int) -> int | None:
         """The changelog offset of the standby copy of ``partition``, now the store's
-        state, or None: no copy."""
-        if not isinstance(store, TableStore) or store.table not in self.standbys.stores:
+        state, or None: no copy (or, on disk, none newer than the owner's own state)."""
+        if store.table not in self.standbys.stores:
             return None
         taken = self.standbys.take(store.table, partition)
         if taken is None:
             return None
         data, offset, refused = taken
-        store.adopt(partition, data)
         store.rejected.extend(refused)  # dead-lettered after the gap, as a replay would
+        if isinstance(store, RocksTableStore):
+            copy = self.standbys.stores[store.table]
+            assert isinstance(copy, RocksTableStore)
+            own = store.local_offset(partition)
+            if own is not None and own >= offset:
+                return None  # this worker's own local state is as far: it is used
+            store.replace(partition, copy.path(partition))
+            found = store.local_offset(partition)  # the stamp, checked as on any open
+            if found is None:
+                return None
+            offset = found
+        else:
+            store.adopt(partition, data or {})
         self.offsets[(store.table, partition)] = offset
         return offset
 
@@ -360,7 +381,12 @@ class StateKeeper:
     def _keep_standby(self, store: Any, partitions: Iterable[int]) -> None:
         # As for a snapshot: only a partition with nothing changed since its checkpoint
         # is exactly the changelog up to the offset; another one is followed from scratch.
-        if not isinstance(store, TableStore) or store.table not in self.standbys.stores:
+        if store.table not in self.standbys.stores:
+            return
+        if isinstance(store, RocksTableStore):  # its database, as written at the checkpoint
+            for p in partitions:
+                if p in store.held():
+                    self.standbys.keep_database(store, p)
             return
         for p in partitions:
             offset = self.offsets.get((store.table, p))
@@ -386,6 +412,7 @@ class StateKeeper:
                 self._snapshot(store, store.held())
             if isinstance(store, RocksTableStore):
                 store.aclose()
+        self.standbys.aclose()
 
     def has_outbox(self) -> bool:
         """True while windowed tables have partials or markers to send."""

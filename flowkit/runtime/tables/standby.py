@@ -1,12 +1,20 @@
 """Standby replicas: warm copies of the table partitions this worker does not own.
 
 With ``App(standby_replicas=1)`` a worker follows the changelogs of every partition of
-its plain memory-store tables that the group did not give it, with a consumer of its
-own (no group, partitions assigned by hand), and applies them to stores of its own. When
-the group gives it one of those partitions, ``StateKeeper.recover`` takes the warm copy
-(``take``) and replays only the changelog after the copy's position: the gap. A
-partition this worker gives up is kept as a standby from the state it had (``keep``),
-so a rebalance that moves every partition away and back replays nothing again.
+its plain tables that the group did not give it, with a consumer of its own (no group,
+partitions assigned by hand), and applies them to stores of its own. When the group
+gives it one of those partitions, ``StateKeeper.recover`` takes the warm copy (``take``)
+and replays only the changelog after the copy's position: the gap.
+
+A memory-store table's copy is a dict; a partition this worker gives up is kept as a
+standby from the state it had (``keep``), so a rebalance that moves every partition away
+and back replays nothing again. A ``rocksdb://`` table's copy is a database of its own,
+under ``<data_dir>/standby/``, stamped with its changelog offset as the owner's is (each
+batch applied writes both atomically): a copy outlives a restart of the worker and is
+followed on from its stamp; a partition given up is followed from a checkpoint of its
+database (``keep_database``), and a takeover moves the copy's directory into the owner's
+place, unless the owner's own local state is as far. A copy that another process on this
+machine holds (workers sharing a data directory) is not kept: that process has it.
 
 The rule is every partition not owned, not ``n`` copies spread over the group: the
 group's membership is not known to a worker, and with a handful of workers each one
@@ -21,22 +29,27 @@ partition no longer followed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from ...errors import ConfigurationError
 from ...records import Message, TopicPartition
 from ...state import Table, TableStore
+from ...state.rocks import RocksTableStore
 from ...transports import Consumer, Transport
 
 __all__ = ["Standbys", "Taken"]
 
 log = structlog.get_logger(__name__)
 
-Taken = tuple[dict[Any, Any], int, list[tuple[Message, Exception]]]
-"""A warm copy handed over: the partition's dict, the changelog offset it reflects, and
-the changelog records it refused (the new owner dead-letters them, as a replay would)."""
+Taken = tuple[dict[Any, Any] | None, int, list[tuple[Message, Exception]]]
+"""A warm copy handed over: the partition's dict (None for a ``rocksdb://`` copy, closed,
+at ``RocksTableStore.path``), the changelog offset it reflects, and the changelog records
+it refused (the new owner dead-letters them, as a replay would)."""
+
+Store = TableStore[Any, Any] | RocksTableStore[Any, Any]
 
 _POLL = 0.2  # seconds a fetch waits when the changelogs are quiet
 _MAX_RECORDS = 10_000
@@ -48,16 +61,13 @@ class Standbys:
     def __init__(
         self,
         transport: Transport,
-        tables: Iterable[Table[Any, Any]],
-        now_ms: Callable[[], int],
+        stores: Mapping[Table[Any, Any], Store],
         *,
         client_id: str,
     ) -> None:
         self.transport = transport
         self.client_id = client_id
-        self.stores: dict[Table[Any, Any], TableStore[Any, Any]] = {
-            t: t.new_store(now_ms) for t in tables
-        }
+        self.stores: dict[Table[Any, Any], Store] = dict(stores)
         self._by_topic = {t.changelog_topic: self.stores[t] for t in self.stores}
         # Per followed changelog partition: the offset of the next record to apply.
         self.positions: dict[TopicPartition, int] = {}
@@ -79,9 +89,20 @@ class Standbys:
                     wanted.add(TopicPartition(table.changelog_topic, p))
         for tp in set(self.positions) - wanted:
             self._drop(tp)
-        for tp in wanted - set(self.positions):
-            self._by_topic[tp.topic].assign([tp.partition])
-            self.positions[tp] = 0
+        for tp in sorted(wanted - set(self.positions)):
+            store = self._by_topic[tp.topic]
+            try:
+                store.assign([tp.partition])
+            except ConfigurationError:
+                log.info(
+                    "standby copy not kept: another process on this machine holds it",
+                    table=store.table.name,
+                    partition=tp.partition,
+                )
+                continue
+            # A rocksdb:// copy resumes from the offset stamped on it.
+            at = store.local_offset(tp.partition) if isinstance(store, RocksTableStore) else None
+            self.positions[tp] = at or 0
             self._seek.add(tp)
             self._behind = True
         self._changed.set()
@@ -90,7 +111,7 @@ class Standbys:
         """Follow ``partition`` from ``data``, the state it had at changelog offset ``at``
         (a partition this worker gave up, everything it changed acknowledged)."""
         store = self.stores.get(table)
-        if store is None:
+        if not isinstance(store, TableStore):
             return
         tp = TopicPartition(table.changelog_topic, partition)
         store.adopt(partition, data)
@@ -98,13 +119,27 @@ class Standbys:
         self._seek.add(tp)
         self._changed.set()
 
+    def keep_database(self, owner: RocksTableStore[Any, Any], partition: int) -> None:
+        """Follow ``partition`` from a checkpoint of ``owner``'s database, the state this
+        worker is giving up (still open; hard links, not a copy of the data)."""
+        copy = self.stores.get(owner.table)
+        if not isinstance(copy, RocksTableStore):
+            return
+        try:
+            copy.assign([partition])  # held by another process here: not copied
+        except ConfigurationError:
+            return
+        copy.revoke([partition])
+        owner.checkpoint(partition, copy.path(partition))
+
     def take(self, table: Table[Any, Any], partition: int) -> Taken | None:
         """Hand the warm copy of ``partition`` over (this worker now owns it), or None."""
         tp = TopicPartition(table.changelog_topic, partition)
         store = self.stores.get(table)
         if store is None or tp not in self.positions:
             return None
-        data = store.partition_data(partition) or {}
+        # A rocksdb:// copy is closed (revoke, below): the new owner moves it.
+        data = (store.partition_data(partition) or {}) if isinstance(store, TableStore) else None
         at = self.positions.pop(tp)
         self._seek.discard(tp)
         store.revoke([partition])
@@ -120,6 +155,12 @@ class Standbys:
         store.rejected = [r for r in store.rejected if r[0].partition != tp.partition]
         self.positions.pop(tp, None)
         self._seek.discard(tp)
+
+    def aclose(self) -> None:
+        """Close the copies' databases (``rocksdb://`` tables): once ``run`` has ended."""
+        for store in self.stores.values():
+            if isinstance(store, RocksTableStore):
+                store.aclose()
 
     def lag(self) -> int | None:
         """Changelog records the copies are behind (None before any fetch told)."""
@@ -171,7 +212,23 @@ class Standbys:
     def _apply(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         if not messages or tp in self._seek:
             return  # fetched before a seek, or dropped since: another position's records
-        if tp not in self.positions:
+        at = self.positions.get(tp)
+        if at is None:
             return
-        self._by_topic[tp.topic].apply_changelog(tp.partition, messages)
+        store = self._by_topic[tp.topic]
+        if messages[0].offset < at:
+            # Read from the log's start: the copy's position is past the changelog's end
+            # (a new broker, a deleted topic). The copy is rebuilt from the start.
+            log.warning(
+                "standby copy not used; rebuilding from the changelog",
+                table=store.table.name,
+                partition=tp.partition,
+                reason=f"it reflects offset {at}, beyond the changelog's end",
+            )
+            store.reset(tp.partition)
+            self.positions[tp] = 0
+            self._seek.add(tp)
+            self._changed.set()
+            return
+        store.apply_changelog(tp.partition, messages)
         self.positions[tp] = messages[-1].offset + 1

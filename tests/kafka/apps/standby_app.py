@@ -1,5 +1,6 @@
-"""Counts each key it reads, in a plain table, with standby replicas: every worker keeps
-a warm copy of the partitions the others own."""
+"""Counts each key it reads in two plain tables, one in memory and one in RocksDB, with
+standby replicas: every worker keeps a warm copy of the partitions the others own (give
+each worker its own ``--data-dir``: a machine each)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ PARTITIONS = 4
 app = flowkit.App("tally", partitions=PARTITIONS, commit_interval=0.3, standby_replicas=1)
 keys = app.topic("tally-keys", value_type=str, external=True)
 counts = app.table("counts", default=int)
+disk = app.table("disk", default=int, store="rocksdb://")
 
 
 @app.agent(keys)
 async def count(stream: flowkit.Stream[str]) -> None:
     async for key in stream:
         counts[key] += 1
+        disk[key] += 1
