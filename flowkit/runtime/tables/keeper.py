@@ -268,6 +268,8 @@ class StateKeeper:
     def _take_standby(self, store: Any, partition: int) -> int | None:
         """The changelog offset of the standby copy of ``partition``, now the store's
         state, or None: no copy (or, on disk, none newer than the owner's own state)."""
+        if not isinstance(store, TableStore | RocksTableStore):  # plain tables only
+            return None
         if store.table not in self.standbys.stores:
             return None
         taken = self.standbys.take(store.table, partition)
