@@ -1,6 +1,7 @@
 """A topic's ``Lane`` places records by the rules written once: a record's size as
 ``record_size`` counts it, a key's partition as Kafka's default partitioner picks it; the
-emitter, which writes ``Lane.add`` out for speed, places outputs as it does."""
+emitter, whose compiled loop has ``Lane.add``'s rule written in, places outputs as it does
+(for fan-outs and ``Output(to=...)``, see test_fanout.py)."""
 
 from __future__ import annotations
 
@@ -100,8 +101,9 @@ outputs = st.lists(st.tuples(st.just(KEPT) | keys, values, headers), max_size=12
 def test_the_emitter_places_outputs_as_lane_add_does(
     outs: list[tuple[bytes | None, bytes | None, Headers]], count: int, limit: int
 ) -> None:
-    # The emitter writes ``Lane.add`` out in its loop, for speed: the two place the same
-    # records in the same partitions, and refuse the same ones (over the size limit).
+    # The emitter's compiled loop has ``Lane.add``'s rule written in, sizes counted in
+    # parts: the two place the same records in the same partitions, and refuse the same
+    # ones (over the size limit).
     app = flowkit.App("t")
     topic: flowkit.Topic[bytes] = app.topic("out", partitions=count)
     agent: flowkit.Agent[bytes] = app.agent(app.topic("in"), per_record=True)(lambda v: v)
