@@ -11,6 +11,7 @@ records over the producer's size limit included.
 from __future__ import annotations
 
 import asyncio
+import functools
 import traceback
 from typing import Any
 
@@ -32,13 +33,15 @@ COUNTS = {"a": 2, "b": 3, "c": 2}  # "new": its partition count is not known yet
 CHOICES: list[Any] = [None, "a", ("a", "b"), ("b", "c"), ("new", "a"), ["a", "c"]]
 
 
-def make_app() -> tuple[flowkit.App, flowkit.Agent[Any]]:
+@functools.cache
+def make_app() -> tuple[flowkit.App, flowkit.Agent[Any], Targets]:
+    """One app for every example: its targets are resolved once (as a worker does)."""
     app = flowkit.App("t")
     for name in ("a", "b", "new"):
         app.topic(name, value_type=bytes, partitions=COUNTS.get(name, 1))
     app.topic("c", value_type=int, partitions=2)
     agent: flowkit.Agent[Any] = app.agent(app.topic("in"), per_record=True)(lambda v: v)
-    return app, agent
+    return app, agent, Targets(app, on_give_up=print, spawn=None)
 
 
 def reference_place(
@@ -96,12 +99,24 @@ def placed(publisher: Publisher) -> dict[str, Any]:
     return {name: (lane.parts, lane.loose) for name, lane in lanes.items()}
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(records=records, limit=st.integers(4, 40), rounds=st.integers(0, 5))
 @example(  # a fan-out with its own key and headers: one value sized once, over the limit
     records=[(b"k", [Output(b"12345", key=b"kk", headers=(("h", b"1"),), to=("a", "b"))])],
     limit=8,
     rounds=1,
+)
+# Records of exactly the limit, and one byte over it: kept key, own key, headers, null.
+@example(records=[(b"kept", [b"123456"]), (b"kept", [b"1234567"])], limit=10, rounds=0)
+@example(
+    records=[(b"k", [Output(v, key=b"k", headers=(("h", b"ab"),)) for v in (b"12345", b"123456")])],
+    limit=9,
+    rounds=0,
+)
+@example(
+    records=[(b"k", [Output(v, key=None, headers=(("h", None),)) for v in (b"123", b"1234")])],
+    limit=4,
+    rounds=2,
 )
 def test_the_compiled_fan_out_places_as_the_plain_loop(
     records: list[tuple[bytes | None, list[object]]], limit: int, rounds: int
@@ -109,8 +124,7 @@ def test_the_compiled_fan_out_places_as_the_plain_loop(
     async def run() -> tuple[list[Any], list[Any]]:
         runs = []
         for compiled in (True, False):
-            app, agent = make_app()
-            targets = Targets(app, on_give_up=print, spawn=None)
+            _, agent, targets = make_app()
 
             async def partitions(name: str) -> int | None:
                 return COUNTS.get(name)
@@ -145,8 +159,7 @@ def test_the_compiled_fan_out_places_as_the_plain_loop(
 
 def test_a_traceback_through_the_fan_out_shows_its_source() -> None:
     async def run() -> str:
-        app, agent = make_app()
-        targets = Targets(app, on_give_up=print, spawn=None)
+        _, agent, targets = make_app()
         publisher = Publisher(MemoryTransport().producer())
         emitter = Emitter(agent, None, [targets.resolve(agent, "c")], targets, publisher)  # type: ignore[arg-type]
         try:
