@@ -2,7 +2,7 @@
 
 An agent's outputs go out in a loop over the outputs of one record and, for each, over
 its destinations. A call to ``Lane.add`` per destination would cost about 3,000
-instructions a router order (6 % of flowkit's own, measured with ``benchmarks/
+instructions a router order (about 5 % of flowkit's own, measured with ``benchmarks/
 router_count.py --instructions``), so the loop is generated, the way ``streams/_loop.py``
 generates the stream loop: its source below, with ``lanes.PLACE`` (the one statement of
 how a record that fits is placed) written in where an output is placed, compiled once and
