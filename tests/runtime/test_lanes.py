@@ -1,24 +1,17 @@
 """A topic's ``Lane`` places records by the rules written once: a record's size as
-``record_size`` counts it, a key's partition as Kafka's default partitioner picks it; the
-emitter, which writes ``Lane.add`` out for speed, places outputs as it does."""
+``record_size`` counts it, a key's partition as Kafka's default partitioner picks it (the
+emitter's compiled loop, which has the rule written in, places outputs as ``Lane.add``
+does: test_fanout.py)."""
 
 from __future__ import annotations
 
-import asyncio
-
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import flowkit
-from flowkit.agents import Output
-from flowkit.errors import RecordRejected
 from flowkit.partitioning import partition_for_key
-from flowkit.records import Headers, Message, record_size
-from flowkit.runtime.output.emitter import Emitter
-from flowkit.runtime.output.lanes import KeyPartitions, Lane, Origin
-from flowkit.runtime.output.publisher import Publisher
-from flowkit.runtime.output.targets import Target
-from flowkit.transports import MemoryTransport, OutRecord
+from flowkit.records import Headers, record_size
+from flowkit.runtime.output.lanes import KeyPartitions, Lane
+from flowkit.transports import OutRecord
 
 keys = st.none() | st.binary(max_size=6)
 values = st.none() | st.binary(max_size=40)
@@ -83,52 +76,3 @@ def test_lanes_of_one_partition_count_share_their_keys() -> None:
     second.known(4, shared)
     first.add(b"foobar", b"", (), None)
     assert dict(second.keys) == {b"foobar": partition_for_key(b"foobar", 4)}
-
-
-KEPT = b"kept"  # the key of the record whose outputs are placed
-outputs = st.lists(st.tuples(st.just(KEPT) | keys, values, headers), max_size=12)
-
-
-@settings(max_examples=30, deadline=None)
-@given(outs=outputs, count=st.integers(1, 5), limit=st.integers(1, 50))
-# Records of exactly the limit, and one byte over it: kept key, own key, headers, null.
-@example(outs=[(KEPT, b"123456", ()), (KEPT, b"1234567", ())], count=2, limit=10)
-@example(
-    outs=[(b"k", b"12345", (("h", b"ab"),)), (b"k", b"123456", (("h", b"ab"),))], count=3, limit=9
-)
-@example(outs=[(None, b"12", (("h", None),)), (None, b"123", (("h", None),))], count=1, limit=3)
-def test_the_emitter_places_outputs_as_lane_add_does(
-    outs: list[tuple[bytes | None, bytes | None, Headers]], count: int, limit: int
-) -> None:
-    # The emitter writes ``Lane.add`` out in its loop, for speed: the two place the same
-    # records in the same partitions, and refuse the same ones (over the size limit).
-    app = flowkit.App("t")
-    topic: flowkit.Topic[bytes] = app.topic("out", partitions=count)
-    agent: flowkit.Agent[bytes] = app.agent(app.topic("in"), per_record=True)(lambda v: v)
-    cause = Message("in", 0, 5, 0, KEPT, b"v")
-
-    async def partitions(name: str) -> int:
-        return count
-
-    async def place() -> None:
-        publisher = Publisher(
-            MemoryTransport(max_record_bytes=limit).producer(), partition_count=partitions
-        )
-        publisher.lane("out")
-        await publisher.prepare()
-        target = Target(topic=topic, encode=lambda v: v)
-        emitter = Emitter(agent, None, [target], None, publisher)  # type: ignore[arg-type]
-        reference = Lane("out", limit)
-        reference.known(count, KeyPartitions(count))
-        for key, value, hs in outs:
-            out = value if key is KEPT and not hs else Output(value, key=key, headers=hs)
-            fits = reference.add(key, value, hs, Origin(cause, agent.name))
-            try:
-                emitter.place((out,), cause)
-            except RecordRejected:
-                assert not fits
-            else:
-                assert fits
-        assert publisher.lane("out").parts == reference.parts
-
-    asyncio.run(place())

@@ -16,7 +16,7 @@ import operator
 import traceback
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from flowkit.records import Event, Message, RawMessages, TopicPartition
@@ -527,4 +527,199 @@ def test_the_hop_walker_matches_the_reference(
     batches = hop_batches(parts)
     got, sent, done = asyncio.run(run_hop(step, ops, batches, retry, in_place))
     assert (got, sent) == hop_reference(step, ops, batches, retry, in_place)
+    assert done == len(batches)
+
+
+# -- the stream-stream join walker against a reference ---------------------------------
+
+JOIN_T0 = 1_700_000_000_000  # the records' times; the wall clock the join's guard reads
+FUTURE = JOIN_T0 + 2 * 3_600_000  # beyond the guard (max_future: an hour)
+JOIN_KEYS = {0: [b"a", b"b", None], 1: [b"c", None]}  # per partition (None: no key)
+
+
+def joined_num(j: Any) -> int:
+    """An int from a join's result: the sum of its sides' values and its time."""
+    return sum(int(x) for x in (j.left, j.right) if x is not None) + j.timestamp - JOIN_T0
+
+
+# After the join: a filter and a map that never raise, and a map that does on some results
+# (the agent then starts again; the rest of that record's results are lost with it, as the
+# dispatcher dead-letters the record).
+JOIN_OPS = {
+    "keep": (FILTER, lambda j: joined_num(j) % 3 != 0),
+    "time": (MAP, lambda j: (j.key, j.left, j.right, j.timestamp - JOIN_T0)),
+    "boom": (MAP, lambda j: j if joined_num(j) % 5 else 1 // 0),
+}
+
+# One record: its partition, side (0 left, 1 right), key (an index into the partition's
+# keys), value (an int, or bytes that are not JSON, or None) and time: late ones come when
+# a window has closed; FUTURE is beyond the guard.
+join_record = st.tuples(
+    st.integers(0, 1),
+    st.integers(0, 1),
+    st.integers(0, 2),
+    st.one_of(st.integers(-9, 9).map(lambda i: str(i).encode()), st.just(b"{"), st.none()),
+    st.one_of(st.integers(0, 20).map(lambda t: JOIN_T0 + t), st.just(FUTURE)),
+)
+
+
+def join_batches(
+    records: list[tuple[int, int, int, bytes | None, int]], cuts: list[int]
+) -> list[tuple[str, int, list[Message]]]:
+    """The records in arrival order, cut into batches of one topic-partition each (a
+    batch ends where the next record is of another topic-partition, or at a cut)."""
+    offsets: dict[tuple[str, int], int] = {}
+    out: list[tuple[str, int, list[Message]]] = []
+    for n, (p, side, k, value, ts) in enumerate(records):
+        name = ("left", "right")[side]
+        keys = JOIN_KEYS[p]
+        offset = offsets[name, p] = offsets.get((name, p), -1) + 1
+        m = Message(name, p, offset, ts, keys[k % len(keys)], value)
+        if out and out[-1][:2] == (name, p) and n not in cuts:
+            out[-1][2].append(m)
+        else:
+            out.append((name, p, [m]))
+    return out
+
+
+def stream_join(how: str) -> Any:
+    from flowkit.state.joins import StreamJoin
+
+    left: Topic[int] = Topic("left", value_type=int, partitions=2)
+    right: Topic[int] = Topic("right", value_type=int, partitions=2)
+    return StreamJoin(left, right, name="j", app_name="t", within=0.005, grace=0.003, how=how)
+
+
+async def run_joined(
+    how: str,
+    ops: tuple[tuple[str, Any], ...],
+    batches: list[tuple[str, int, list[Message]]],
+    in_place: bool,
+) -> tuple[dict[int, list[tuple[Any, ...]]], int]:
+    join = stream_join(how)
+    store = join.new_store(lambda: JOIN_T0)
+    store.assign([0, 1])
+    topics = {"left": join.left, "right": join.right}
+    source = StreamSource("agent", maxsize=len(batches) + 1, stores={join: store}, join=join)
+    out: dict[int, list[tuple[Any, ...]]] = {0: [], 1: []}
+
+    async def undecodable(exc: Exception) -> None:  # the worker, dead-lettering in place
+        message = source.current_message()
+        assert message is not None
+        out[message.partition].append(("dead", message.topic, message.offset, type(exc).__name__))
+
+    if in_place:
+        source.undecodable = undecodable
+    done: list[int] = []
+    for name, p, messages in batches:
+        tp = TopicPartition(name, p)
+        await source.put(Batch(topics[name], tp, messages, lambda: done.append(1)))
+    source.close()
+    while True:
+        try:
+            async for value in source.iterate(ops):
+                message = source.current_message()
+                assert message is not None
+                out[message.partition].append(("value", value))
+            break
+        except Exception as exc:  # what Dispatcher.drive does with a failed record
+            message = source.current_message()
+            assert message is not None
+            out[message.partition].append(
+                ("error", message.topic, message.offset, type(exc).__name__)
+            )
+    assert source.ended()
+    return out, len(done)
+
+
+def joined_reference(
+    how: str,
+    ops: tuple[tuple[str, Any], ...],
+    batches: list[tuple[str, int, list[Message]]],
+    in_place: bool,
+) -> dict[int, list[tuple[Any, ...]]]:
+    """Per partition, both topics' records merged by time (the earlier head first, the
+    left one on a tie; a head beyond the guard at once), each through the join's store
+    and ``ops``: the join's semantics written plainly, one record at a time."""
+    join = stream_join(how)
+    store = join.new_store(lambda: JOIN_T0)
+    store.assign([0, 1])
+    apply = interpreted(ops)
+    limit = JOIN_T0 + join.max_future_ms
+    out: dict[int, list[tuple[Any, ...]]] = {0: [], 1: []}
+    for p in (0, 1):
+        left = [m for name, q, ms in batches if name == "left" and q == p for m in ms]
+        right = [m for name, q, ms in batches if name == "right" and q == p for m in ms]
+        part = store.part(p)
+        events = out[p]
+        while left or right:
+            if not right or (left and left[0].timestamp <= right[0].timestamp):
+                side, later = 0, right[0].timestamp if right else left[0].timestamp
+            else:
+                side, later = 1, left[0].timestamp if left else right[0].timestamp
+            if later > limit:  # the later head is beyond the guard: it goes first
+                side = 1 if right and right[0].timestamp == later else 0
+            m = (left, right)[side].pop(0)
+            topic = (join.left, join.right)[side]
+            try:
+                if m.key is not None and m.value is not None:
+                    try:
+                        v = topic.decoder()(m.value)
+                    except Exception as exc:
+                        raise topic.decode_error(exc) from None
+                if m.timestamp > limit:
+                    raise store.future_record(m.timestamp)
+                if m.key is None or m.value is None:
+                    results = store.tick(part, m.timestamp)
+                else:
+                    results = store.process(part, side, m.key, m.offset, m.timestamp, m.value, v)
+            except Exception as exc:  # bad input: a dead letter, or raised (a restart)
+                kind = "dead" if in_place else "error"
+                events.append((kind, m.topic, m.offset, type(exc).__name__))
+                continue
+            for result in results or ():
+                try:
+                    value = apply(result, topic, m)
+                except Exception as exc:
+                    events.append(("error", m.topic, m.offset, type(exc).__name__))
+                    break
+                if value is not SKIP:
+                    events.append(("value", value))
+            if part.settle:
+                store.settle(part)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    how=st.sampled_from(["inner", "left", "outer"]),
+    ops=st.lists(st.sampled_from(sorted(JOIN_OPS)), max_size=3),
+    records=st.lists(join_record, min_size=1, max_size=40),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    in_place=st.booleans(),
+)
+# A tie: the left head (bad) goes before the right one (which pairs with the first record).
+@example(
+    how="inner",
+    ops=[],
+    records=[(0, 0, 0, b"1", JOIN_T0), (0, 0, 0, b"{", JOIN_T0 + 3), (0, 1, 0, b"2", JOIN_T0 + 3)],
+    cuts=[],
+    in_place=True,
+)
+def test_the_join_walker_matches_the_reference(
+    how: str,
+    ops: list[str],
+    records: list[tuple[int, int, int, bytes | None, int]],
+    cuts: list[int],
+    in_place: bool,
+) -> None:
+    # The join walks the batches of both topics side by side, record by record in time
+    # order per partition; a record that does not decode, is late or is beyond the guard
+    # is dead-lettered in place, the walk going on (or, with no worker to take it, raised
+    # through the agent, which starts again after it); an operator after the join that
+    # raises starts the agent again after the record.
+    chain = tuple(JOIN_OPS[name] for name in ops)
+    batches = join_batches(records, cuts)
+    got, done = asyncio.run(run_joined(how, chain, batches, in_place))
+    assert got == joined_reference(how, chain, batches, in_place)
     assert done == len(batches)

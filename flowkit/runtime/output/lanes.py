@@ -11,11 +11,18 @@ agent's outputs, dead letters, the publisher's own ``place``):
 - a record goes to its partition's group as soon as the topic's partition count is known
   (``add``, ``put``), so a flush has nothing left to group; until then it waits ``loose``.
 
+The last two are one piece of source text, ``PLACE``: ``Lane.add`` and ``Lane.put`` are
+compiled from it here, and the emitter's fan-out loop has it written in (``fanout.py``),
+so an output costs no call and the rule is still written once.
+
 What caused a record travels beside it (its origin), typed: an agent output's ``Origin``
 (or ``RawOrigin`` for a client's own record), a dead letter's letter, or None.
 """
 
 from __future__ import annotations
+
+import linecache
+from typing import TYPE_CHECKING, Any
 
 from ...partitioning import partition_for_key
 from ...records import Headers, Origin, RawOrigin, record_size
@@ -67,6 +74,67 @@ class KeyPartitions(dict[bytes, int]):
         return p
 
 
+# A record that fits, placed in its partition's group (``parts``, the lane's list of
+# groups): a key's partition from the shared cache, a keyless record's the round's. The
+# names in braces are the placing code's own; ``place_source`` fills them in.
+PLACE = """\
+group = parts[{lane}.spread if {key} is None else {lane}.keys[{key}]]
+group[0].append(({key}, {value}, {headers}, {timestamp}))
+group[1].append({origin})"""
+
+
+def place_source(
+    indent: int,
+    *,
+    lane: str = "self",
+    key: str = "key",
+    value: str = "value",
+    headers: str = "headers",
+    timestamp: str = "timestamp_ms",
+    origin: str = "origin",
+) -> str:
+    """``PLACE`` with the placing code's names, indented by ``indent`` spaces.
+
+    >>> print(place_source(0, lane="lane", timestamp="None"))
+    group = parts[lane.spread if key is None else lane.keys[key]]
+    group[0].append((key, value, headers, None))
+    group[1].append(origin)
+    """
+    names = {"lane": lane, "key": key, "value": value, "headers": headers}
+    text = PLACE.format(**names, timestamp=timestamp, origin=origin)
+    return "\n".join(" " * indent + line for line in text.splitlines())
+
+
+def compiled(name: str, src: str, namespace: dict[str, Any]) -> Any:
+    """The function ``name`` defined by ``src``, compiled with ``namespace`` as its globals
+    and registered with ``linecache`` (a traceback through it shows its lines)."""
+    filename = f"<flowkit {name}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), namespace)
+    return namespace[name.rpartition(" ")[2]]
+
+
+_ADD = f"""\
+def add(self, key, value, headers, origin, timestamp_ms=None):
+    parts = self.parts
+    if parts is None or record_size(key, value, headers) > self.limit:
+        return False
+{place_source(4)}
+    return True
+"""
+
+_PUT = f"""\
+def put(self, key, value, headers, origin, timestamp_ms=None):
+    parts = self.parts
+    if parts is None:
+        group = self.loose
+        group[0].append((key, value, headers, timestamp_ms))
+        group[1].append(origin)
+        return
+{place_source(4)}
+"""
+
+
 class Lane:
     """The records published to one topic and not sent yet, placed by partition.
 
@@ -74,6 +142,15 @@ class Lane:
     and their origins; until then (the first records to a topic) ``parts`` is None and
     records wait in ``loose``, placed by the flush that asks for the count. ``limit`` is
     the producer's size limit: ``add`` places only a record within it.
+
+    >>> lane = Lane("t", 10)
+    >>> lane.add(b"k", b"v", (), None)
+    False
+    >>> lane.known(1, KeyPartitions(1))
+    >>> lane.add(b"k", b"v", (), None), lane.add(b"k", b"v" * 10, (), None)
+    (True, False)
+    >>> lane.parts
+    [([(b'k', b'v', (), None)], [None])]
     """
 
     __slots__ = ("count", "keys", "limit", "loose", "parts", "spread", "topic")
@@ -103,52 +180,34 @@ class Lane:
         """
         return self.spread if key is None else self.keys[key]
 
-    def add(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        origin: object,
-        timestamp_ms: int | None = None,
-    ) -> bool:
-        """Place one record in its partition's group; False, and nothing placed, while the
-        partition count is not known or for a record over the size limit (the publisher
-        then takes it, and says why it refuses one).
+    if TYPE_CHECKING:
 
-        >>> lane = Lane("t", 10)
-        >>> lane.add(b"k", b"v", (), None)
-        False
-        >>> lane.known(1, KeyPartitions(1))
-        >>> lane.add(b"k", b"v", (), None), lane.add(b"k", b"v" * 10, (), None)
-        (True, False)
-        >>> lane.parts
-        [([(b'k', b'v', (), None)], [None])]
-        """
-        parts = self.parts
-        if parts is None or record_size(key, value, headers) > self.limit:
-            return False
-        group = parts[self.partition(key)]
-        group[0].append((key, value, headers, timestamp_ms))
-        group[1].append(origin)
-        return True
+        def add(
+            self,
+            key: bytes | None,
+            value: bytes | None,
+            headers: Headers,
+            origin: object,
+            timestamp_ms: int | None = None,
+        ) -> bool:
+            """Place one record in its partition's group; False, and nothing placed, while
+            the partition count is not known or for a record over the size limit (the
+            publisher then takes it, and says why it refuses one)."""
 
-    def put(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        origin: object,
-        timestamp_ms: int | None = None,
-    ) -> None:
-        """Place one record whose size its sender has checked: in its partition's group,
-        or ``loose`` while the count is not known."""
-        parts = self.parts
-        if parts is None:
-            group = self.loose
-        else:  # ``partition``, written out: one call less a dead letter
-            group = parts[self.spread if key is None else self.keys[key]]
-        group[0].append((key, value, headers, timestamp_ms))
-        group[1].append(origin)
+        def put(
+            self,
+            key: bytes | None,
+            value: bytes | None,
+            headers: Headers,
+            origin: object,
+            timestamp_ms: int | None = None,
+        ) -> None:
+            """Place one record whose size its sender has checked: in its partition's
+            group, or ``loose`` while the count is not known."""
+
+    else:  # compiled from ``PLACE``, the rule's one statement
+        add = compiled("lane add", _ADD, {"record_size": record_size})
+        put = compiled("lane put", _PUT, {})
 
     def queued(self) -> bool:
         """True if records wait to be sent."""
