@@ -11,7 +11,8 @@ agent's outputs, dead letters, the publisher's own ``place``):
 - a record goes to its partition's group as soon as the topic's partition count is known
   (``add``, ``put``), so a flush has nothing left to group; until then it waits ``loose``.
 
-The last two are one piece of source text, ``PLACE``: ``Lane.add`` and ``Lane.put`` are
+The last two are one piece of source text, ``PLACE`` (its partition choice ``PARTITION``,
+which ``Lane.partition`` is compiled from too): ``Lane.add`` and ``Lane.put`` are
 compiled from it here, and the emitter's fan-out loop has it written in (``fanout.py``),
 so an output costs no call and the rule is still written once.
 
@@ -77,10 +78,16 @@ class KeyPartitions(dict[bytes, int]):
 # A record that fits, placed in its partition's group (``parts``, the lane's list of
 # groups): a key's partition from the shared cache, a keyless record's the round's. The
 # names in braces are the placing code's own; ``place_source`` fills them in.
-PLACE = """\
-group = parts[{lane}.spread if {key} is None else {lane}.keys[{key}]]
+PARTITION = "{lane}.spread if {key} is None else {lane}.keys[{key}]"
+"""The partition of a record with ``key`` on ``lane`` (whose partition count is known)."""
+
+PLACE = (
+    "group = parts["
+    + PARTITION
+    + """]
 group[0].append(({key}, {value}, {headers}, {timestamp}))
 group[1].append({origin})"""
+)
 
 
 def place_source(
@@ -95,6 +102,10 @@ def place_source(
 ) -> str:
     """``PLACE`` with the placing code's names, indented by ``indent`` spaces.
 
+    >>> lane = Lane("t", 100)
+    >>> lane.known(4, KeyPartitions(4))
+    >>> lane.partition(b"foobar"), lane.partition(None)
+    (2, 0)
     >>> print(place_source(0, lane="lane", timestamp="None"))
     group = parts[lane.spread if key is None else lane.keys[key]]
     group[0].append((key, value, headers, None))
@@ -121,6 +132,11 @@ def add(self, key, value, headers, origin, timestamp_ms=None):
         return False
 {place_source(4)}
     return True
+"""
+
+_PARTITION = f"""\
+def partition(self, key):
+    return {PARTITION.format(lane="self", key="key")}
 """
 
 _PUT = f"""\
@@ -170,17 +186,10 @@ class Lane:
         self.count, self.keys = count, keys
         self.parts = [([], []) for _ in range(count)]
 
-    def partition(self, key: bytes | None) -> int:
-        """The partition a record with ``key`` goes to (the count is known).
-
-        >>> lane = Lane("t", 100)
-        >>> lane.known(4, KeyPartitions(4))
-        >>> lane.partition(b"foobar"), lane.partition(None)
-        (2, 0)
-        """
-        return self.spread if key is None else self.keys[key]
-
     if TYPE_CHECKING:
+
+        def partition(self, key: bytes | None) -> int:
+            """The partition a record with ``key`` goes to (the count is known)."""
 
         def add(
             self,
@@ -206,6 +215,7 @@ class Lane:
             group, or ``loose`` while the count is not known."""
 
     else:  # compiled from ``PLACE``, the rule's one statement
+        partition = compiled("lane partition", _PARTITION, {})
         add = compiled("lane add", _ADD, {"record_size": record_size})
         put = compiled("lane put", _PUT, {})
 
