@@ -187,6 +187,43 @@ async def test_workers_hand_partitions_over_warm_and_counts_stay_exact(
         assert a.worker.state.standbys.partitions() == 0
 
 
+async def test_a_rebalance_passes_over_the_stores_that_have_no_standby() -> None:
+    """Only plain tables have standby copies: a worker with a stream-stream join and a
+    windowed table beside one gives partitions up and takes them back (a join's store
+    once stopped the worker there with AttributeError)."""
+    broker = MemoryBroker()
+    app, orders, totals = counting_app(1)
+    refunds = app.topic("refunds", value_type=Order)
+    paid = app.join(orders, refunds, within=60.0, name="refunded")
+    windows = app.table("per-minute", default=int).tumbling(60.0)
+
+    @app.agent(paid)
+    async def match(stream: flowkit.Stream[flowkit.Joined]) -> None:
+        async for _ in stream:
+            pass
+
+    @app.agent(orders)
+    async def per_minute(stream: flowkit.Stream[Order]) -> None:
+        async for order in stream:
+            windows[order.customer] += 1
+
+    async with TestDriver(app, broker=broker) as a:
+        for k in range(20):
+            await a.send(orders, Order(f"c{k}", 1), key=f"c{k}")
+        await a.run_until_idle()
+        async with TestDriver(app, broker=broker) as b:
+            for _ in range(3):  # a gives b a partition of each
+                await a.run_until_idle()
+                await b.run_until_idle()
+            assert a.store(totals).held() and b.store(totals).held()
+            await b.aclose()  # and takes it back
+            for _ in range(3):
+                await a.run_until_idle()
+        assert a.worker.error is None
+        assert a.store(totals).held() == {0, 1}
+        assert sum(v for _, v in a.store(totals).items()) == 20
+
+
 def test_standby_replicas_other_than_0_or_1_are_refused_in_one_line() -> None:
     with pytest.raises(DefinitionError, match=r"standby_replicas must be 0 or 1, not int 2"):
         flowkit.App("shop", standby_replicas=2)

@@ -268,9 +268,7 @@ class StateKeeper:
     def _take_standby(self, store: Any, partition: int) -> int | None:
         """The changelog offset of the standby copy of ``partition``, now the store's
         state, or None: no copy (or, on disk, none newer than the owner's own state)."""
-        if not isinstance(store, TableStore | RocksTableStore):  # plain tables only
-            return None
-        if store.table not in self.standbys.stores:
+        if not self._standing_by(store):
             return None
         taken = self.standbys.take(store.table, partition)
         if taken is None:
@@ -380,10 +378,16 @@ class StateKeeper:
                 self.offsets.pop((table, p), None)
         self._stand_by()
 
+    def _standing_by(self, store: Any) -> bool:
+        # Only plain tables have standby copies (a join's or a window's store has none).
+        return isinstance(store, TableStore | RocksTableStore) and (
+            store.table in self.standbys.stores
+        )
+
     def _keep_standby(self, store: Any, partitions: Iterable[int]) -> None:
         # As for a snapshot: only a partition with nothing changed since its checkpoint
         # is exactly the changelog up to the offset; another one is followed from scratch.
-        if store.table not in self.standbys.stores:
+        if not self._standing_by(store):
             return
         if isinstance(store, RocksTableStore):  # its database, as written at the checkpoint
             for p in partitions:
