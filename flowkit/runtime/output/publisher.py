@@ -333,12 +333,7 @@ class Publisher:
             return ack
         in_flight = self._in_flight
         in_flight.append(ack)
-        self._origins.append(
-            # The record itself, should it have to be sent again alone (see _refused).
-            None
-            if origin is None
-            else _Batch(topic, partition, [(key, value, headers, timestamp_ms)], [origin])
-        )
+        self._origins.append(_single(topic, partition, key, value, headers, timestamp_ms, origin))
         if len(in_flight) >= MAX_IN_FLIGHT:
             await self.await_acks()
         # The caller may await it in a task that is then cancelled (an agent, at a stop):
@@ -384,11 +379,7 @@ class Publisher:
             self._stored(ack)
             return ack
         self._in_flight.append(ack)
-        self._origins.append(
-            None
-            if origin is None
-            else _Batch(topic, partition, [(key, value, headers, timestamp_ms)], [origin])
-        )
+        self._origins.append(_single(topic, partition, key, value, headers, timestamp_ms, origin))
         return ack
 
     def _stored(self, ack: Ack) -> None:
@@ -573,6 +564,22 @@ async def _all_acknowledged(
     # Shielded: cancelling the watch (the worker stops) must not cancel the sends.
     results = await asyncio.gather(*map(asyncio.shield, pending), return_exceptions=True)
     callback(not any(isinstance(r, BaseException) for r in results))
+
+
+def _single(
+    topic: str,
+    partition: int | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    timestamp_ms: int | None,
+    origin: object,
+) -> _Batch | None:
+    """The origin kept for a single send: the record itself beside what caused it, should
+    it have to be sent again alone (see ``_refused``); None for a send of no record's."""
+    if origin is None:
+        return None
+    return _Batch(topic, partition, [(key, value, headers, timestamp_ms)], [origin])
 
 
 def _halves(
