@@ -237,8 +237,12 @@ async def test_forged_changelog_records_on_kafka_are_dead_lettered(
         for i in range(4):
             await driver.send("clicks", Click("c", t0 + i * 1_000), partition=i % 2)
         await driver.run_until_idle()
-        for key, value in forged:
+        acks = [
             await driver.send_raw("win-counts-changelog", value, key=key, partition=0)
+            for key, value in forged
+        ]
+        for ack in acks:  # each written before the restart reads the changelog
+            await ack
     async with make_driver(window_app(closed), clock=clock) as driver:
         for p in range(PARTITIONS):
             await driver.send("clicks", Click("c", t0 + 15_000), partition=p)
