@@ -195,6 +195,8 @@ def test_bad_declarations() -> None:
         app.join(a, a, within=1.0, name="x", how="cross")
     with pytest.raises(flowkit.DefinitionError, match="give within="):
         app.join(a, a, before=1.0, name="y")
+    with pytest.raises(flowkit.DefinitionError, match="join 'z': store 'rocks' is not one of"):
+        app.join(a, a, within=1.0, name="z", store="rocks")
 
 
 def test_stream_join_of_a_topic_points_at_app_join() -> None:
