@@ -10,16 +10,19 @@ with the changelog offset it reflects, so a restart replays only the changelog a
 * ``b"\\x00time"``: the stream time and the offsets of the last records done, as the
   changelog's ``["t"]`` record;
 * ``b"r"`` + side (1 byte) + key length (4 bytes) + key + timestamp (8 bytes) + offset
-  (8 bytes), big-endian, -> matched (1 byte) + the record's value as read. A key's records
-  of one side sit together in timestamp order, so the records of a key within a window
-  are one range of keys.
+  (8 bytes), big-endian (times and offsets shifted by 2**63, so that they sort in byte
+  order), -> matched (1 byte) + the record's value as read. A key's records of one side
+  sit together in timestamp order, so the records of a key within a window are one range
+  of keys.
 
 The values are on disk; what stays in memory is each buffered record's *entry* (its
 timestamp, key, offset and flags: the join's index, in timestamp order for closing and
 expiry, as on the memory store), so matching a key and expiring records cost no disk
 read. A value is read from disk when its record matches or comes out unmatched; the values
 of the records written since the last checkpoint stay in memory until it has written them.
-Expired records are deleted at the checkpoint that tells the changelog.
+Expired records are deleted at the checkpoint that tells the changelog: one delete each
+in its batch. Expiry needs no index of its own on disk, since the entries in memory are in
+timestamp order.
 """
 
 from __future__ import annotations
