@@ -1,6 +1,7 @@
 """A windowed stream-stream join: flowkit vs a hand-written loop, same data, same process.
 
     python -m benchmarks.joins [--orders 200000] [--repeat 5]
+    python -m benchmarks.joins --rocksdb   # also the join's buffers on rocksdb://
     python -m benchmarks.joins --instructions --orders 20000   # callgrind counts
 
 The data is ``examples/payments.py``'s: N orders, one every 100 ms of event time, and a
@@ -19,7 +20,9 @@ the example's ``PaidOrder`` or ``UnpaidOrder``.
 * flowkit: the example app run by a worker over both topics pre-loaded on the memory
   broker (timestamp-ordered merge per partition, changelog-backed buffers, outputs sent
   to two topics), timed until every record is processed and the worker has stopped (its
-  last checkpoint included), then checked against the hand-written result.
+  last checkpoint included), then checked against the hand-written result;
+* with ``--rocksdb``, flowkit again with the join's buffers on ``rocksdb://`` (in a fresh
+  data directory each round), in the same rounds, and its rate against the memory store's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -169,20 +174,30 @@ async def loaded_broker(data: Data) -> MemoryBroker:
     return broker
 
 
-async def run_worker(broker: MemoryBroker, total: int, clock: Any = None) -> None:
-    """Run the example app until it has processed ``total`` records, then stop it."""
+async def run_worker(
+    broker: MemoryBroker, total: int, clock: Any = None, data_dir: str | None = None
+) -> None:
+    """Run the example app until it has processed ``total`` records, then stop it; with a
+    ``data_dir``, the join's buffers are on ``rocksdb://`` there."""
     app = payments.make_app(generate=False)
-    worker = flowkit.Worker(app, transport=MemoryTransport(broker), clock=clock)
+    if data_dir is not None:
+        app.tables["settled"].store_kind = "rocksdb://"  # type: ignore[attr-defined]
+    worker = flowkit.Worker(app, transport=MemoryTransport(broker), clock=clock, data_dir=data_dir)
     async with worker:
         # Polling the worker is the point: it says when every record is processed.
         while worker.records_in < total or not worker.is_idle():  # noqa: ASYNC110
             await asyncio.sleep(0.001)
 
 
-async def with_flowkit(data: Data) -> tuple[float, Result, float]:
+async def with_flowkit(data: Data, rocksdb: bool = False) -> tuple[float, Result, float]:
     broker = await loaded_broker(data)
+    data_dir = tempfile.mkdtemp(prefix="joins-bench-") if rocksdb else None
     start = time.perf_counter()
-    await run_worker(broker, len(data) + payments.PARTITIONS)
+    try:
+        await run_worker(broker, len(data) + payments.PARTITIONS, data_dir=data_dir)
+    finally:
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
     elapsed = time.perf_counter() - start
     reader = MemoryTransport(broker).consumer(group_id=None)
     out: dict[str, list[bytes]] = {"paid-orders": [], "unpaid-orders": []}
@@ -256,6 +271,11 @@ def main() -> None:
         help="with --instructions: also count the join's store alone, without a worker",
     )
     parser.add_argument(
+        "--rocksdb",
+        action="store_true",
+        help="also run flowkit with the join's buffers on rocksdb:// (the rocksdb extra)",
+    )
+    parser.add_argument(
         "--part", choices=["setup", "hand", "flowkit", "store"], help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -279,6 +299,11 @@ def main() -> None:
             store_only(records)
         return
     print(f"{args.orders:,} orders and {len(data) - args.orders:,} payments, left join")
+    others = []
+    between = []
+    if args.rocksdb:
+        others = [("flowkit on rocksdb", lambda: asyncio.run(with_flowkit(data, rocksdb=True)))]
+        between = [("rocksdb / memory", "flowkit on rocksdb", "flowkit")]
     against_hand_written(
         args.repeat,
         len(data),
@@ -286,6 +311,8 @@ def main() -> None:
         lambda: hand_written(data),
         lambda: asyncio.run(with_flowkit(data)),
         "flowkit's join results differ from the hand-written loop's",
+        others,
+        between,
     )
     print("join results: identical to the hand-written loop's in every round")
 

@@ -50,6 +50,7 @@ def against_hand_written(
     flowkit: Callable[[], tuple[float, object, float]],
     mismatch: str,
     others: Sequence[tuple[str, Callable[[], tuple[float, object, float]]]] = (),
+    between: Sequence[tuple[str, str, str]] = (),
 ) -> None:
     """Run ``repeat`` paired rounds of a hand-written loop and flowkit, then ``report``.
 
@@ -58,7 +59,8 @@ def against_hand_written(
     round, or the run stops with ``mismatch``. ``others``: more flowkit forms, (label,
     function) pairs called like ``flowkit`` in the same rounds (the order of the flowkit
     forms reversed every other round), their results checked the same way and their
-    ratios printed after flowkit's.
+    ratios printed after flowkit's; ``between``: more (label, numerator, denominator)
+    ratios, among the flowkit forms.
     """
     rounds = []
     forms = [("flowkit", flowkit), *others]
@@ -85,6 +87,7 @@ def against_hand_written(
             (f"{label} / hand-written (list)", label, "hand-written (list)"),
             (f"{label} / hand-written (logs)", label, "hand-written (logs)"),
         ]
+    ratios += between
     report(rounds, size, unit, ratios)
     if all(hasattr(t, "cpu") for r in rounds for t in r.values()):
         # The seconds carry the process's CPU seconds too: the same rounds in CPU time,

@@ -286,6 +286,7 @@ class App:
         grace: Seconds = 0.0,
         how: str = "inner",
         max_future: Seconds = DEFAULT_MAX_FUTURE,
+        store: str | None = None,
     ) -> StreamJoin:
         """Declare a windowed join of two topics by record key, as Kafka Streams'
         ``JoinWindows``: a record of ``right`` at ``t'`` matches one of ``left`` at ``t``
@@ -296,7 +297,9 @@ class App:
         is dead-lettered as ``FutureRecord``; each duration takes seconds or a
         ``timedelta``. Read it with ``@app.agent(join)``: the agent gets
         ``flowkit.Joined(key, left, right, timestamp)`` values (see
-        ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``.
+        ``flowkit.state.joins``). Its buffers are backed by ``<app>-<name>-changelog``;
+        ``store`` (``"memory://"`` or ``"rocksdb://"``) overrides the app's ``store`` for
+        them.
         """
         self._check_open()
         self._check_table_name(name, "join")
@@ -314,6 +317,7 @@ class App:
             grace=grace,
             how=how,
             max_future=max_future,
+            store=store,
         )
         self._tables[name] = join
         return join

@@ -35,7 +35,7 @@ from .stores import Change, TimedChange
 if TYPE_CHECKING:
     from .tables import Table
 
-__all__ = ["RocksTableStore", "open_rocksdict"]
+__all__ = ["RocksTableStore", "open_database", "open_rocksdict"]
 
 log = structlog.get_logger(__name__)
 
@@ -265,56 +265,18 @@ class RocksTableStore(Generic[K, V]):
                 self._parts[p] = self._open(p)
 
     def _open(self, p: int) -> _Part:
-        path = self.path(p)
         want = self.stamp(p)
-        why = None
-        db = None
-        if path.exists():
-            try:
-                db = self._locked_db(path, p)
-                raw = db.get(STAMP)
-                if raw is None:
-                    why = "it has no changelog offset"
-                else:
-                    why = want.mismatch(found := Stamp.decode(raw))
-                    if why is None:
-                        clock = db.get(CLOCK)
-                        return _Part(db, found, 0 if clock is None else _int(clock))
-            except ConfigurationError:
-                raise
-            except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
-                why = f"it does not open ({exc})"
-            log.warning(
-                "local state not used; rebuilding from the changelog",
-                table=self.table.name,
-                partition=p,
-                path=str(path),
-                reason=why,
-            )
-            if db is not None:
-                db.close()
-            shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        return _Part(self._db(path), want)
-
-    def _locked_db(self, path: Path, p: int) -> Any:
-        # Another worker process on this machine may still hold the partition it is
-        # giving up: wait a little for it, and never delete what it holds.
-        for attempt in range(self.lock_tries):
-            try:
-                return self._db(path)
-            except Exception as exc:
-                if "lock" not in str(exc).lower():
-                    raise
-                if attempt + 1 < self.lock_tries:
-                    time.sleep(0.1)
-        raise ConfigurationError(
-            f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
-            "by another process; give each worker its own --data-dir or stop the other one"
+        db, found = open_database(
+            self._rocksdict,
+            self.path(p),
+            want,
+            owner=f"table {self.table.name!r}",
+            lock_tries=self.lock_tries,
         )
-
-    def _db(self, path: Path) -> Any:
-        return self._rocksdict.Rdict(str(path), _options(self._rocksdict))
+        if found is None:
+            return _Part(db, want)
+        clock = db.get(CLOCK)
+        return _Part(db, found, 0 if clock is None else _int(clock))
 
     def local_offset(self, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects, if any."""
@@ -531,6 +493,64 @@ class RocksTableStore(Generic[K, V]):
                 cache.clear()
             cache.update(part.draining)
             part.draining = {}
+
+
+def open_database(
+    rocksdict: Any, path: Path, want: Stamp, *, owner: str, lock_tries: int = _LOCK_TRIES
+) -> tuple[Any, Stamp | None]:
+    """The database of one partition at ``path`` and the stamp it carries, if that is
+    ``want`` (at any offset); else, with one log line, a fresh one and None (what was
+    there is deleted: the partition is rebuilt from its changelog). ``owner`` names the
+    table or join in messages."""
+    why = None
+    db = None
+    if path.exists():
+        try:
+            db = _locked_db(rocksdict, path, owner, want.partition, lock_tries)
+            raw = db.get(STAMP)
+            if raw is None:
+                why = "it has no changelog offset"
+            else:
+                why = want.mismatch(found := Stamp.decode(raw))
+                if why is None:
+                    return db, found
+        except ConfigurationError:
+            raise
+        except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
+            why = f"it does not open ({exc})"
+        log.warning(
+            "local state not used; rebuilding from the changelog",
+            table=want.table,
+            partition=want.partition,
+            path=str(path),
+            reason=why,
+        )
+        if db is not None:
+            db.close()
+        shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    return _new_db(rocksdict, path), None
+
+
+def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int) -> Any:
+    # Another worker process on this machine may still hold the partition it is
+    # giving up: wait a little for it, and never delete what it holds.
+    for attempt in range(tries):
+        try:
+            return _new_db(rocksdict, path)
+        except Exception as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if attempt + 1 < tries:
+                time.sleep(0.1)
+    raise ConfigurationError(
+        f"{owner}: the local state of partition {p} ({path}) is held "
+        "by another process; give each worker its own --data-dir or stop the other one"
+    )
+
+
+def _new_db(rocksdict: Any, path: Path) -> Any:
+    return rocksdict.Rdict(str(path), _options(rocksdict))
 
 
 _shared: dict[str, Any] = {}

@@ -1,15 +1,20 @@
 """A worker process running a stream-stream join is killed with SIGKILL mid-run on Kafka;
 a second one restarts from the commits and the changelog. The output is checked against
 the join computed by its definition: every result there (nothing lost), nothing else, and
-a result twice only if docs/concepts/joins.md says a replay may repeat it.
+a result twice only if docs/concepts/joins.md says a replay may repeat it. With the join's
+buffers on ``rocksdb://`` (on the test broker), the second worker opens the databases the
+killed one left and replays only the changelog after them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import re
 import time
 from collections import Counter
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -19,17 +24,19 @@ from flowkit.transports import Ack, TopicSpec
 from tests.kafka.apps.join_app import GRACE, PARTITIONS, WITHIN
 from tests.kafka.conftest import (
     ON_APACHE_KAFKA,
+    ON_TANSU,
     Client,
     KafkaServer,
     Spawn,
+    WorkerProcess,
     broker_url,
     end_offsets,
-    start_worker,
 )
 
 pytestmark = pytest.mark.kafka
 
 APP = "tests.kafka.apps.join_app:app"
+DISK_APP = "tests.kafka.apps.join_disk_app:app"
 GROUP = "joincrash"
 CHANGELOG = "joincrash-paid-changelog"
 WITHIN_MS, CLOSE_MS = int(WITHIN * 1000), int((WITHIN + GRACE) * 1000)
@@ -74,7 +81,42 @@ def truth(records: list[Rec]) -> set[str]:
 async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
     kafka_server: KafkaServer, client: Client, workers: Spawn
 ) -> None:
+    await crash_and_restart(kafka_server, client, workers, APP)
+
+
+@ON_TANSU
+@pytest.mark.skipif(
+    os.environ.get("FLOWKIT_TEST_DISK_JOIN_CRASH", "") in ("", "0"),
+    reason="opt-in (FLOWKIT_TEST_DISK_JOIN_CRASH=1): about 8 s, over the suite's budget",
+)
+async def test_sigkill_mid_join_on_rocksdb_restarts_from_local_state(
+    kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path
+) -> None:
+    data = str(tmp_path / "data")
+    second = await crash_and_restart(kafka_server, client, workers, DISK_APP, "--data-dir", data)
+    # Every partition came back from the disk, with at most what the killed worker wrote
+    # to the changelog after its last local write to replay.
+    line = re.search(r"tables recovered.* from_local_state=(\d+).* records=(\d+)", second)
+    assert line is not None, second
+    assert int(line[1]) == PARTITIONS, second
+    changelog_records = sum(1 for _ in await client.read(CHANGELOG, PARTITIONS))
+    assert int(line[2]) < changelog_records / 2, (line[0], changelog_records)
+
+
+async def crash_and_restart(
+    kafka_server: KafkaServer,
+    client: Client,
+    workers: Spawn,
+    app: str,
+    *options: str,
+) -> str:
+    """The run: half the records, a kill -9 mid-run, the rest with a second worker; the
+    output checked. Returns the second worker's log."""
     url = broker_url(kafka_server.bootstrap)
+
+    def start(name: str) -> WorkerProcess:
+        return workers(name, "worker", app, "--broker", url, "--log-level", "info", *options)
+
     records = data_set()
     total = len(records)
     where: dict[str, tuple[int, int, int]] = {}  # id -> (partition, offset, timestamp)
@@ -102,7 +144,7 @@ async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
     await client.transport.create_topics([TopicSpec(t, PARTITIONS) for t in acks])
     half = total // 2
     await produce(records[:half])
-    first = start_worker(workers, "join-1", APP, url)
+    first = start("join-1")
     deadline = time.monotonic() + 20
     while sum(sum(c.values()) for c in (await committed()).values()) < half // 2:
         assert time.monotonic() < deadline, f"too little committed in 20 s:\n{first.err}"
@@ -123,7 +165,7 @@ async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
             state[m.partition] = tuple(msgspec.json.decode(m.value))  # type: ignore[assignment]
 
     await produce(records[half:])
-    second = start_worker(workers, "join-2", APP, url)
+    second = start("join-2")
     for topic, sent in acks.items():
         await client.wait_committed(GROUP, topic, end_offsets(sent, PARTITIONS), deadline=30)
     assert await second.stop() == 0, second.err
@@ -156,3 +198,4 @@ async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
             assert replayed(later), (result, state)
     assert state, "the first worker wrote no changelog"
     assert "tables recovered" in second.err, second.err
+    return second.err

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Awaitable, Callable
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,8 @@ from hypothesis import strategies as st
 import flowkit
 from flowkit.deadletter import DeadLetter
 from flowkit.records import Message
+from flowkit.state.joins import StreamJoin
+from flowkit.state.joins.rocks import RocksJoinStore
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests import test_sessions, test_sliding
@@ -105,9 +110,9 @@ async def _sliding(clock: FakeClock, broker: MemoryBroker, half: int) -> list[An
     return closed
 
 
-async def _join(clock: FakeClock, broker: MemoryBroker, half: int) -> list[Any]:
+async def _join(clock: FakeClock, broker: MemoryBroker, half: int, **options: Any) -> list[Any]:
     records, _ = test_stream_join.data_set()
-    app = test_stream_join.make_app("inner")
+    app = test_stream_join.make_app("inner", **options)
     async with TestDriver(app, broker=broker, clock=clock) as driver:
         part = records[:half] if half >= 0 else records[-half:]
         for topic, key, id_, ts in part:
@@ -130,12 +135,28 @@ async def _send(
         await driver.run_until_idle()
 
 
+_data_dirs: dict[int, Path] = {}
+
+
+async def _join_on_disk(clock: FakeClock, broker: MemoryBroker, half: int) -> list[Any]:
+    # The join's buffers on rocksdb://: the restart opens the first run's databases (one
+    # data directory per broker, that is per run with its restart).
+    data_dir = _data_dirs.setdefault(id(broker), Path(tempfile.mkdtemp(prefix="forged-")))
+    try:
+        return await _join(clock, broker, half, store="rocksdb://", data_dir=data_dir)
+    finally:
+        if half < 0:
+            shutil.rmtree(_data_dirs.pop(id(broker)), ignore_errors=True)
+
+
 CASES = [
     Case("counts", "win-counts-changelog", _tumbling),
     Case("visits", "sessions-visits-changelog", _session),
     Case("recent", "sliding-recent-changelog", _sliding),
     Case("paid", "joins-paid-changelog", _join),
+    Case("paid", "joins-paid-changelog", _join_on_disk),
 ]
+IDS = ["counts", "visits", "recent", "paid", "paid-rocksdb"]
 
 
 async def _twice(case: Case, forged: list[tuple[bytes, bytes | None]]) -> tuple[Any, Any]:
@@ -158,7 +179,7 @@ def _app_of(case: Case) -> str:
     return case.changelog.removesuffix(f"-{case.name}-changelog")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 async def test_forged_changelog_records_are_dead_lettered_and_change_nothing(
     case: Case,
 ) -> None:
@@ -208,14 +229,30 @@ def _stores() -> list[Any]:
     ]
 
 
+@pytest.fixture(scope="module")
+def join_on_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocksJoinStore]:
+    """A join's store on rocksdb://, one for every example (a database opens slowly)."""
+    join = _stores()[-1]
+    assert isinstance(join, StreamJoin)
+    store = RocksJoinStore(
+        join, lambda: 1_700_000_000_000, data_dir=tmp_path_factory.mktemp("j"), broker="m"
+    )
+    yield store
+    store.aclose()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(records=st.lists(st.tuples(keys, values), min_size=1, max_size=6))
 def test_any_changelog_record_is_applied_or_refused(
-    records: list[tuple[bytes, bytes | None]],
+    records: list[tuple[bytes, bytes | None]], join_on_disk: RocksJoinStore
 ) -> None:
     messages = [Message("c", 0, i, 0, k, v) for i, (k, v) in enumerate(records)]
-    for declared in _stores():
-        store = declared.new_store(now_ms=lambda: 1_700_000_000_000)
+    join_on_disk.rejected = []
+    for declared in [*_stores(), join_on_disk]:
+        if isinstance(declared, RocksJoinStore):
+            store: Any = declared  # applied on top of what earlier examples left
+        else:
+            store = declared.new_store(now_ms=lambda: 1_700_000_000_000)
         store.apply_changelog(0, messages)  # never raises
         assert all(isinstance(e, flowkit.DecodeError) for _, e in store.rejected)
         # What was applied leaves a store that works: a flush of it, once more after
@@ -223,6 +260,8 @@ def test_any_changelog_record_is_applied_or_refused(
         store.apply_changelog(0, [])
         if hasattr(store, "drain_changes"):
             store.drain_changes()
+        if isinstance(store, RocksJoinStore):
+            store.persist({0: len(messages)})
 
 
 @pytest.mark.parametrize("make_driver", ALL_CLIENTS[1:], indirect=True)

@@ -1,11 +1,13 @@
 """Windowed stream-stream joins against a ground truth, on the memory broker and Kafka:
-out of order within the grace, late records, a restart midway."""
+out of order within the grace, late records, a restart midway. Each runs with the join's
+buffers on both stores (``memory://``, ``rocksdb://``: on Kafka, the memory store only)."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,6 +24,27 @@ T0 = 1_700_000_000_000
 
 class Ev(flowkit.Record):
     id: str
+
+
+STORES = ["memory", "rocksdb"]
+# (broker, store): every store on the memory broker, the memory store on Kafka.
+ON_BOTH = pytest.mark.parametrize(
+    ("make_driver", "store"),
+    [
+        ("memory", "memory"),
+        ("memory", "rocksdb"),
+        pytest.param("kafka", "memory", marks=pytest.mark.kafka),
+    ],
+    indirect=True,
+)
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """The App options that put the join's buffers on this test's store."""
+    if request.param == "memory":
+        return {}
+    return {"store": "rocksdb://", "data_dir": tmp_path}
 
 
 def make_app(how: str, **options: Any) -> flowkit.App:
@@ -91,19 +114,20 @@ async def send_all(driver: TestDriver, records: list[Rec]) -> None:
 
 
 @pytest.mark.parametrize("how", ["inner", "left"])
-async def test_inner_and_left_equal_ground_truth(how: str) -> None:
+async def test_inner_and_left_equal_ground_truth(how: str, store: dict[str, Any]) -> None:
     records, late = data_set()
-    async with TestDriver(make_app(how)) as driver:
+    async with TestDriver(make_app(how, **store)) as driver:
         await send_all(driver, records + late)
         assert sorted(await driver.values("paid")) == truth(records, how)
         assert len(await driver.dead_letters()) == len(late)
 
 
+@ON_BOTH
 async def test_outer_equals_ground_truth_and_late_records_are_dead_letters(
-    make_driver: DriverFactory,
+    make_driver: DriverFactory, store: dict[str, Any]
 ) -> None:
     records, late = data_set()
-    async with make_driver(make_app("outer")) as driver:
+    async with make_driver(make_app("outer", **store)) as driver:
         await send_all(driver, records + late)
         got = sorted(await driver.values("paid"))
         dead = await driver.dead_letters()
@@ -112,27 +136,33 @@ async def test_outer_equals_ground_truth_and_late_records_are_dead_letters(
     assert {dict(d.headers)["flowkit.error.type"] for d in dead} == {b"LateRecord"}
 
 
-async def test_a_restart_midway_recovers_both_buffers(make_driver: DriverFactory) -> None:
+@ON_BOTH
+async def test_a_restart_midway_recovers_both_buffers(
+    make_driver: DriverFactory, store: dict[str, Any]
+) -> None:
     records, _ = data_set(seed=2)
     half = len(records) // 2
     for part in (records[:half], records[half:]):
-        async with make_driver(make_app("outer")) as driver:  # the second run is a restart
+        async with make_driver(make_app("outer", **store)) as driver:  # the second: a restart
             await send_all(driver, part)
-    got = sorted(await make_driver(make_app("outer")).values("paid"))
+    got = sorted(await make_driver(make_app("outer", **store)).values("paid"))
     assert got == truth(records, "outer")  # a graceful stop commits: nothing repeats
 
 
-async def test_a_crash_repeats_results_but_loses_none(make_driver: DriverFactory) -> None:
+@ON_BOTH
+async def test_a_crash_repeats_results_but_loses_none(
+    make_driver: DriverFactory, store: dict[str, Any]
+) -> None:
     """Killed before any commit, the worker's successor replays every record: each result
     comes once or twice (at-least-once), and none is missing."""
     records, _ = data_set(seed=3)
     half = len(records) // 2
-    driver = make_driver(make_app("left", commit_interval=3600))
+    driver = make_driver(make_app("left", commit_interval=3600, **store))
     await driver.__aenter__()
     await send_all(driver, records[:half])
     driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
     await driver.aclose()
-    async with make_driver(make_app("left")) as again:
+    async with make_driver(make_app("left", **store)) as again:
         await send_all(again, records[half:])
         got = Counter(await again.values("paid"))
     assert set(got) == set(truth(records, "left"))
@@ -165,6 +195,8 @@ def test_bad_declarations() -> None:
         app.join(a, a, within=1.0, name="x", how="cross")
     with pytest.raises(flowkit.DefinitionError, match="give within="):
         app.join(a, a, before=1.0, name="y")
+    with pytest.raises(flowkit.DefinitionError, match="join 'z': store 'rocks' is not one of"):
+        app.join(a, a, within=1.0, name="z", store="rocks")
 
 
 def test_stream_join_of_a_topic_points_at_app_join() -> None:
@@ -175,7 +207,9 @@ def test_stream_join_of_a_topic_points_at_app_join() -> None:
         flowkit.Stream(source).join(a, on="id")
 
 
-async def test_records_the_changelog_holds_are_passed_over_after_a_crash() -> None:
+async def test_records_the_changelog_holds_are_passed_over_after_a_crash(
+    store: dict[str, Any],
+) -> None:
     """Killed after its changelog was written but before the offsets were committed, the
     worker's successor reads those records again: the join passes over the ones the
     changelog holds as done (their results were stored before it), so nothing repeats;
@@ -183,7 +217,7 @@ async def test_records_the_changelog_holds_are_passed_over_after_a_crash() -> No
     records, _ = data_set(seed=4)
     half = len(records) // 2
     broker = MemoryBroker()  # (the Kafka tests kill a worker process: tests/kafka)
-    driver = TestDriver(make_app("outer", commit_interval=3600), broker=broker)
+    driver = TestDriver(make_app("outer", commit_interval=3600, **store), broker=broker)
     await driver.__aenter__()
     await send_all(driver, records[:half])
     worker = driver.worker
@@ -194,7 +228,7 @@ async def test_records_the_changelog_holds_are_passed_over_after_a_crash() -> No
     await send_all(driver, records[half : half + 20])  # processed, not in the changelog
     worker._error = RuntimeError("simulated crash")  # no final commit, no flush
     await driver.aclose()
-    async with TestDriver(make_app("outer"), broker=broker) as again:
+    async with TestDriver(make_app("outer", **store), broker=broker) as again:
         await send_all(again, records[half + 20 :])
         got = Counter(await again.values("paid"))
     assert set(got) == set(truth(records, "outer"))

@@ -34,6 +34,7 @@ from ...deadletter import dead_letter_headers, dead_letter_topic
 from ...records import Message, TopicPartition
 from ...redaction import redact_url
 from ...state import GlobalTable, StreamJoin, Table, TableStore, WindowedStore, WindowedTable
+from ...state.joins.rocks import RocksJoinStore
 from ...state.joins.store import JoinStore
 from ...state.rocks import RocksTableStore
 from ...state.snapshots import Captured, SnapshotFiles
@@ -128,6 +129,9 @@ class StateKeeper:
         )
 
     def _new_store(self, app: App, table: Any, *, standby: bool = False) -> Any:
+        if isinstance(table, StreamJoin) and (table.store_kind or app.store) == "rocksdb://":
+            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+            return RocksJoinStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
         if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             if standby:  # copies beside the owned partitions, never in their place
@@ -144,7 +148,7 @@ class StateKeeper:
     def _local(self, store: Any) -> bool:
         # A store whose partitions carry the changelog offset they reflect (a standby
         # copy needs it too: a partition given up is followed on from there).
-        return isinstance(store, RocksTableStore) or (
+        return isinstance(store, RocksTableStore | RocksJoinStore) or (
             isinstance(store, TableStore)
             and (self.snapshots is not None or store.table in self.standbys.stores)
         )
@@ -294,7 +298,7 @@ class StateKeeper:
     def _open_local(self, store: Any, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects (loading a
         memory store's snapshot), or None: no usable local state."""
-        if isinstance(store, RocksTableStore):
+        if isinstance(store, RocksTableStore | RocksJoinStore):
             offset = store.local_offset(partition)
         elif self.snapshots is not None and isinstance(store, TableStore):
             offset = self.snapshots.load(store, partition)
@@ -356,7 +360,7 @@ class StateKeeper:
                 key = (table, p)
                 offset = max(offsets.get(key, 0), sent.get((topic, p), 0))
                 offsets[key] = mine[p] = offset
-            if isinstance(store, RocksTableStore):
+            if isinstance(store, RocksTableStore | RocksJoinStore):
                 store.persist(mine)
         captured, self._captured = self._captured, []
         if self.snapshots is not None:
@@ -379,7 +383,9 @@ class StateKeeper:
         self._stand_by()
 
     def _standing_by(self, store: Any) -> bool:
-        # Only plain tables have standby copies (a join's or a window's store has none).
+        # Only plain tables have standby copies (a join's or a window's store has none,
+        # on either store: a join's partition taken over replays its changelog, or the
+        # tail after its own local state).
         return isinstance(store, TableStore | RocksTableStore) and (
             store.table in self.standbys.stores
         )
@@ -416,7 +422,7 @@ class StateKeeper:
             store = self.stores[table]
             if clean:
                 self._snapshot(store, store.held())
-            if isinstance(store, RocksTableStore):
+            if isinstance(store, RocksTableStore | RocksJoinStore):
                 store.aclose()
         self.standbys.aclose()
 

@@ -17,7 +17,9 @@ record whose window has already closed is late and raises ``LateRecord`` (so it 
 the dead-letter topic). A record stamped more than ``max_future`` (1 hour) ahead of the
 wall clock raises ``FutureRecord`` and moves no stream time (``flowkit.streamtime``).
 Both sides wait in buffers backed by the changelog ``<app>-<name>-changelog``, recovered
-on assignment, and expire ``before + after + grace`` after their timestamp. The two topics
+on assignment, and expire ``before + after + grace`` after their timestamp. The buffers are
+in memory (``JoinStore``) or, with ``store="rocksdb://"`` (the join's or the app's), on
+local disk (``RocksJoinStore``), where a restart replays only the changelog's tail. The two topics
 must be co-partitioned (same partition count, same keys): ``flowkit graph --check`` says
 so when they are not.
 """
@@ -33,6 +35,7 @@ from ...durations import Seconds
 from ...errors import DefinitionError
 from ...streamtime import DEFAULT_MAX_FUTURE, max_future_ms
 from ..base import TableBase
+from ..local import StoreKind, check_store
 
 if TYPE_CHECKING:
     from ...topics import Topic
@@ -69,6 +72,7 @@ class StreamJoin(TableBase[bytes, Any]):
         grace: Seconds = 0.0,
         how: str = "inner",
         max_future: Seconds = DEFAULT_MAX_FUTURE,
+        store: str | None = None,
     ) -> None:
         if how not in HOW:
             raise DefinitionError(f"join {name!r}: how must be 'inner', 'left' or 'outer'")
@@ -84,6 +88,10 @@ class StreamJoin(TableBase[bytes, Any]):
         self.after_ms = _ms(*((within, "within") if after is None else (after, "after")), name)
         self.grace_ms = _ms(grace, "grace", name)
         self.max_future_ms = max_future_ms(max_future, f"join {name!r}")
+        # "memory://" or "rocksdb://" for the buffers; None: the app's (``App(store=...)``).
+        self.store_kind: StoreKind | None = (
+            None if store is None else check_store(store, f"join {name!r}")
+        )
 
     @property
     def retention_ms(self) -> int:

@@ -209,7 +209,7 @@ class JoinStore(FutureGuard):
                             dirty.append(entry)
                     theirs = entry[3]
                     if theirs is None:
-                        theirs = self._value(entry)
+                        theirs = self._value(part, entry)
                     if side:
                         out.append(_new(Joined, (okey, theirs, value, t if t > ts else ts)))
                     else:
@@ -309,7 +309,7 @@ class JoinStore(FutureGuard):
                 settle.append(entry)
                 value = entry[3]
                 if value is None:
-                    value = self._value(entry)
+                    value = self._value(part, entry)
                 key = self._decode_key(entry[4])
                 result = (
                     (key, value, None, entry[0]) if side == LEFT else (key, None, value, entry[0])
@@ -377,7 +377,7 @@ class JoinStore(FutureGuard):
                 dirty.append(entry)
         part.settle = []
 
-    def _value(self, entry: list[Any]) -> Any:
+    def _value(self, part: JoinPart, entry: list[Any]) -> Any:
         # Recovered from the changelog: decoded on first use.
         value = entry[3] = self._decode[entry[6]](entry[2])
         return value
@@ -430,45 +430,64 @@ class JoinStore(FutureGuard):
         batch of it; the buffers are rebuilt when the partition is first used)."""
         self.assign([partition])
         part = self.parts[partition]
+        found = self._recovering(part)
+        for m in messages:
+            parsed = self._parse(m)
+            if parsed is not None:
+                self._recover(part, found, *parsed)
+
+    @staticmethod
+    def _recovering(part: JoinPart) -> dict[tuple[int, bytes, int], list[Any]]:
+        """``part``'s entries by (side, key, offset), where the changelog's latest record
+        of each wins: made into the buffers when the partition is first used."""
         found = part.recovered
-        if found is None:  # (side, key, offset) -> entry: the latest record of each wins
+        if found is None:
             found = part.recovered = {
                 (e[6], e[4], e[5]): e
                 for by_key in part.buffers
                 for es in by_key.values()
                 for e in es
             }
-        for m in messages:
-            if m.key is None:
-                continue
-            # Checked: anyone who may write the changelog may write anything there, and
-            # a record the join cannot hold must not stop its recovery. The worker
-            # dead-letters it.
-            try:
-                if m.key == TIME_KEY:
-                    state = None if m.value is None else _state_decoder.decode(m.value)
-                else:
-                    ref = _key_decoder.decode(m.key)
-                    if ref[0] not in (LEFT, RIGHT):
-                        raise msgspec.ValidationError(f"side {ref[0]} is neither 0 nor 1")
-                    entry = None if m.value is None else _entry_decoder.decode(m.value)
-            except DECODE_FAILURES as exc:
-                error = f"not a changelog record of this join: {decode_error_message(exc)}"
-                self.rejected.append((m, DecodeError(error)))
-                continue
+        return found
+
+    def _parse(self, m: Message) -> tuple[Any, Any] | None:
+        """A changelog record as (TIME_KEY, state or None) or ((side, key, offset), entry
+        or None); None for a record without a key or (in ``rejected``) not this join's."""
+        if m.key is None:
+            return None
+        # Checked: anyone who may write the changelog may write anything there, and a
+        # record the join cannot hold must not stop its recovery. The worker dead-letters it.
+        try:
             if m.key == TIME_KEY:
-                if state is not None:
-                    if isinstance(state, int):
-                        state = (state, -1, -1)
-                    part.logged = state
-                    part.time = part.done = state[0]
-                    part.high = [state[1], state[2]]
-                    part.replayed = (state[1], state[2])
-            elif entry is None:
-                found.pop(ref, None)
-            else:
-                ts, matched, raw = entry
-                found[ref] = [ts, matched, raw, None, ref[1], ref[2], ref[0], LOGGED]
+                if m.value is None:
+                    return TIME_KEY, None
+                state = _state_decoder.decode(m.value)
+                return TIME_KEY, (state, -1, -1) if isinstance(state, int) else state
+            ref = _key_decoder.decode(m.key)
+            if ref[0] not in (LEFT, RIGHT):
+                raise msgspec.ValidationError(f"side {ref[0]} is neither 0 nor 1")
+            return ref, None if m.value is None else _entry_decoder.decode(m.value)
+        except DECODE_FAILURES as exc:
+            error = f"not a changelog record of this join: {decode_error_message(exc)}"
+            self.rejected.append((m, DecodeError(error)))
+            return None
+
+    @staticmethod
+    def _recover(
+        part: JoinPart, found: dict[tuple[int, bytes, int], list[Any]], ref: Any, record: Any
+    ) -> None:
+        """Apply one parsed changelog record (``_parse``) to ``part`` being recovered."""
+        if ref == TIME_KEY:
+            if record is not None:
+                part.logged = record
+                part.time = part.done = record[0]
+                part.high = [record[1], record[2]]
+                part.replayed = (record[1], record[2])
+        elif record is None:
+            found.pop(ref, None)
+        else:
+            ts, matched, raw = record
+            found[ref] = [ts, matched, raw, None, ref[1], ref[2], ref[0], LOGGED]
 
     def _rebuild(self, part: JoinPart) -> None:
         """The buffers, deques and due time of what the changelog held."""

@@ -21,18 +21,24 @@ class Ev(flowkit.Record):
     id: str
 
 
-app = flowkit.App("joincrash", partitions=PARTITIONS, commit_interval=0.3)
-orders = app.topic("jc-orders", value_type=Ev)
-payments = app.topic("jc-payments", value_type=Ev)
-out = app.topic("jc-out", value_type=str)
-paid = app.join(orders, payments, within=WITHIN, grace=GRACE, how="outer", name="paid")
+def make_app(store: str = "memory://") -> flowkit.App:
+    """The app, with the join's buffers on ``store``."""
+    app = flowkit.App("joincrash", partitions=PARTITIONS, commit_interval=0.3, store=store)
+    orders = app.topic("jc-orders", value_type=Ev)
+    payments = app.topic("jc-payments", value_type=Ev)
+    out = app.topic("jc-out", value_type=str)
+    paid = app.join(orders, payments, within=WITHIN, grace=GRACE, how="outer", name="paid")
+
+    @app.agent(paid, sink=[out])
+    async def match(stream: flowkit.Stream[flowkit.Joined]) -> AsyncIterator[str]:
+        n = 0
+        async for j in stream:
+            yield f"{j.key}:{j.left.id if j.left else '-'}:{j.right.id if j.right else '-'}"
+            n += 1
+            if n % 4 == 0:
+                await asyncio.sleep(DELAY)
+
+    return app
 
 
-@app.agent(paid, sink=[out])
-async def match(stream: flowkit.Stream[flowkit.Joined]) -> AsyncIterator[str]:
-    n = 0
-    async for j in stream:
-        yield f"{j.key}:{j.left.id if j.left else '-'}:{j.right.id if j.right else '-'}"
-        n += 1
-        if n % 4 == 0:
-            await asyncio.sleep(DELAY)
+app = make_app()

@@ -1,0 +1,222 @@
+"""A stream-stream join's buffers on the ``rocksdb://`` store: the same results as on the
+memory store through checkpoints, clean restarts and crashes (a restart replays only the
+changelog after the offset stamped on disk), and local state that is not the partition's
+rebuilt from the changelog with one log line. The join's behaviour itself is tested on
+both stores by tests/state/test_stream_join.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rocksdict import Options, Rdict
+from structlog.testing import capture_logs
+
+import flowkit
+from flowkit.errors import LateRecord
+from flowkit.records import Message
+from flowkit.state.joins import JoinStore, StreamJoin
+from flowkit.state.joins.rocks import TIME, RocksJoinStore, record_key
+from flowkit.testing import TestDriver
+from flowkit.topics import Topic
+from flowkit.transports import MemoryBroker
+from tests.state.test_stream_join import data_set, make_app, send_all, truth
+
+T0 = 1_700_000_000_000
+KEYS = [b"a", b"b", b"c"]
+
+
+def declared(how: str) -> StreamJoin:
+    # One partition: the store's partitions are independent, and each opens a database.
+    left: Topic[int] = Topic("left", value_type=int, partitions=1)
+    right: Topic[int] = Topic("right", value_type=int, partitions=1)
+    return StreamJoin(left, right, name="j", app_name="t", within=0.004, grace=0.002, how=how)
+
+
+class Run:
+    """One join store fed record by record as the join's stream loop feeds it, with a
+    changelog of its own: what each checkpoint drained, per partition."""
+
+    def __init__(self, join: StreamJoin, data_dir: Path | None) -> None:
+        self.join = join
+        self.data_dir = data_dir
+        self.changelog: dict[int, list[Message]] = {0: []}
+        self.offsets = {(0, side): -1 for side in (0, 1)}
+        self.store = self.open()
+
+    def open(self) -> JoinStore:
+        now = lambda: T0  # noqa: E731
+        if self.data_dir is None:
+            store = JoinStore(self.join, now)
+        else:
+            store = RocksJoinStore(self.join, now, data_dir=self.data_dir, broker="memory://")
+        store.assign([0])
+        return store
+
+    def feed(self, p: int, side: int, key: bytes, value: int, ts: int) -> list[str]:
+        offset = self.offsets[p, side] = self.offsets[p, side] + 1
+        part = self.store.part(p)
+        raw = str(value).encode()
+        try:
+            results = self.store.process(part, side, key, offset, ts, raw, value) or []
+        except LateRecord:
+            results = ["late"]
+        if part.settle:
+            self.store.settle(part)
+        part.high[side] = offset
+        part.done = part.time
+        return sorted(map(repr, results))
+
+    def drain(self) -> None:
+        for p, key, value in self.store.drain_changes():
+            log = self.changelog[p]
+            log.append(Message("j-changelog", p, len(log), T0, key, value))
+
+    def checkpoint(self) -> None:
+        self.drain()
+        if isinstance(self.store, RocksJoinStore):
+            self.store.persist({p: len(log) for p, log in self.changelog.items()})
+
+    def restart(self, *, crash: bool) -> list[int]:
+        """A new store from what is left: local state, then the changelog after it.
+        Returns the changelog records replayed."""
+        if crash:
+            self.drain()  # the changelog has it, the local state not (no persist)
+        else:
+            self.checkpoint()
+        if isinstance(self.store, RocksJoinStore):
+            self.store.aclose()
+        self.store = self.open()
+        replayed = []
+        for p, log in self.changelog.items():
+            start = self.store.local_offset(p) if isinstance(self.store, RocksJoinStore) else None
+            tail = log[start or 0 :]
+            replayed.append(len(tail))
+            self.store.apply_changelog(p, tail)
+        return replayed
+
+
+step = st.one_of(
+    st.tuples(
+        st.just(0),
+        st.integers(0, 1),
+        st.integers(0, 2),
+        st.integers(-9, 9),
+        st.integers(0, 30),
+    ),
+    st.sampled_from(["checkpoint", "restart", "crash"]),
+)
+
+
+@settings(max_examples=int(os.environ.get("FLOWKIT_JOIN_EXAMPLES", "6")), deadline=None)
+@given(how=st.sampled_from(["inner", "left", "outer"]), steps=st.lists(step, max_size=50))
+def test_rocksdb_buffers_give_the_memory_stores_results(
+    how: str, steps: list[Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The memory store runs without a break; the rocksdb one checkpoints (its values
+    # leave memory, read back from disk), stops and crashes between the same records.
+    join = declared(how)
+    memory = Run(join, None)
+    disk = Run(join, tmp_path_factory.mktemp("join"))
+    for s in steps:
+        if s == "checkpoint":
+            disk.checkpoint()
+        elif isinstance(s, str):
+            replayed = disk.restart(crash=s == "crash")
+            if s == "restart":
+                assert replayed == [0]  # everything was on disk
+        else:
+            p, side, k, value, t = s
+            assert disk.feed(p, side, KEYS[k], value, T0 + t) == memory.feed(
+                p, side, KEYS[k], value, T0 + t
+            ), s
+    # The end: every window closed, every record expired.
+    got = disk.store.tick(disk.store.part(0), T0 + 10_000) or []
+    want = memory.store.tick(memory.store.part(0), T0 + 10_000) or []
+    assert sorted(map(repr, got)) == sorted(map(repr, want))
+    assert isinstance(disk.store, RocksJoinStore)
+    disk.store.aclose()
+
+
+def test_values_leave_memory_at_a_checkpoint(tmp_path: Path) -> None:
+    run = Run(declared("outer"), tmp_path)
+    for n in range(6):
+        run.feed(0, n % 2, b"a", n, T0 + n)
+    entries = [e for by_key in run.store.part(0).buffers for es in by_key.values() for e in es]
+    assert all(e[2] is not None for e in entries)  # not on disk yet
+    run.checkpoint()
+    assert len(entries) == 6 and all(e[2] is None and e[3] is None for e in entries)
+    assert isinstance(run.store, RocksJoinStore)
+    db = run.store.parts[0].db
+    assert db.get(record_key(0, b"a", T0, 0)) == b"\x01" + b"0"  # matched, its value
+    assert db.get(record_key(1, b"a", T0 + 5, 5)) is None  # (side, key, time, offset)
+    assert db.get(record_key(1, b"a", T0 + 5, 2)) == b"\x01" + b"5"
+    # A match reads the other side's values back from disk.
+    assert run.feed(0, 1, b"a", 7, T0 + 7) == [repr(flowkit.Joined("a", 4, 7, T0 + 7))]
+    run.store.aclose()
+
+
+async def test_a_restart_on_rocksdb_replays_only_the_tail(tmp_path: Path) -> None:
+    records, _ = data_set(seed=5)
+    half = len(records) // 2
+    broker = MemoryBroker()
+    options = {"store": "rocksdb://", "data_dir": tmp_path}
+    recoveries = []
+    for chunk in (records[:half], records[half:]):
+        async with TestDriver(make_app("outer", **options), broker=broker) as driver:
+            await send_all(driver, chunk)
+            recoveries.append(driver.worker.state.recovery)
+    got = sorted(await TestDriver(make_app("outer"), broker=broker).values("paid"))
+    assert got == truth(records, "outer")
+    assert (recoveries[0].done, recoveries[0].from_local) == (0, 0)
+    # The second run opens both partitions' databases: nothing written since (a clean
+    # stop persists its last checkpoint), so nothing replays.
+    assert (recoveries[1].done, recoveries[1].from_local) == (0, 2)
+    assert sorted(p.name for p in (tmp_path / "joins" / "paid").iterdir()) == ["0", "1"]
+
+
+@pytest.mark.parametrize("damage", ["corrupt+foreign", "unreadable"])
+async def test_local_state_not_this_partitions_is_rebuilt_with_one_line(
+    tmp_path: Path, damage: str
+) -> None:
+    records, _ = data_set(seed=6)
+    half = len(records) // 2
+    broker = MemoryBroker()
+    options = {"store": "rocksdb://", "data_dir": tmp_path}
+    async with TestDriver(make_app("outer", **options), broker=broker) as driver:
+        await send_all(driver, records[:half])
+    part0, part1 = tmp_path / "joins" / "paid" / "0", tmp_path / "joins" / "paid" / "1"
+    if damage == "unreadable":  # stamped as the partition's, holding what is not a join's
+        rdict = Rdict(str(part0), Options(raw_mode=True))
+        rdict[TIME] = b"not json"
+        rdict.close()
+    else:  # partition 0's files are garbage, partition 1 has partition 0's state
+        shutil.rmtree(part1)
+        shutil.copytree(part0, part1)
+        for f in part0.iterdir():
+            if f.is_file():
+                f.write_bytes(b"\x00garbage")
+    with capture_logs() as logs:
+        async with TestDriver(make_app("outer", **options), broker=broker) as driver:
+            await send_all(driver, records[half:])
+            recovery = driver.worker.state.recovery
+    got = sorted(await TestDriver(make_app("outer"), broker=broker).values("paid"))
+    assert got == truth(records, "outer")
+    refused = {
+        line["partition"]: line["reason"]
+        for line in logs
+        if line["event"].startswith("local state not used")
+    }
+    if damage == "unreadable":
+        assert list(refused) == [0] and "it does not read" in refused[0], refused
+        assert recovery.from_local == 1  # partition 1's
+    else:
+        assert sorted(refused) == [0, 1], refused
+        assert "it does not open" in refused[0] and "partition 0" in refused[1], refused
+        assert recovery.from_local == 0
+    assert recovery.done > 0  # the refused partitions: from the changelog
