@@ -45,6 +45,7 @@ from . import gate as web_gate
 from .access import PROBES
 from .gate import (
     ACCEPT_RETRY,
+    ACCEPTS,
     BUSY,
     OVERFLOW_READ,
     OVERFLOW_TIMEOUT,
@@ -282,7 +283,7 @@ class BoundedListener:
         assert control is not None
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(control, 1024, 1)
+                message, fds, _, _ = socket.recv_fds(control, 1024, ACCEPTS)
             except BlockingIOError:
                 return
             except OSError:
