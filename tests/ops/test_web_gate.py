@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,6 +74,19 @@ async def test_a_burst_of_connections_within_the_limit_is_served_whole() -> None
         answers = await asyncio.gather(*(exchange(web.port, get("/health")) for _ in range(40)))
         assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers)
         assert web.listener.admitted == 40
+
+
+async def test_a_crowd_past_the_limit_is_answered_not_reset() -> None:
+    limits = WebLimits(max_connections=1)
+    async with TestDriver(build("crowddemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        idle = await fill(web, 1)
+        # more at once than a short listen queue holds: it would overflow into SYN cookies,
+        # which accept a connection before its request, and the gate resets those
+        crowd = await asyncio.gather(*(exchange(web.port, get("/status")) for _ in range(400)))
+        assert Counter(answer[:12] for answer in crowd) == {b"HTTP/1.1 503": 400}
+        idle[0][1].close()
 
 
 async def test_the_worker_accepts_itself_once_its_gate_died() -> None:

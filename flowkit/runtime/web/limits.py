@@ -65,7 +65,11 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
-_BACKLOG = 128  # connections the kernel holds for us to accept
+# Connections the kernel holds for us to accept (at most net.core.somaxconn). A crowd
+# waits there for the gate; a shorter queue overflows into SYN cookies, which hand over a
+# connection before its request has come (skipping TCP_DEFER_ACCEPT), and the gate must
+# then reset it or give it a moment: several times the work of answering it.
+_BACKLOG = 2048
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
 _ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
