@@ -26,7 +26,8 @@ and one end of a control socket. The gate:
   ``SIGHUP``), which a terminal or a supervisor may send to the whole process group.
 
 The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
-``c`` with a connection's file descriptor, ``!ERRNO STRERROR`` when accepting failed.
+``c`` with the file descriptors of the connections accepted in a row (up to ``ACCEPTS``:
+one wakeup of the worker's loop for them all), ``!ERRNO STRERROR`` when accepting failed.
 From the worker: ``-`` once per connection closed (several may come in one message), and
 ``aPATH ANSWER``, the whole HTTP answer to a probe past the limit.
 """
@@ -34,6 +35,7 @@ From the worker: ``-`` once per connection closed (several may come in one messa
 from __future__ import annotations
 
 import math
+import os
 import selectors
 import signal
 import socket
@@ -42,7 +44,15 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["BUSY", "Gate", "Pacer", "overflow_answer", "probe_answer"]
+__all__ = [
+    "ACCEPTS",
+    "BUSY",
+    "Gate",
+    "Pacer",
+    "overflow_answer",
+    "probe_answer",
+    "yield_to_worker",
+]
 
 OVERFLOW_READ = 4096  # bytes a connection past the limit may send before its answer
 OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
@@ -50,7 +60,7 @@ REFUSALS = 200  # connections past the limit given a moment per second, at most
 QUICK_REFUSALS = 2000  # connections past the limit answered at once per second, at most
 ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
-_ACCEPTS = 64  # connections accepted in a row before the control socket is read again
+ACCEPTS = 64  # connections accepted in a row before the control socket is read again
 
 
 class Pacer:
@@ -147,6 +157,10 @@ class Gate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.listening = listening
+        self.family = listening.family
+        # Accepting a bare descriptor: ``socket.accept`` looks the family and type up
+        # again, through enums, for each connection, which costs more than the accept.
+        self._accept_fd: Callable[[], tuple[int, object]] = listening._accept  # type: ignore[attr-defined]  # noqa: SLF001
         self.control = control
         self.max_connections = max_connections
         self.max_overflow = max_overflow
@@ -208,39 +222,45 @@ class Gate:
         return True
 
     def _accept(self) -> None:
-        for _ in range(_ACCEPTS):
-            try:
-                conn, _ = self.listening.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:  # out of file descriptors, say: wait for some
-                self._tell(f"!{exc.errno} {exc.strerror}".encode())
-                self._pause(ACCEPT_RETRY)
-                return
-            if self.held < self.max_connections:
-                self._admit(conn)
-                continue
-            self.refused += 1
-            delay = self._refuse(conn)
-            if delay:
-                self._pause(delay)
-                return
-
-    def _admit(self, conn: socket.socket) -> None:
+        admitted: list[int] = []
         try:
-            socket.send_fds(self.control, [b"c"], [conn.fileno()])
-            self.held += 1
+            for _ in range(ACCEPTS):
+                try:
+                    fd, _ = self._accept_fd()
+                except BlockingIOError:
+                    return
+                except OSError as exc:  # out of file descriptors, say: wait for some
+                    self._tell(f"!{exc.errno} {exc.strerror}".encode())
+                    self._pause(ACCEPT_RETRY)
+                    return
+                if self.held + len(admitted) < self.max_connections:
+                    admitted.append(fd)
+                    continue
+                self.refused += 1
+                delay = self._refuse(socket.socket(self.family, socket.SOCK_STREAM, 0, fd))
+                if delay:
+                    self._pause(delay)
+                    return
+        finally:
+            if admitted:
+                self._admit(admitted)
+
+    def _admit(self, fds: list[int]) -> None:
+        """Pass connections to the worker, in one message (one wakeup of its loop)."""
+        try:
+            socket.send_fds(self.control, [b"c"], fds)
+            self.held += len(fds)
         except OSError:
             self.open = False  # the worker is gone
         finally:
-            conn.close()  # (the worker has its own descriptor of it now)
+            for fd in fds:
+                os.close(fd)  # (the worker has its own descriptors of them now)
 
     def _refuse(self, conn: socket.socket) -> float | None:
         """Answer a connection past the limit or give it a moment; the pause before the
         next one."""
-        conn.setblocking(False)
         try:
-            sent = conn.recv(OVERFLOW_READ)
+            sent = conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT)
             if not sent:  # closed before it said anything
                 conn.close()
                 return self.quick.delay()
@@ -254,6 +274,7 @@ class Gate:
             self._answer(conn, answer)
             return self.quick.delay()
         if len(self.waiting) < self.max_overflow:
+            conn.setblocking(False)
             self.waiting[conn] = (self.clock() + OVERFLOW_TIMEOUT, bytearray(sent))
             self.selector.register(conn, selectors.EVENT_READ)
             return self.slow.delay()
@@ -296,7 +317,8 @@ class Gate:
     @staticmethod
     def _answer(conn: socket.socket, answer: bytes) -> None:
         try:
-            conn.send(answer)  # (a small answer: the socket's buffer takes it whole)
+            # (a small answer: the socket's buffer takes it whole)
+            conn.send(answer, socket.MSG_DONTWAIT)
         except OSError:
             pass
         conn.close()
@@ -315,12 +337,26 @@ class Gate:
             self.open = False
 
 
+def yield_to_worker() -> None:
+    """Where there is one (Linux), take the batch policy: waking up, the gate does not take
+    the CPU from a running worker, but waits for the end of its time slice (milliseconds),
+    so that a crowd's connections do not cut into the records' work at every arrival. Its
+    priority stays the worker's: a lower one starves it on a busy machine, and then the
+    probes past the limit wait for seconds."""
+    if hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:  # not allowed here: the gate works as well without
+            pass
+
+
 def main(argv: list[str]) -> None:
     """``gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
     # Ctrl+C, or a signal sent to the whole process group, is the worker's to act on: the
     # gate ends when the worker closes the control socket (or exits, which closes it).
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
+    yield_to_worker()
     listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv[:4])
     answer_life = float(argv[4])
     listening = socket.socket(fileno=listening_fd)

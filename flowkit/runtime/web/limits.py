@@ -45,6 +45,7 @@ from . import gate as web_gate
 from .access import PROBES
 from .gate import (
     ACCEPT_RETRY,
+    ACCEPTS,
     BUSY,
     OVERFLOW_READ,
     OVERFLOW_TIMEOUT,
@@ -64,7 +65,11 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 
-_BACKLOG = 128  # connections the kernel holds for us to accept
+# Connections the kernel holds for us to accept (at most net.core.somaxconn). A crowd
+# waits there for the gate; a shorter queue overflows into SYN cookies, which hand over a
+# connection before its request has come (skipping TCP_DEFER_ACCEPT), and the gate must
+# then reset it or give it a moment: several times the work of answering it.
+_BACKLOG = 2048
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
 _ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
@@ -282,7 +287,7 @@ class BoundedListener:
         assert control is not None
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(control, 1024, 1)
+                message, fds, _, _ = socket.recv_fds(control, 1024, ACCEPTS)
             except BlockingIOError:
                 return
             except OSError:
