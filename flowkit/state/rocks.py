@@ -35,7 +35,7 @@ from .stores import Change, TimedChange
 if TYPE_CHECKING:
     from .tables import Table
 
-__all__ = ["RocksTableStore", "open_rocksdict"]
+__all__ = ["STAMP", "RocksTableStore", "open_db", "open_rocksdict", "open_stamped"]
 
 log = structlog.get_logger(__name__)
 
@@ -265,56 +265,13 @@ class RocksTableStore(Generic[K, V]):
                 self._parts[p] = self._open(p)
 
     def _open(self, p: int) -> _Part:
-        path = self.path(p)
-        want = self.stamp(p)
-        why = None
-        db = None
-        if path.exists():
-            try:
-                db = self._locked_db(path, p)
-                raw = db.get(STAMP)
-                if raw is None:
-                    why = "it has no changelog offset"
-                else:
-                    why = want.mismatch(found := Stamp.decode(raw))
-                    if why is None:
-                        clock = db.get(CLOCK)
-                        return _Part(db, found, 0 if clock is None else _int(clock))
-            except ConfigurationError:
-                raise
-            except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
-                why = f"it does not open ({exc})"
-            log.warning(
-                "local state not used; rebuilding from the changelog",
-                table=self.table.name,
-                partition=p,
-                path=str(path),
-                reason=why,
-            )
-            if db is not None:
-                db.close()
-            shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        return _Part(self._db(path), want)
-
-    def _locked_db(self, path: Path, p: int) -> Any:
-        # Another worker process on this machine may still hold the partition it is
-        # giving up: wait a little for it, and never delete what it holds.
-        for attempt in range(self.lock_tries):
-            try:
-                return self._db(path)
-            except Exception as exc:
-                if "lock" not in str(exc).lower():
-                    raise
-                if attempt + 1 < self.lock_tries:
-                    time.sleep(0.1)
-        raise ConfigurationError(
-            f"table {self.table.name!r}: the local state of partition {p} ({path}) is held "
-            "by another process; give each worker its own --data-dir or stop the other one"
+        db, found = open_stamped(
+            self._rocksdict, self.path(p), self.stamp(p), self.table.name, p, self.lock_tries
         )
-
-    def _db(self, path: Path) -> Any:
-        return self._rocksdict.Rdict(str(path), _options(self._rocksdict))
+        if found is None:
+            return _Part(db, self.stamp(p))
+        clock = db.get(CLOCK)
+        return _Part(db, found, 0 if clock is None else _int(clock))
 
     def local_offset(self, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects, if any."""
@@ -531,6 +488,65 @@ class RocksTableStore(Generic[K, V]):
                 cache.clear()
             cache.update(part.draining)
             part.draining = {}
+
+
+def open_stamped(
+    rocksdict: Any, path: Path, want: Stamp, table: str, partition: int, lock_tries: int
+) -> tuple[Any, Stamp | None]:
+    """The database of one partition at ``path``, and its stamp if it is ``want``'s
+    partition (None: a fresh database). Local state that is not (another app, table,
+    partition count, broker or format, no offset, or a database that does not open) is
+    deleted with one log line: the partition is then rebuilt from the changelog."""
+    why = None
+    db = None
+    if path.exists():
+        try:
+            db = _locked_db(rocksdict, path, table, partition, lock_tries)
+            raw = db.get(STAMP)
+            if raw is None:
+                why = "it has no changelog offset"
+            else:
+                why = want.mismatch(found := Stamp.decode(raw))
+                if why is None:
+                    return db, found
+        except ConfigurationError:
+            raise
+        except (Exception, msgspec.DecodeError) as exc:  # rocksdict raises Exception
+            why = f"it does not open ({exc})"
+        log.warning(
+            "local state not used; rebuilding from the changelog",
+            table=table,
+            partition=partition,
+            path=str(path),
+            reason=why,
+        )
+        if db is not None:
+            db.close()
+        shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    return open_db(rocksdict, path), None
+
+
+def _locked_db(rocksdict: Any, path: Path, table: str, p: int, tries: int) -> Any:
+    # Another worker process on this machine may still hold the partition it is
+    # giving up: wait a little for it, and never delete what it holds.
+    for attempt in range(tries):
+        try:
+            return open_db(rocksdict, path)
+        except Exception as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if attempt + 1 < tries:
+                time.sleep(0.1)
+    raise ConfigurationError(
+        f"table {table!r}: the local state of partition {p} ({path}) is held "
+        "by another process; give each worker its own --data-dir or stop the other one"
+    )
+
+
+def open_db(rocksdict: Any, path: Path) -> Any:
+    """The database at ``path`` (created if missing), with the process's shared options."""
+    return rocksdict.Rdict(str(path), _options(rocksdict))
 
 
 _shared: dict[str, Any] = {}

@@ -16,6 +16,9 @@ import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
 
+# The same suite on each store of windowed tables (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("window_store")
+
 
 class Sale(flowkit.Record):
     shop: str
