@@ -1,7 +1,8 @@
 """What the kill -9 tests of windowed tables share (tests/kafka/test_session_crash.py,
-test_sliding_crash.py, test_tumbling_disk_crash.py): users' hits on a topic, a worker killed with SIGKILL once a quarter
-is committed and its changelog holds open windows, a second worker that goes on until
-every expected window is out, and the checks of what came out.
+test_sliding_crash.py, test_tumbling_disk_crash.py): users' hits on a topic, a worker
+killed with SIGKILL once a quarter is committed and its changelog holds open windows, a
+second worker that goes on until every expected window is out, and the checks of what
+came out.
 
 Every expected window comes out, and no other; twice only as a marked replay; its sum is
 exact but for the at-least-once replay (a hit after the last commit may count twice in a

@@ -173,7 +173,7 @@ async def test_closed_windows_leave_the_disk_when_they_expire(tmp_path: Path) ->
     # On disk, after the final checkpoint: window 2's final value, window 3's partial.
     db = open_db(open_rocksdict(), tmp_path / "disk" / "counts" / "0")
     try:
-        kinds = sorted((k[:1], disk.start_of(k)) for k in db.keys() if k[:1] in b"ocp")
+        kinds = sorted((k[:1], disk.start_of(k)) for k, _ in db.items() if k[:1] in b"ocp")
     finally:
         db.close()
     assert kinds == [(b"c", t0 + 10_000), (b"p", t0 + 20_000)]
