@@ -1,5 +1,6 @@
-"""A tumbling count over many keys a window, on ``memory://`` and on ``rocksdb://``: peak
-RSS and records a second of one worker each.
+"""Windowed tables on disk: a tumbling count over many keys a window, rocksdb:// against memory://.
+
+Peak RSS and records a second of one worker on each store.
 
     python -m benchmarks.window_keys --keys 1000000               # both stores, a process each
     python -m benchmarks.window_keys --keys 1000000 --store rocksdb://   # one, in this process
@@ -77,7 +78,9 @@ def _rss_mb() -> float:
         return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-async def count_windows(store: str, n: int, windows: int, data_dir: Path) -> dict[str, float]:
+async def count_windows(
+    store: str, n: int, windows: int, data_dir: Path, settle: float = 1.5
+) -> dict[str, float]:
     broker = MemoryBroker(retention_records=10_000)
     closed = [0, 0]  # keys of closed windows, and those whose count was not 1
     app, counts = make_app(store, data_dir if store == "rocksdb://" else None, closed)
@@ -107,7 +110,7 @@ async def count_windows(store: str, n: int, windows: int, data_dir: Path) -> dic
         deadline = time.monotonic() + 600
         while closed[0] < n * windows and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        await asyncio.sleep(1.5)  # a checkpoint
+        await asyncio.sleep(settle)  # a checkpoint
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if closed[0] != n * windows or closed[1]:
         wrong = f"{closed[0]:,} keys closed of {n * windows:,}, {closed[1]:,} not 1"
