@@ -5,10 +5,12 @@ closed windows leave the disk."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from structlog.testing import capture_logs
 
 import flowkit
@@ -177,3 +179,13 @@ async def test_closed_windows_leave_the_disk_when_they_expire(tmp_path: Path) ->
     finally:
         db.close()
     assert kinds == [(b"c", t0 + 10_000), (b"p", t0 + 20_000)]
+
+
+def test_a_windowed_table_on_disk_without_the_extra_says_which_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # as if not installed
+    app = flowkit.App("disk", store="rocksdb://", data_dir=tmp_path)
+    app.table("counts", default=int).hopping(10.0, 5.0)
+    with pytest.raises(flowkit.ConfigurationError, match=r'pip install "flowkit\[rocksdb\]"'):
+        flowkit.Worker(app)
