@@ -15,9 +15,6 @@ from flowkit.records import TopicPartition
 from flowkit.scope import TaskScope, enter_scope, leave_scope
 from flowkit.state.windowed import wire
 
-# The same suite on each store of windowed tables (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("window_store")
-
 
 def test_add_outside_an_agent_needs_a_worker_and_a_time() -> None:
     app = flowkit.App("adds", partitions=1)
