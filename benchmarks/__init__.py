@@ -16,6 +16,7 @@ COMPARISONS = (
     "latency",
     "recovery",
     "state_stores",
+    "window_keys",
     "ttl_count",
     "state_size",
     "router",

@@ -17,6 +17,9 @@ Both sides read the same pre-encoded events (about 250 bytes of JSON each):
   (``make_app(per_record=True)``: a plain function the stream's loop calls per event),
   in the same rounds, its counts checked the same way.
 
+``--stores`` runs flowkit with its windowed table on ``rocksdb://`` against ``memory://``
+in paired rounds, its window counts identical on both.
+
 ``--memory`` runs flowkit alone in a subprocess per size, producing events while the
 worker consumes them (broker retention on), and prints the peak RSS for N and 10 N.
 """
@@ -27,8 +30,10 @@ import argparse
 import asyncio
 import gc
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -129,13 +134,15 @@ async def loaded_broker(data: list[tuple[bytes, bytes]]) -> MemoryBroker:
 
 
 async def with_flowkit(
-    data: list[tuple[bytes, bytes]], per_record: bool = False
+    data: list[tuple[bytes, bytes]], per_record: bool = False, data_dir: str | None = None
 ) -> tuple[Seconds, Counter[tuple[str, int]], Seconds]:
     broker = await loaded_broker(data)
     transport = MemoryTransport(broker)
     clock = FakeClock(START_MS / 1000 + 3600)
     app = ysb.make_app(generate=False, on_close=None, per_record=per_record)
-    worker = flowkit.Worker(app, transport=transport, clock=clock)
+    if data_dir is not None:  # the windowed table on rocksdb:// (--stores)
+        app.store = "rocksdb://"
+    worker = flowkit.Worker(app, transport=transport, clock=clock, data_dir=data_dir)
     total = len(data)
     async with worker:
         start, cpu = time.perf_counter(), time.process_time()
@@ -163,6 +170,30 @@ async def with_flowkit(
     await read_to_end(reader, tps, add)
     gc.collect()
     return elapsed, counts, hand_written_over_logs(broker)
+
+
+def stores(n: int, rounds: int) -> None:
+    """The windowed table on ``rocksdb://`` against ``memory://``: events a second (wall
+    and CPU) in paired rounds, the window counts identical in each."""
+    data = payloads(n)
+    print(f"{n:,} YSB events; events/s, memory:// then rocksdb:// (wall, CPU)")
+    ratios = []
+    for r in range(rounds):
+        memory, want, _ = asyncio.run(with_flowkit(data))
+        with tempfile.TemporaryDirectory() as data_dir:
+            disk, got, _ = asyncio.run(with_flowkit(data, data_dir=data_dir))
+        if got != want:
+            raise SystemExit("the window counts on rocksdb:// differ from memory://")
+        ratio = (float(memory) / float(disk), memory.cpu / disk.cpu)
+        ratios.append(ratio)
+        print(
+            f"round {r + 1}: {n / float(memory):,.0f} / {n / memory.cpu:,.0f}, "
+            f"{n / float(disk):,.0f} / {n / disk.cpu:,.0f}: rocksdb / memory "
+            f"{ratio[0]:.2f} wall, {ratio[1]:.2f} CPU"
+        )
+    wall = statistics.median(w for w, _ in ratios)
+    cpu = statistics.median(c for _, c in ratios)
+    print(f"median rocksdb / memory: {wall:.2f} wall, {cpu:.2f} CPU; counts identical")
 
 
 def _rss_mib() -> float:
@@ -214,6 +245,11 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--memory", action="store_true", help="peak RSS at N and 10 N")
+    parser.add_argument(
+        "--stores",
+        action="store_true",
+        help="flowkit with its windowed table on rocksdb:// against memory://, paired rounds",
+    )
     parser.add_argument("--memory-run", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--instructions",
@@ -250,6 +286,9 @@ def main() -> None:
         return
     if args.memory_run:
         print(" ".join(f"{mib:.0f}" for mib in asyncio.run(memory_run(args.memory_run))))
+        return
+    if args.stores:
+        stores(args.events, args.repeat)
         return
     if args.memory:
         print("RSS (MiB) after each tenth of the run; the broker keeps 20,000 records a partition")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +97,45 @@ async def make_driver(request: pytest.FixtureRequest) -> AsyncIterator[DriverFac
     yield make_kafka
     for transport in transports:
         await transport.aclose()
+
+
+class WindowStores:
+    """Which store the tumbling and hopping tables of a test keep their state in (the
+    ``window_store`` fixture): ``memory`` or ``rocksdb``. With ``rocksdb`` every App the
+    test declares without a store takes ``rocksdb://`` and a data directory of the test's
+    own; ``fresh()`` gives the Apps declared after it another one (a Hypothesis example's
+    own state)."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind = kind
+        self.root = root
+        self.n = 0
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / f"data{self.n}"
+
+    def fresh(self) -> None:
+        self.n += 1
+
+
+WINDOW_STORES = ["memory", "rocksdb"]
+
+
+@pytest.fixture(params=WINDOW_STORES)
+def window_store(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> WindowStores:
+    """Runs the test once per store of windowed tables: the window suites' conformance
+    across stores (``pytestmark = pytest.mark.usefixtures("window_store")``)."""
+    stores = WindowStores(str(request.param), tmp_path)
+    if stores.kind == "rocksdb":
+        declare = flowkit.App.__init__
+
+        def on_disk(self: flowkit.App, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("store", "rocksdb://")
+            kwargs.setdefault("data_dir", stores.data_dir)
+            declare(self, *args, **kwargs)
+
+        monkeypatch.setattr(flowkit.App, "__init__", on_disk)
+    return stores

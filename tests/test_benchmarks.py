@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import COMPARISONS, latency, recovery, state_stores
+from benchmarks import COMPARISONS, latency, recovery, state_stores, window_keys
 from flowkit.transports import MemoryTransport
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -89,6 +89,14 @@ async def test_recovery_rebuilds_the_whole_table() -> None:
 async def test_the_takeover_benchmark_checks_the_counts_taken_over(standby_replicas: int) -> None:
     keys = [f"user-{i}" for i in range(400)]
     assert await state_stores.takeover(keys, standby_replicas) > 0  # (SystemExit if wrong)
+
+
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_the_window_keys_benchmark_checks_every_closed_key(
+    store: str, tmp_path: Path
+) -> None:
+    result = await window_keys.count_windows(store, 300, 2, tmp_path, settle=0)  # (or SystemExit)
+    assert result["records"] == 600 + window_keys.PARTITIONS
 
 
 async def test_latency_observes_every_output_ack() -> None:

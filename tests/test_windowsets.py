@@ -10,6 +10,9 @@ import pytest
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 
+# The same suite on each store of windowed tables (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("window_store")
+
 
 class Click(flowkit.Record):
     page: str

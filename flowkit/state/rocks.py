@@ -35,7 +35,7 @@ from .stores import Change, TimedChange
 if TYPE_CHECKING:
     from .tables import Table
 
-__all__ = ["RocksTableStore", "open_database", "open_rocksdict"]
+__all__ = ["STAMP", "RocksTableStore", "open_database", "open_db", "open_rocksdict"]
 
 log = structlog.get_logger(__name__)
 
@@ -529,7 +529,7 @@ def open_database(
             db.close()
         shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)
-    return _new_db(rocksdict, path), None
+    return open_db(rocksdict, path), None
 
 
 def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int) -> Any:
@@ -537,7 +537,7 @@ def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int) -> An
     # giving up: wait a little for it, and never delete what it holds.
     for attempt in range(tries):
         try:
-            return _new_db(rocksdict, path)
+            return open_db(rocksdict, path)
         except Exception as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -549,7 +549,8 @@ def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int) -> An
     )
 
 
-def _new_db(rocksdict: Any, path: Path) -> Any:
+def open_db(rocksdict: Any, path: Path) -> Any:
+    """The database at ``path`` (created if missing), with the process's shared options."""
     return rocksdict.Rdict(str(path), _options(rocksdict))
 
 

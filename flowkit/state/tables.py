@@ -175,9 +175,10 @@ class Table(TableBase[K, V]):
                 f"table {self.name!r}: windows expire with expires=, not ttl=; "
                 "declare the windowed table without ttl="
             )
-        if self.store_kind == "rocksdb://":
+        if self.store_kind == "rocksdb://" and kind is not WindowedTable:
             raise DefinitionError(
-                f"table {self.name!r}: windowed tables keep their state in memory; "
+                f"table {self.name!r}: {spec.kind} windows keep their state in memory "
+                "(tumbling and hopping windows take the rocksdb:// store); "
                 "declare it without store='rocksdb://'"
             )
         taken = _window_options()
@@ -198,6 +199,8 @@ class Table(TableBase[K, V]):
             value_type=self.value_type,
             **options,
         )
+        # Where its state lives: this declaration's store, else the app's.
+        self.windowed_as.store_kind = self.store_kind
         return self.windowed_as
 
     # -- dict interface, on the calling worker's store ------------------------------------

@@ -1,7 +1,8 @@
 """What the kill -9 tests of windowed tables share (tests/kafka/test_session_crash.py,
-test_sliding_crash.py): users' hits on a topic, a worker killed with SIGKILL once a quarter
-is committed and its changelog holds open windows, a second worker that goes on until
-every expected window is out, and the checks of what came out.
+test_sliding_crash.py, test_tumbling_disk_crash.py): users' hits on a topic, a worker
+killed with SIGKILL once a quarter is committed and its changelog holds open windows, a
+second worker that goes on until every expected window is out, and the checks of what
+came out.
 
 Every expected window comes out, and no other; twice only as a marked replay; its sum is
 exact but for the at-least-once replay (a hit after the last commit may count twice in a
@@ -22,7 +23,7 @@ import msgspec
 from flowkit.partitioning import partition_for_key
 from flowkit.records import Message
 from flowkit.transports import TopicSpec
-from tests.kafka.conftest import Client, Spawn, latest_by_key, start_worker, until
+from tests.kafka.conftest import Client, Spawn, WorkerProcess, latest_by_key, until
 
 Hit = tuple[str, int, int]  # user, event time (ms), n
 Window = tuple[str, int, int]  # user, start, end
@@ -63,17 +64,31 @@ class Run:
         self.app, self.group, self.hits, self.out = app, group, hits, out
         self.changelog, self.partitions = changelog, partitions
         self.open_kinds, self.key_kinds = tuple(open_kinds), tuple(key_kinds)
+        self.second_err = ""
 
     async def windows_open(self, client: Client) -> bool:
         held = latest_by_key(await client.read(self.changelog, self.partitions))
         return any(k[:5] in self.open_kinds and v for k, v in held.items())
 
     async def kill_and_restart(
-        self, client: Client, workers: Spawn, url: str, hits: list[Hit], expected: set[Window]
+        self,
+        client: Client,
+        workers: Spawn,
+        url: str,
+        hits: list[Hit],
+        expected: set[Window],
+        data_dir: str | None = None,
     ) -> tuple[list[Message], set[int], dict[int, int]]:
         """Produce ``hits``, kill the first worker mid-run with windows open, and let a
         second one go on until ``expected`` is out (or 60 s), then stop it: the outputs,
-        the indexes of the hits read again, and the committed offsets at the kill."""
+        the indexes of the hits read again, and the committed offsets at the kill. Both
+        workers keep local state in ``data_dir``, if given; ``second_err`` keeps the
+        second one's log."""
+
+        def start_worker(workers: Spawn, name: str, app: str, url: str) -> WorkerProcess:
+            local = ("--data-dir", data_dir) if data_dir else ()
+            return workers(name, "worker", app, "--broker", url, *local, "-l", "info")
+
         await client.transport.create_topics([TopicSpec(self.hits, self.partitions)])
         encode = msgspec.json.encode
         acks = await client.produce(
@@ -108,6 +123,7 @@ class Run:
             await asyncio.sleep(0.2)
         await until(lambda: "tables recovered" in second.err, 10, "the second worker's recovery")
         assert await second.stop() == 0, second.err
+        self.second_err = second.err
         return await self.outputs(client), again, committed
 
     async def outputs(self, client: Client) -> list[Message]:

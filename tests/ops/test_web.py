@@ -14,7 +14,7 @@ from flowkit.errors import ConfigurationError
 from flowkit.runtime.web.endpoints import SECRET_VAR, signed_headers
 from flowkit.runtime.web.tables import endpoints_topic
 from flowkit.testing import TestDriver
-from tests.conftest import DriverFactory
+from tests.conftest import DriverFactory, WindowStores
 from tests.ops.webapp import Click, build
 
 
@@ -25,8 +25,8 @@ async def get(url: str, **kwargs: object) -> tuple[int, dict[str, object] | str,
         return response.status, body, response.headers.get("Location", "")
 
 
-async def test_endpoints_of_a_running_worker() -> None:
-    app = build()
+async def test_endpoints_of_a_running_worker(window_store: WindowStores) -> None:
+    app = build()  # its tables on each store: the same answers
     clicks = app.topics["clicks"]
     async with TestDriver(app, web_port=0) as driver:
         for user in ("ann", "bob", "ann"):

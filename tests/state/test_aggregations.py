@@ -127,6 +127,7 @@ def sales_app(
     return app, sales, tables, out
 
 
+@pytest.mark.usefixtures("window_store")  # on each store (tests/conftest.py)
 async def test_partitions_combine_and_a_restart_goes_on_exactly() -> None:
     options = {"grace": 0.0, "time": lambda s: s.t, "idle_timeout": None}
     app, sales, tables, out = sales_app("aggrestart", 2, **options)
@@ -156,6 +157,7 @@ async def test_partitions_combine_and_a_restart_goes_on_exactly() -> None:
     ]
 
 
+@pytest.mark.usefixtures("window_store")  # on each store (tests/conftest.py)
 async def test_running_updates_reach_to_with_the_final_flag() -> None:
     app, sales, _, out = sales_app(
         "aggupdates", 1, grace=0.0, time=lambda s: s.t, idle_timeout=None, emit_on="update"

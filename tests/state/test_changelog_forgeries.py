@@ -30,10 +30,11 @@ from flowkit.deadletter import DeadLetter
 from flowkit.records import Message
 from flowkit.state.joins import StreamJoin
 from flowkit.state.joins.rocks import RocksJoinStore
+from flowkit.state.windowed.disk_store import DiskWindowedStore
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests import test_sessions, test_sliding
-from tests.conftest import ALL_CLIENTS, DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory, WindowStores
 from tests.hostile import hostile_json
 from tests.state import test_stream_join
 from tests.state.test_future_records import Click, window_app
@@ -196,6 +197,19 @@ async def test_forged_changelog_records_are_dead_lettered_and_change_nothing(
     }
 
 
+@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
+async def test_forged_changelog_records_change_nothing_on_disk(window_store: WindowStores) -> None:
+    # The tumbling case again, its table on rocksdb://: forged records are dead-lettered
+    # from the changelog's tail as from the whole of it.
+    case = CASES[0]
+    want, _ = await _twice(case, [])
+    window_store.fresh()
+    got, letters = await _twice(case, FORGED)
+    assert got == want
+    assert len(letters) == len(FORGED) * PARTITIONS
+    assert {d.agent for d in letters} == {"table:counts"}
+
+
 # -- the property: any changelog bytes are applied or refused, never raised ---------------
 
 KINDS = ["w", "p", "o", "s", "c", "e", "S", "O", "C", "R", "t", 0, 1, 5]
@@ -253,15 +267,42 @@ def test_any_changelog_record_is_applied_or_refused(
             store: Any = declared  # applied on top of what earlier examples left
         else:
             store = declared.new_store(now_ms=lambda: 1_700_000_000_000)
-        store.apply_changelog(0, messages)  # never raises
-        assert all(isinstance(e, flowkit.DecodeError) for _, e in store.rejected)
-        # What was applied leaves a store that works: a flush of it, once more after
-        # recovery, the changelog of what it holds.
-        store.apply_changelog(0, [])
-        if hasattr(store, "drain_changes"):
-            store.drain_changes()
+        _applied_or_refused(store, messages)
         if isinstance(store, RocksJoinStore):
             store.persist({0: len(messages)})
+
+
+def test_any_changelog_record_on_disk_is_applied_or_refused(tmp_path: Path) -> None:
+    # Tumbling and hopping tables on rocksdb://: one database each for every example
+    # (opening one takes about 50 ms), so what earlier examples applied stays.
+    stores = [
+        DiskWindowedStore(t, lambda: 0, data_dir=tmp_path, broker="memory://")
+        for t in _stores()[:2]
+    ]
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(records=st.lists(st.tuples(keys, values), min_size=1, max_size=6))
+    def applied_or_refused(records: list[tuple[bytes, bytes | None]]) -> None:
+        messages = [Message("c", 0, i, 0, k, v) for i, (k, v) in enumerate(records)]
+        for store in stores:
+            _applied_or_refused(store, messages)
+            store.persist({0: len(messages)})
+
+    try:
+        applied_or_refused()
+    finally:
+        for store in stores:
+            store.aclose()
+
+
+def _applied_or_refused(store: Any, messages: list[Message]) -> None:
+    store.apply_changelog(0, messages)  # never raises
+    assert all(isinstance(e, flowkit.DecodeError) for _, e in store.rejected)
+    # What was applied leaves a store that works: a flush of it, once more after
+    # recovery, the changelog of what it holds.
+    store.apply_changelog(0, [])
+    if hasattr(store, "drain_changes"):
+        store.drain_changes()
 
 
 @pytest.mark.parametrize("make_driver", ALL_CLIENTS[1:], indirect=True)

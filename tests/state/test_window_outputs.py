@@ -11,6 +11,9 @@ import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.windows import Window
 
+# The same suite on each store of windowed tables (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("window_store")
+
 
 class Click(flowkit.Record):
     page: str

@@ -1,7 +1,8 @@
 """Every declared aggregation, both emit modes, tumbling and hopping windows, held equal to
 a plain-Python reference (window_reference.py) on random streams: disorder, late records
 within and beyond grace, far-future records, gaps, batches of every size, and a worker
-restart in the middle (the aggregates recovered from the changelog go on exactly).
+restart in the middle (the aggregates recovered from the changelog, or from local state and
+its tail, go on exactly); on each store of windowed tables.
 
 One app per example holds a table per (aggregation, emit mode), all fed by one agent, so an
 example checks them all with one worker run.
@@ -14,12 +15,14 @@ import itertools
 import os
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
+from tests.conftest import WindowStores
 
 from .window_reference import Reference, aggregate
 
@@ -106,12 +109,7 @@ offsets = st.lists(
 )
 
 
-@settings(
-    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES", "8")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(
+examples = given(
     window=windows,
     grace=st.sampled_from([0, 2, 10]),
     steps=offsets,
@@ -120,7 +118,50 @@ offsets = st.lists(
     batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
     restart=st.integers(0, 4),
 )
+
+
+@settings(
+    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES", "8")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@examples
 def test_every_result_matches_the_reference(
+    window: tuple[int, int],
+    grace: int,
+    steps: list[int],
+    keys: list[str],
+    values: list[int],
+    batches: list[int],
+    restart: int,
+) -> None:
+    run_example(window, grace, steps, keys, values, batches, restart)
+
+
+# On rocksdb:// each example opens a database per table and partition (16 here, about
+# 50 ms each): fewer examples in CI, more with FLOWKIT_WINDOW_EXAMPLES_DISK.
+@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
+@settings(
+    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@examples
+def test_every_result_matches_the_reference_on_disk(
+    window_store: WindowStores,
+    window: tuple[int, int],
+    grace: int,
+    steps: list[int],
+    keys: list[str],
+    values: list[int],
+    batches: list[int],
+    restart: int,
+) -> None:
+    window_store.fresh()  # each example's own local state
+    run_example(window, grace, steps, keys, values, batches, restart)
+
+
+def run_example(
     window: tuple[int, int],
     grace: int,
     steps: list[int],

@@ -6,12 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 
 import flowkit
 from flowkit.records import Message
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
 from flowkit.windows import Window, WindowResult
+
+# The same suite on each store of windowed tables (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("window_store")
 
 
 class Click(flowkit.Record):

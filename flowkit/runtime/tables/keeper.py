@@ -38,6 +38,8 @@ from ...state.joins.rocks import RocksJoinStore
 from ...state.joins.store import JoinStore
 from ...state.rocks import RocksTableStore
 from ...state.snapshots import Captured, SnapshotFiles
+from ...state.windowed import SessionTable, SlidingTable
+from ...state.windowed.disk_store import DiskWindowedStore
 from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
@@ -58,6 +60,12 @@ Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
 DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
+
+Unwindowed = (SessionTable, SlidingTable)
+"""Windowed tables that keep their state in memory on every store."""
+
+OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore)
+"""The stores whose partitions are databases stamped with their changelog offset."""
 
 STANDBY_DIR = "standby"
 """Under the data directory: the standby copies of ``rocksdb://`` tables' partitions."""
@@ -129,10 +137,15 @@ class StateKeeper:
         )
 
     def _new_store(self, app: App, table: Any, *, standby: bool = False) -> Any:
-        if isinstance(table, StreamJoin) and (table.store_kind or app.store) == "rocksdb://":
+        on_disk = (getattr(table, "store_kind", None) or app.store) == "rocksdb://"
+        if on_disk and isinstance(table, StreamJoin):
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             return RocksJoinStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if isinstance(table, Table) and (table.store_kind or app.store) == "rocksdb://":
+        if on_disk and isinstance(table, WindowedTable) and not isinstance(table, Unwindowed):
+            # Tumbling and hopping windows (session and sliding ones stay in memory).
+            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+            return DiskWindowedStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
+        if isinstance(table, Table) and on_disk:
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             if standby:  # copies beside the owned partitions, never in their place
                 return RocksTableStore(
@@ -148,7 +161,7 @@ class StateKeeper:
     def _local(self, store: Any) -> bool:
         # A store whose partitions carry the changelog offset they reflect (a standby
         # copy needs it too: a partition given up is followed on from there).
-        return isinstance(store, RocksTableStore | RocksJoinStore) or (
+        return isinstance(store, OnDisk) or (
             isinstance(store, TableStore)
             and (self.snapshots is not None or store.table in self.standbys.stores)
         )
@@ -298,7 +311,7 @@ class StateKeeper:
     def _open_local(self, store: Any, partition: int) -> int | None:
         """The changelog offset the local state of ``partition`` reflects (loading a
         memory store's snapshot), or None: no usable local state."""
-        if isinstance(store, RocksTableStore | RocksJoinStore):
+        if isinstance(store, OnDisk):
             offset = store.local_offset(partition)
         elif self.snapshots is not None and isinstance(store, TableStore):
             offset = self.snapshots.load(store, partition)
@@ -360,7 +373,7 @@ class StateKeeper:
                 key = (table, p)
                 offset = max(offsets.get(key, 0), sent.get((topic, p), 0))
                 offsets[key] = mine[p] = offset
-            if isinstance(store, RocksTableStore | RocksJoinStore):
+            if isinstance(store, OnDisk):
                 store.persist(mine)
         captured, self._captured = self._captured, []
         if self.snapshots is not None:
@@ -422,7 +435,7 @@ class StateKeeper:
             store = self.stores[table]
             if clean:
                 self._snapshot(store, store.held())
-            if isinstance(store, RocksTableStore | RocksJoinStore):
+            if isinstance(store, OnDisk):
                 store.aclose()
         self.standbys.aclose()
 

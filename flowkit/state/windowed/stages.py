@@ -423,12 +423,11 @@ class TwoStages(Sources[P]):
                 continue
             try:
                 kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
-            except DecodeError as exc:
+                if kind in stage1:
+                    self.apply_record(part, kind, parts, value)
+                else:
+                    owners.apply_record(owner, kind, parts, value)
+            except DecodeError as exc:  # (on disk: a window start beyond 64 bits too)
                 self.rejected.append((m, exc))
-                continue
-            if kind in stage1:
-                self.apply_record(part, kind, parts, value)
-            else:
-                owners.apply_record(owner, kind, parts, value)
         owners.recovered(owner, partition)
         self.recovered(part)

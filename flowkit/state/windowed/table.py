@@ -53,6 +53,7 @@ from ...scope import TaskScope, current_scope, require_scope
 from ...topics import Topic
 from ...windows import Window, WindowSpec
 from ..base import TableBase
+from ..local import StoreKind
 from ._adds import specialised
 from .owner import Emission
 from .results import EMIT_ON, ON_ERROR, deliver_closed, deliver_late
@@ -90,6 +91,8 @@ class WindowedTable(TableBase[K, V]):
     """
 
     kind = "windowed_table"
+    # "memory://" or "rocksdb://" (tumbling and hopping windows); None: the app's.
+    store_kind: StoreKind | None = None
     # What a running update notes as changed in a part's ``changed`` (see _adds.py);
     # None: the kind's add notes nothing (its owner sees every record).
     changed_entry: ClassVar[str | None] = "(start, key)"
