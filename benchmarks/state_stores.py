@@ -1,19 +1,29 @@
 """Table stores: a restart from local state against a full replay; disk against memory.
 
-    python -m benchmarks.state_stores [--keys 200000] [--repeat 3]
+    python -m benchmarks.state_stores [--keys 1000000] [--repeat 3] [--brokers memory,tansu]
+    python -m benchmarks.state_stores --throughput [--keys 200000] [--repeat 3]
     python -m benchmarks.state_stores --rss --keys 10000000   # opt-in: a long run
     python -m benchmarks.state_stores --takeover [--keys 200000] [--repeat 3]
 
-On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-partition topic:
+A counting table (``counts[key] += 1``) over 4 partitions:
 
-* **restart**: a worker counts one record of each of ``--keys`` keys and stops cleanly
-  (its local state written); then 1 % of the keys change in the changelog (as another
-  worker would write them while this one was away), and a new worker starts. Timed from
-  its start until it is ready (joined, tables recovered), in paired rounds: ``rocksdb://``
-  and ``memory://`` with a data directory (its snapshots) replay the 1 % tail, against
-  ``memory://`` without one, which replays the whole changelog. The counts are checked.
-* **throughput**: the same agent over ``--keys`` records of ``--keys // 10`` keys, records
-  per second from start to idle on ``rocksdb://`` against ``memory://``.
+* **restart** (the default), on the memory broker and on Tansu (started for the run, or
+  ``--bootstrap`` a running Kafka): the table's changelog holds ``--keys`` keys, each
+  counted once. A first worker, in a process of its own, recovers it into a data
+  directory and checkpoints (its databases, or its memory store's snapshots, stamped
+  with the changelog offset), then stops cleanly, or is killed (SIGKILL) right after
+  that checkpoint. Four of them: ``rocksdb://`` and ``memory://`` with a data directory
+  (snapshots), each stopped both ways. (On the memory broker, whose log lives in the
+  worker's process, each first worker writes the same changelog into its own broker
+  first, as the benchmark's process does into its own: the same keys in the same order,
+  the same offsets.) Then 1 % of the keys change in the changelog (as another worker
+  would write them), and a new worker starts on a copy of what each first worker left,
+  timed from its start until it is ready (joined, tables recovered), and by its table
+  recovery alone (what its ``tables recovered`` line says), in paired rounds against
+  ``memory://`` without a data directory, which replays the whole changelog. Every
+  restarted table is checked. The ratios full replay / restart are printed.
+* ``--throughput``: the same agent over ``--keys`` records of ``--keys // 10`` keys,
+  records per second from start to idle on ``rocksdb://`` against ``memory://``.
 * ``--rss``: one worker counting ``--keys`` distinct keys, committing every second, on
   each store in a process of its own, the two at once: its peak RSS, records per second
   and per CPU second (loading the input not counted), and the disk store's against the
@@ -22,7 +32,8 @@ On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-part
   the counts are checked. ``--store`` runs one store alone. Not in CI.
 * ``--takeover``: two workers share the 4 partitions of a table of ``--keys`` keys; one
   leaves, and the other takes its partitions over. Timed from the moment it left until
-  the other is ready holding every partition, in paired rounds: with standby replicas
+  the other is ready holding every partition, in paired rounds, on ``memory://`` and on
+  ``rocksdb://`` (each worker with a data directory of its own): with standby replicas
   (``App(standby_replicas=1)``: the gap only) against without (the partitions' whole
   changelogs). The counts are checked.
 """
@@ -501,7 +512,7 @@ def rss_pair(n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, help="default: 1,000,000 (restart), else 200,000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--rss", action="store_true", help="peak RSS and records/s of each store (opt-in, long)"
@@ -528,6 +539,9 @@ def main() -> None:
     parser.add_argument("--kill", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning", "console")
+    if args.keys is None:
+        restarts = not (args.takeover or args.throughput or args.rss or args.first_run)
+        args.keys = 1_000_000 if restarts else 200_000
     if args.rss and args.store is None:
         rss_pair(args.keys)
         return
