@@ -88,17 +88,15 @@ def _encode_column(codec: Any, encode: Callable[[Any], bytes], objects: list[Any
     list of a msgspec codec's values encodes as each of them would, one after the other."""
     form = _form(codec)
     kinds = set(map(type, objects))
-    if bytes in kinds and form in ("json", "msgpack"):
+    if form in ("json", "msgpack") and any(issubclass(kind, bytes) for kind in kinds):
         form = "items"  # a bytes key is written as it is (``encode_key``), not encoded
     elif form == "str" and not kinds <= {str}:
         form = "items"  # encoded one by one: the codec's own error, as at a checkpoint
     if form == "json":
         return _Column(form, msgspec.json.encode(objects))
-    if form in ("msgpack", "str"):
+    if form != "items":  # msgpack, str and raw: a msgpack list
         return _Column(form, msgspec.msgpack.encode(objects))
-    if form == "raw":
-        return _Column(form, msgspec.msgpack.encode(objects))
-    return _Column("items", msgspec.msgpack.encode([encode(o) for o in objects]))
+    return _Column(form, msgspec.msgpack.encode([encode(o) for o in objects]))
 
 
 def _decode_column(codec: Any, column: _Column) -> list[Any]:
