@@ -1,19 +1,29 @@
 """Table stores: a restart from local state against a full replay; disk against memory.
 
-    python -m benchmarks.state_stores [--keys 200000] [--repeat 3]
+    python -m benchmarks.state_stores [--keys 1000000] [--repeat 3] [--brokers memory,tansu]
+    python -m benchmarks.state_stores --throughput [--keys 200000] [--repeat 3]
     python -m benchmarks.state_stores --rss --keys 10000000   # opt-in: a long run
     python -m benchmarks.state_stores --takeover [--keys 200000] [--repeat 3]
 
-On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-partition topic:
+A counting table (``counts[key] += 1``) over 4 partitions:
 
-* **restart**: a worker counts one record of each of ``--keys`` keys and stops cleanly
-  (its local state written); then 1 % of the keys change in the changelog (as another
-  worker would write them while this one was away), and a new worker starts. Timed from
-  its start until it is ready (joined, tables recovered), in paired rounds: ``rocksdb://``
-  and ``memory://`` with a data directory (its snapshots) replay the 1 % tail, against
-  ``memory://`` without one, which replays the whole changelog. The counts are checked.
-* **throughput**: the same agent over ``--keys`` records of ``--keys // 10`` keys, records
-  per second from start to idle on ``rocksdb://`` against ``memory://``.
+* **restart** (the default), on the memory broker and on Tansu (started for the run, or
+  ``--bootstrap`` a running Kafka): the table's changelog holds ``--keys`` keys, each
+  counted once. A first worker, in a process of its own, recovers it into a data
+  directory and checkpoints (its databases, or its memory store's snapshots, stamped
+  with the changelog offset), then stops cleanly, or is killed (SIGKILL) right after
+  that checkpoint. Four of them: ``rocksdb://`` and ``memory://`` with a data directory
+  (snapshots), each stopped both ways. (On the memory broker, whose log lives in the
+  worker's process, each first worker writes the same changelog into its own broker
+  first, as the benchmark's process does into its own: the same keys in the same order,
+  the same offsets.) Then 1 % of the keys change in the changelog (as another worker
+  would write them), and a new worker starts on a copy of what each first worker left,
+  timed from its start until it is ready (joined, tables recovered), and by its table
+  recovery alone (what its ``tables recovered`` line says), in paired rounds against
+  ``memory://`` without a data directory, which replays the whole changelog. Every
+  restarted table is checked. The ratios full replay / restart are printed.
+* ``--throughput``: the same agent over ``--keys`` records of ``--keys // 10`` keys,
+  records per second from start to idle on ``rocksdb://`` against ``memory://``.
 * ``--rss``: one worker counting ``--keys`` distinct keys, committing every second, on
   each store in a process of its own, the two at once: its peak RSS, records per second
   and per CPU second (loading the input not counted), and the disk store's against the
@@ -22,7 +32,8 @@ On the memory broker, with a counting agent (``counts[key] += 1``) over a 4-part
   the counts are checked. ``--store`` runs one store alone. Not in CI.
 * ``--takeover``: two workers share the 4 partitions of a table of ``--keys`` keys; one
   leaves, and the other takes its partitions over. Timed from the moment it left until
-  the other is ready holding every partition, in paired rounds: with standby replicas
+  the other is ready holding every partition, in paired rounds, on ``memory://`` and on
+  ``rocksdb://`` (each worker with a data directory of its own): with standby replicas
   (``App(standby_replicas=1)``: the gap only) against without (the partitions' whole
   changelogs). The counts are checked.
 """
@@ -35,6 +46,7 @@ import gc
 import json
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,11 +56,13 @@ from pathlib import Path
 from typing import Any
 
 import flowkit
+from benchmarks.kafka_broker import kafka_broker
 from benchmarks.rounds import report
 from flowkit.logs import configure_logging
 from flowkit.records import TopicPartition
+from flowkit.runtime.tables.keeper import StateKeeper
 from flowkit.testing import TestDriver
-from flowkit.transports import MemoryBroker, MemoryTransport
+from flowkit.transports import MemoryBroker, MemoryTransport, OutRecord, transport_from_url
 
 APP = "stores-bench"
 PARTITIONS = 4
@@ -111,47 +125,235 @@ async def start_to_ready(
         return elapsed, dict(worker.state.stores[table].items())
 
 
-def restart_round(keys: list[str]) -> dict[str, float]:
-    """One paired round of the restart comparison."""
-    out: dict[str, float] = {}
-    changed = keys[: max(1, len(keys) // 100)]
-    for label, store, local in (
-        ("full replay (memory://)", "memory://", False),
-        ("snapshot (memory:// + data_dir)", "memory://", True),
-        ("rocksdb://", "rocksdb://", True),
-    ):
-        data_dir = Path(tempfile.mkdtemp(prefix="flowkit-bench-")) if local else None
-        try:
-            broker = MemoryBroker(retention_records=None)
-            load_keys(broker, keys)
-            app, _, _ = make_app(store, data_dir)
-            asyncio.run(run_to_idle(app, broker))
-            load_keys(broker, changed)  # the 1 % tail: counted by a worker with no state
-            app, _, _ = make_app(store, None)
-            elsewhere = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
-            asyncio.run(run_to_idle(app, broker, data_dir=elsewhere))
-            shutil.rmtree(elsewhere, ignore_errors=True)
-            gc.collect()
-            app, _, counts = make_app(store, data_dir)
-            out[label], table = asyncio.run(start_to_ready(app, broker, data_dir, counts))
-            want = {key: 1 for key in keys} | {key: 2 for key in changed}
-            if table != want:
-                wrong = sum(1 for k in want if table.get(k) != want[k])
-                raise SystemExit(f"{label}: {wrong:,} of {len(want):,} counts are wrong")
-        finally:
-            if data_dir is not None:
-                shutil.rmtree(data_dir, ignore_errors=True)
-    return out
+# -- restart after a clean stop or a kill -9 ----------------------------------------------
+
+FULL = "full replay (memory://)"
+# (label, store, stop): the forms that restart from local state, each after its stop.
+LOCAL_FORMS = (
+    ("rocksdb://, clean stop", "rocksdb://", "clean"),
+    ("rocksdb://, kill -9", "rocksdb://", "kill"),
+    ("snapshot, clean stop", "memory://", "clean"),
+    ("snapshot, kill -9", "memory://", "kill"),
+)
 
 
-async def takeover(keys: list[str], standby_replicas: int) -> float:
+def changelog_app(store: str) -> tuple[flowkit.App, Any]:
+    """The counting app, its local state snapshotted at every checkpoint (a memory store
+    with a data directory), and its table."""
+    app, _, counts = make_app(store, None)
+    app.snapshot_interval = 0.001
+    return app, counts
+
+
+def transport_for(url: str, broker: MemoryBroker | None) -> Any:
+    """A transport to the run's broker: the memory broker given, or Kafka at ``url``."""
+    return MemoryTransport(broker) if broker is not None else transport_from_url(url)
+
+
+async def write_changelog(transport: Any, items: list[tuple[str, int]]) -> None:
+    """Write ``items`` (key, count) to the table's changelog, as a counting worker would
+    (each key to its partition, encoded by the table's codecs)."""
+    app, counts = changelog_app("memory://")
+    await transport.create_topics(StateKeeper.specs_for(app))
+    by_partition: dict[int, list[OutRecord]] = {}
+    encode = counts.value_codec.encode
+    for key, value in items:
+        record = (counts.encode_key(key), encode(value), (), None)
+        by_partition.setdefault(counts.partition_of(key), []).append(record)
+    producer = transport.producer()
+    await producer.start()
+    try:
+        for p, records in sorted(by_partition.items()):
+            for i in range(0, len(records), 5_000):
+                await producer.send_batch(counts.changelog_topic, p, records[i : i + 5_000])
+        await producer.flush()
+    finally:
+        await producer.aclose()
+
+
+def preload(url: str, keys: list[str]) -> MemoryBroker | None:
+    """The changelog of a table of ``keys``, each counted once: written to Kafka at
+    ``url``, or to a new memory broker (returned). The same keys give the same offsets."""
+    broker = MemoryBroker(retention_records=None) if url == "memory://" else None
+    asyncio.run(write_changelog(transport_for(url, broker), [(key, 1) for key in keys]))
+    return broker
+
+
+async def first_run(url: str, broker: MemoryBroker | None, store: str, data_dir: Path) -> None:
+    """Recover the table into ``data_dir`` (its own worker, group and process), checkpoint,
+    say so on stdout; then wait to be killed (``--kill``) or stop cleanly."""
+    app, _ = changelog_app(store)
+    worker = flowkit.Worker(
+        app,
+        transport=transport_for(url, broker),
+        data_dir=data_dir,
+        commit_interval=3600,  # the one checkpoint below, then no other before the kill
+        status_interval=None,
+    )
+    async with worker:
+        deadline = time.perf_counter() + 3600
+        while not worker.ready:
+            if worker.error is not None or time.perf_counter() > deadline:
+                raise SystemExit(f"the first worker did not become ready: {worker.error!r}")
+            await asyncio.sleep(0.01)
+        await worker.checkpoint()  # writes the snapshots (and the databases' stamps)
+        print("checkpointed", flush=True)
+        if KILL:
+            await asyncio.sleep(3600)  # the parent kills this process now (SIGKILL)
+
+
+# A killed member leaves the group when its session times out: soon, for the next run.
+KAFKA_QUERY = "session_timeout_ms=2000&heartbeat_interval_ms=400"
+KILL = False  # set by --kill in a first run's process
+
+
+def run_first(url: str, store: str, data_dir: Path, keys: int, stop: str) -> None:
+    """A first run in a process of its own (``--first-run``): a clean stop, or a kill -9
+    of the process after its checkpoint."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.state_stores",
+        "--first-run",
+        store,
+        "--url",
+        url,
+        "--data-dir",
+        str(data_dir),
+        "--keys",
+        str(keys),
+        *(["--kill"] if stop == "kill" else []),
+    ]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()  # "checkpointed", or "" if it failed
+        if line.strip() != "checkpointed":
+            child.wait(timeout=600)
+            raise SystemExit(f"the first run ({store}, {stop}) failed ({child.returncode})")
+        if stop == "kill":
+            child.send_signal(signal.SIGKILL)
+        if child.wait(timeout=600) not in (0, -signal.SIGKILL):
+            raise SystemExit(f"the first run ({store}, {stop}) failed ({child.returncode})")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+async def restart(
+    url: str, broker: MemoryBroker | None, store: str, data_dir: Path | None
+) -> tuple[float, float, dict[str, int]]:
+    """Seconds from a worker's start until it is ready, and of its table recovery alone
+    (as its ``tables recovered`` line says), and then its table."""
+    app, counts = changelog_app(store)
+    worker = flowkit.Worker(
+        app,
+        transport=transport_for(url, broker),
+        data_dir=data_dir,
+        status_interval=None,
+    )
+    recovering = worker.state.recover
+    recovery = [0.0]
+
+    async def timed(partitions: Any) -> None:
+        started = time.perf_counter()
+        await recovering(partitions)
+        recovery[0] += time.perf_counter() - started
+
+    worker.state.recover = timed  # type: ignore[method-assign]
+    started = time.perf_counter()
+    async with worker:
+        deadline = started + 3600
+        while not worker.ready:
+            if worker.error is not None or time.perf_counter() > deadline:
+                raise SystemExit(f"the worker did not become ready: {worker.error!r}")
+            await asyncio.sleep(0.001)
+        elapsed = time.perf_counter() - started
+        return elapsed, recovery[0], dict(worker.state.stores[counts].items())
+
+
+def restart_rounds(url: str, keys: list[str], repeat: int) -> list[dict[str, tuple[float, float]]]:
+    """The restart comparison on one broker: the first runs (a process each), 1 % of the
+    keys changed in the changelog since, then paired rounds of restarts, each from a copy
+    of what its first run left. Every restarted table is checked."""
+    broker = preload(url, keys)
+    work = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
+    try:
+        left: dict[str, Path] = {}
+        for label, store, stop in LOCAL_FORMS:
+            left[label] = work / f"first-{len(left)}"
+            run_first(url, store, left[label], len(keys), stop)
+        changed = keys[::100]
+        asyncio.run(write_changelog(transport_for(url, broker), [(key, 2) for key in changed]))
+        if broker is None:  # the group forgets the killed member (KAFKA_QUERY's timeout)
+            time.sleep(3)
+        want = {key: 1 for key in keys} | {key: 2 for key in changed}
+        rounds = []
+        for n in range(repeat):
+            out: dict[str, tuple[float, float]] = {}
+            forms = [(FULL, "memory://", None), *LOCAL_FORMS]
+            for i, (label, store, _) in enumerate(forms if n % 2 == 0 else forms[::-1]):
+                data_dir = None
+                if label != FULL:
+                    data_dir = work / f"round-{n}-{i}"
+                    shutil.copytree(left[label], data_dir)
+                gc.collect()
+                start, recovery, table = asyncio.run(restart(url, broker, store, data_dir))
+                if table != want:
+                    wrong = sum(1 for k in want if table.get(k) != want[k])
+                    raise SystemExit(f"{label}: {wrong:,} of {len(want):,} counts are wrong")
+                del table
+                out[label] = (start, recovery)
+                if data_dir is not None:
+                    shutil.rmtree(data_dir, ignore_errors=True)
+            rounds.append({label: out[label] for label in [FULL, *(f[0] for f in LOCAL_FORMS)]})
+        return rounds
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report_restarts(rounds: list[dict[str, tuple[float, float]]]) -> None:
+    """Per form: start to ready and the recovery alone, medians and ranges; the ratios
+    full replay / restart, medians and ranges of the per-round ratios."""
+    print(f"{len(rounds)} paired rounds; median (range)")
+    print(f"{'':<26} {'start to ready, s':>22} {'recovery, s':>22} {'full / this':>24}")
+    for label in rounds[0]:
+        cells = []
+        for which in (0, 1):
+            seconds = sorted(r[label][which] for r in rounds)
+            cells.append(f"{statistics.median(seconds):.3f} ({seconds[0]:.3f}-{seconds[-1]:.3f})")
+        ratios = sorted(r[FULL][0] / r[label][0] for r in rounds)
+        recovery = sorted(r[FULL][1] / r[label][1] for r in rounds)
+        ratio = (
+            f"{statistics.median(ratios):5.1f}x / {statistics.median(recovery):5.1f}x"
+            if label != FULL
+            else ""
+        )
+        print(f"{label:<26} {cells[0]:>22} {cells[1]:>22} {ratio:>24}")
+    print("full / this: ready, then recovery alone; ranges of the ratios:")
+    for label in list(rounds[0])[1:]:
+        ratios = sorted(r[FULL][0] / r[label][0] for r in rounds)
+        recovery = sorted(r[FULL][1] / r[label][1] for r in rounds)
+        print(
+            f"  {label:<24} ready {ratios[0]:.1f}-{ratios[-1]:.1f}x, "
+            f"recovery {recovery[0]:.1f}-{recovery[-1]:.1f}x"
+        )
+
+
+TAKEOVER_STORES = ("memory://", "rocksdb://")
+
+
+async def takeover(keys: list[str], store: str, standby_replicas: int, work: Path) -> float:
     """Seconds from one of two workers leaving until the other is ready with its
-    partitions; the counts are checked."""
+    partitions; the counts are checked. Each worker has a data directory of its own
+    under ``work`` (the memory store's is not used: it has no snapshot interval)."""
     broker = MemoryBroker(retention_records=None)
     load_keys(broker, keys)
-    app, _, counts = make_app("memory://", None, standby_replicas)
-    staying = flowkit.Worker(app, transport=MemoryTransport(broker))
-    leaving = flowkit.Worker(app, transport=MemoryTransport(broker))
+    app, _, counts = make_app(store, None, standby_replicas)
+    data = None if store == "memory://" else (work / "staying", work / "leaving")
+    staying = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data and data[0])
+    leaving = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data and data[1])
     deadline = time.perf_counter() + 3600
 
     def wait(what: str) -> None:
@@ -183,16 +385,21 @@ async def takeover(keys: list[str], standby_replicas: int) -> float:
         elapsed = time.perf_counter() - started
         table = dict(staying.state.stores[counts].items())
     if table != {key: 1 for key in keys}:
-        raise SystemExit(f"standby_replicas={standby_replicas}: the counts are wrong")
+        raise SystemExit(f"{store}, standby_replicas={standby_replicas}: the counts are wrong")
     return elapsed
 
 
 def takeover_round(keys: list[str]) -> dict[str, float]:
-    """One paired round of the takeover comparison."""
+    """One paired round of the takeover comparison, on each store."""
     out: dict[str, float] = {}
-    for label, replicas in (("without standby", 0), ("with standby", 1)):
-        gc.collect()
-        out[label] = asyncio.run(takeover(keys, replicas))
+    for store in TAKEOVER_STORES:
+        for label, replicas in (("without", 0), ("with standby", 1)):
+            work = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
+            try:
+                gc.collect()
+                out[f"{store} {label}"] = asyncio.run(takeover(keys, store, replicas, work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -305,7 +512,7 @@ def rss_pair(n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, help="default: 1,000,000 (restart), else 200,000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--rss", action="store_true", help="peak RSS and records/s of each store (opt-in, long)"
@@ -317,8 +524,24 @@ def main() -> None:
     parser.add_argument(
         "--takeover", action="store_true", help="a takeover with a standby against without"
     )
+    parser.add_argument(
+        "--brokers",
+        default="memory,tansu",
+        help="the restart's brokers, of memory and tansu (default: both)",
+    )
+    parser.add_argument("--bootstrap", help="host:port of a running Kafka instead of Tansu")
+    parser.add_argument(
+        "--throughput", action="store_true", help="the counting agent's records/s on each store"
+    )
+    parser.add_argument("--first-run", help=argparse.SUPPRESS)  # a restart's first worker
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--kill", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning", "console")
+    if args.keys is None:
+        restarts = not (args.takeover or args.throughput or args.rss or args.first_run)
+        args.keys = 1_000_000 if restarts else 200_000
     if args.rss and args.store is None:
         rss_pair(args.keys)
         return
@@ -327,6 +550,12 @@ def main() -> None:
         print(json.dumps(result) if args.json else f"{args.store}: {result}")
         return
     keys = [f"user-{i:08d}" for i in range(args.keys)]
+    if args.first_run is not None:
+        global KILL
+        KILL = args.kill
+        broker = preload(args.url, keys) if args.url == "memory://" else None
+        asyncio.run(first_run(args.url, broker, args.first_run, Path(args.data_dir)))
+        return
     if args.takeover:
         print(f"takeover of a worker's partitions, {args.keys:,} keys: left to ready")
         rounds = [takeover_round(keys) for _ in range(args.repeat)]
@@ -334,24 +563,34 @@ def main() -> None:
             rounds,
             args.keys,
             "key",
-            [("with standby / without", "with standby", "without standby")],
+            [
+                (f"{store} with standby / without", f"{store} with standby", f"{store} without")
+                for store in TAKEOVER_STORES
+            ],
         )
         for label in rounds[0]:
-            seconds = statistics.median(r[label] for r in rounds)
-            print(f"{label}: {seconds * 1000:,.1f} ms from leaving to ready (median)")
+            seconds = sorted(r[label] for r in rounds)
+            print(
+                f"{label}: {statistics.median(seconds) * 1000:,.1f} ms from leaving to ready"
+                f" (median; {seconds[0] * 1000:,.1f}-{seconds[-1] * 1000:,.1f})"
+            )
         return
-    print(f"restart after a clean stop, {args.keys:,} keys, 1 % changed since: start to ready")
-    rounds = [restart_round(keys) for _ in range(args.repeat)]
-    base = "full replay (memory://)"
-    report(
-        rounds,
-        args.keys,
-        "key",
-        [(f"{label} / full replay", label, base) for label in rounds[0] if label != base],
-    )
-    print(f"\nthe counting agent, {args.keys:,} records of {args.keys // 10:,} keys")
-    rounds = [throughput_round(args.keys) for _ in range(args.repeat)]
-    report(rounds, args.keys, "record", [("rocksdb:// / memory://", "rocksdb://", "memory://")])
+    if args.throughput:
+        print(f"the counting agent, {args.keys:,} records of {args.keys // 10:,} keys")
+        rounds = [throughput_round(args.keys) for _ in range(args.repeat)]
+        report(rounds, args.keys, "record", [("rocksdb:// / memory://", "rocksdb://", "memory://")])
+        return
+    for broker_name in args.brokers.split(","):
+        print(
+            f"\nrestart on the {broker_name} broker, {args.keys:,} keys, 1 % changed since the"
+            " first run's checkpoint: start to ready"
+        )
+        if broker_name == "memory":
+            report_restarts(restart_rounds("memory://", keys, args.repeat))
+            continue
+        with kafka_broker(args.bootstrap) as (address, _):
+            url = f"kafka://{address}?{KAFKA_QUERY}"
+            report_restarts(restart_rounds(url, keys, args.repeat))
 
 
 if __name__ == "__main__":

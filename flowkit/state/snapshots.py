@@ -24,12 +24,15 @@ offset.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import structlog
 
+from ..codecs import JsonCodec, MsgpackCodec, RawCodec, StrCodec
+from ..errors import DecodeError
 from .local import Stamp, partition_dir
 from .stores import TableStore
 
@@ -39,18 +42,78 @@ log = structlog.get_logger(__name__)
 
 NAME = "snapshot.msgpack"
 
-Captured = tuple[list[bytes], list[bytes], list[int]]
-"""A partition's encoded keys and values, and their write times (empty without ttl=)."""
+Captured = tuple["_Column", "_Column", list[int]]
+"""A partition's keys and values, each encoded as one column, and their write times
+(empty without ttl=)."""
+
+
+class _Column(msgspec.Struct, array_like=True):
+    """A partition's keys, or its values, in order: ``data`` is one document holding them
+    all, in the codec's own format where it is a msgspec one (``form`` names which), so a
+    load decodes a column in one call; else (``items``) a msgpack list of each one's
+    bytes, as the changelog has them."""
+
+    form: str
+    data: bytes
 
 
 class _Snapshot(msgspec.Struct, array_like=True):
     stamp: bytes
-    keys: list[bytes]
-    values: list[bytes]
+    keys: _Column
+    values: _Column
     times: list[int] = []  # each key's write time, for a table with ttl= (else empty)
 
 
 _decoder = msgspec.msgpack.Decoder(_Snapshot)
+_items = msgspec.msgpack.Decoder(list[bytes])
+
+
+def _form(codec: Any) -> str:
+    """How a column of ``codec``'s values is stored (the exact classes only: a subclass
+    may encode otherwise)."""
+    kind = type(codec)
+    if kind is JsonCodec:
+        return "json"
+    if kind is MsgpackCodec:
+        return "msgpack"
+    if kind is StrCodec:
+        return "str"
+    if kind is RawCodec:
+        return "raw"
+    return "items"
+
+
+def _encode_column(codec: Any, encode: Callable[[Any], bytes], objects: list[Any]) -> _Column:
+    """``objects`` as one column: what ``encode`` gives each of them, in one document. A
+    list of a msgspec codec's values encodes as each of them would, one after the other."""
+    form = _form(codec)
+    kinds = set(map(type, objects))
+    if form in ("json", "msgpack") and any(issubclass(kind, bytes) for kind in kinds):
+        form = "items"  # a bytes key is written as it is (``encode_key``), not encoded
+    elif form == "str" and not kinds <= {str}:
+        form = "items"  # encoded one by one: the codec's own error, as at a checkpoint
+    if form == "json":
+        return _Column(form, msgspec.json.encode(objects))
+    if form != "items":  # msgpack, str and raw: a msgpack list
+        return _Column(form, msgspec.msgpack.encode(objects))
+    return _Column(form, msgspec.msgpack.encode([encode(o) for o in objects]))
+
+
+def _decode_column(codec: Any, column: _Column) -> list[Any]:
+    """The objects of ``column`` (a codec's or msgspec's error if it does not decode)."""
+    form = column.form
+    if form == "items":
+        decode = getattr(codec, "raw_decode", None) or codec.decode
+        return list(map(decode, _items.decode(column.data)))
+    if form != _form(codec):
+        raise DecodeError(f"a column is {form}, not {_form(codec)}")
+    if form == "json":
+        return msgspec.json.decode(column.data, type=list[codec.type])
+    if form == "msgpack":
+        return msgspec.msgpack.decode(column.data, type=list[codec.type])
+    if form == "str":
+        return msgspec.msgpack.decode(column.data, type=list[str])
+    return _items.decode(column.data)
 
 
 class SnapshotFiles:
@@ -87,10 +150,12 @@ class SnapshotFiles:
         data = store.partition_data(partition)
         if data is None:
             return None
-        encode_key = store.table.encode_key
-        encode = store.table.value_codec.encode
-        keys = [encode_key(k) for k in data]
-        return keys, [encode(v) for v in data.values()], store.partition_times(partition)
+        table = store.table
+        return (
+            _encode_column(table.key_codec, table.encode_key, list(data)),
+            _encode_column(table.value_codec, table.value_codec.encode, list(data.values())),
+            store.partition_times(partition),
+        )
 
     def write(
         self,
@@ -132,13 +197,18 @@ class SnapshotFiles:
             self._refuse(store, partition, path, f"it does not decode ({exc})")
             return None
         why = self._stamp(store, partition).mismatch(stamp)
-        if why is None and store.ttl is not None and len(snapshot.times) != len(snapshot.keys):
-            why = "it has no write times (it was written before the table had a ttl)"
         if why is not None:
             self._refuse(store, partition, path, why)
             return None
+        table = store.table
         try:
-            store.load_encoded(partition, snapshot.keys, snapshot.values, snapshot.times)
+            keys = _decode_column(table.key_codec, snapshot.keys)
+            if store.ttl is not None and len(snapshot.times) != len(keys):
+                why = "it has no write times (it was written before the table had a ttl)"
+                self._refuse(store, partition, path, why)
+                return None
+            values = _decode_column(table.value_codec, snapshot.values)
+            store.load(partition, keys, values, snapshot.times)
         except Exception as exc:  # a codec's own error: the snapshot is not usable
             store.reset(partition)
             self._refuse(store, partition, path, f"a record does not decode ({exc})")

@@ -168,25 +168,23 @@ class TableStore(Generic[K, V]):
         written = self._written.get(partition, {})
         return [written.get(k, 0) for k in self._data.get(partition, {})]
 
-    def load_encoded(
-        self, partition: int, keys: list[bytes], values: list[bytes], times: Sequence[int] = ()
+    def load(
+        self, partition: int, keys: list[Any], values: list[Any], times: Sequence[int] = ()
     ) -> None:
-        """Fill ``partition`` from encoded keys and values (a snapshot), and, for a table
-        whose keys expire, their write times; a codec's error propagates (the snapshot is
-        then not used)."""
+        """Fill ``partition`` with these keys and values (a snapshot's, decoded), and, for
+        a table whose keys expire, their write times (``DecodeError`` if they do not pair
+        up: the snapshot is then not used)."""
         if len(keys) != len(values):
             raise DecodeError("a snapshot has as many keys as values")
         if self.ttl is not None and len(times) != len(keys):
             raise DecodeError("a snapshot of a table with ttl= has a write time per key")
-        data = self._data.setdefault(partition, {})
-        # The codecs' own C decoders where they have them (a snapshot holds millions).
-        key_codec, value_codec = self.table.key_codec, self.table.value_codec
-        key_decode = getattr(key_codec, "raw_decode", None) or key_codec.decode
-        decode = getattr(value_codec, "raw_decode", None) or value_codec.decode
-        decoded = list(map(key_decode, keys))
-        data.update(zip(decoded, map(decode, values), strict=True))
+        data = self._data.get(partition)
+        if data:
+            data.update(zip(keys, values, strict=True))
+        else:  # built in one go (a snapshot holds millions)
+            self._data[partition] = dict(zip(keys, values, strict=True))
         if self.ttl is not None:
-            self._written[partition] = dict(zip(decoded, times, strict=True))
+            self._written[partition] = dict(zip(keys, times, strict=True))
             self._index[partition] = index = ExpiryIndex()
             index.rebuild(self._written[partition], self.ttl)
             if times:

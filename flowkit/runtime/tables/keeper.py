@@ -43,7 +43,7 @@ from ...state.windowed.disk_store import DiskWindowedStore
 from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
-from .standby import Standbys
+from .standby import Standbys, Taken
 
 __all__ = ["StateKeeper"]
 
@@ -240,12 +240,16 @@ class StateKeeper:
         for table in self.partitioned:
             store = self.stores[table]
             fresh = [p for p in wanted if p < table.partitions and p not in store.held()]
+            placed = self._place_standbys(store, fresh)
             store.assign(fresh)
             for p in fresh:
                 tp = TopicPartition(table.changelog_topic, p)
                 tps[tp] = store
                 names.add(table.name)
-                start = self._take_standby(store, p)
+                if p in placed:
+                    start = self._placed(store, p, placed[p])
+                else:
+                    start = self._take_standby(store, p)
                 if start is not None:
                     starts[tp] = start
                     warm.add(tp)
@@ -306,6 +310,37 @@ class StateKeeper:
         else:
             store.adopt(partition, data or {})
         self.offsets[(store.table, partition)] = offset
+        return offset
+
+    def _place_standbys(self, store: Any, partitions: Sequence[int]) -> dict[int, Taken]:
+        """Move the ``rocksdb://`` standby copies of those ``partitions`` this worker keeps
+        no local state of into their place, before the partitions are opened (side by side):
+        each is opened once, as the owner's database."""
+        placed: dict[int, Taken] = {}
+        if not isinstance(store, RocksTableStore) or not self._standing_by(store):
+            return placed
+        copy = self.standbys.stores[store.table]
+        assert isinstance(copy, RocksTableStore)
+        for p in partitions:
+            target, source = store.path(p), copy.path(p)
+            if target.exists():
+                continue  # its own state: compared with the copy's (``_take_standby``)
+            taken = self.standbys.take(store.table, p)  # the copy's database closed
+            if taken is None:
+                continue
+            if source.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source.rename(target)
+            placed[p] = taken
+        return placed
+
+    def _placed(self, store: Any, partition: int, taken: Taken) -> int | None:
+        """The changelog offset of a standby copy ``_place_standbys`` moved into place, as
+        its stamp says once opened (None: it did not open, and was rebuilt empty)."""
+        store.rejected.extend(taken[2])  # dead-lettered after the gap, as a replay would
+        offset: int | None = store.local_offset(partition)
+        if offset is not None:
+            self.offsets[(store.table, partition)] = offset
         return offset
 
     def _open_local(self, store: Any, partition: int) -> int | None:
