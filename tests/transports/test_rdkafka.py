@@ -8,6 +8,7 @@ and that its blocking calls stay off the event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
@@ -26,6 +27,7 @@ from flowkit.transports.rdkafka import RdkafkaTransport, map_rdkafka_errors
 from flowkit.transports.rdkafka.batches import Held, batches_of, runs_of
 from flowkit.transports.rdkafka.consumer import _watermarks
 from flowkit.transports.rdkafka.settings import client_config
+from flowkit.transports.rdkafka.transport import _LIBRDKAFKA_LOG
 
 
 def unique(prefix: str) -> str:
@@ -292,3 +294,16 @@ async def test_exactly_once_batches_hold_at_most_a_fetch_of_a_partition(
         assert listener.owned == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
     finally:
         await t.aclose()
+
+
+def test_a_failed_broker_connection_is_left_to_the_broker_watch() -> None:
+    # librdkafka's FAIL lines (a connection refused, reset or timed out) are not logged:
+    # error_cb hints the broker watch, which reports an outage once, if it lasts.
+    def line(message: str) -> logging.LogRecord:
+        return _LIBRDKAFKA_LOG.makeRecord(
+            _LIBRDKAFKA_LOG.name, logging.ERROR, __file__, 1, message, None, None
+        )
+
+    failed = "FAIL [p#producer-2] [thrd:127.0.0.1:1/bootstrap]: Connect to 127.0.0.1:1 failed"
+    assert not _LIBRDKAFKA_LOG.filter(line(failed))
+    assert _LIBRDKAFKA_LOG.filter(line("SASL [p#producer-2] [thrd:main]: mechanism refused"))

@@ -51,7 +51,16 @@ _LIBRDKAFKA_LOG = logging.getLogger("flowkit.transports.rdkafka.librdkafka")
 # confluent-kafka hands a client's log lines to the logger in the thread that polls it: while
 # connecting, its per-attempt failures are the connect loop's to report (once), not logged.
 _QUIET = threading.local()
-_LIBRDKAFKA_LOG.addFilter(lambda _: not getattr(_QUIET, "on", False))
+
+
+def _worth_logging(record: logging.LogRecord) -> bool:
+    # A broker connection that failed (librdkafka's FAIL lines) is the broker watch's to
+    # report, once, if it lasts: error_cb hints it. Logged, one reset under load would
+    # print an ERROR line while nothing is wrong.
+    return not getattr(_QUIET, "on", False) and not record.getMessage().startswith("FAIL ")
+
+
+_LIBRDKAFKA_LOG.addFilter(_worth_logging)
 
 
 # librdkafka's codes for "a broker connection failed" and "no broker is reachable".
