@@ -180,18 +180,11 @@ class DiskWindowedStore(WindowedStore):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def windows(self, key: Any) -> dict[Window, Any]:
-        """Every window this worker knows for ``key``, open and closed (until expiry)."""
-        spec = self.spec
-        combine = self.table.combine
+    def _owned(self, key: Any, local: dict[int, dict[int, Any]]) -> dict[Window, Any]:
+        spec, combine = self.spec, self.table.combine
         out: dict[Window, Any] = {}
         owners = self.owners
         owner = owners.owners.get(self.table.partition_of(key))
-        local: dict[int, dict[int, Any]] = {}
-        for p, part in self.parts.items():
-            for start, window in part.partials.items():
-                if key in window:
-                    local.setdefault(start, {})[p] = window[key]
         if owner is not None:
             for start in sorted(owner.closed_starts):
                 found, value = owners.final_of(owner, start, key)
@@ -203,15 +196,7 @@ class DiskWindowedStore(WindowedStore):
                     if start in local:
                         parts = {**parts, **local.pop(start)}
                     out[spec.window(start)] = fold_sources(combine, parts)
-        for start, parts in local.items():
-            w = spec.window(start)
-            value = fold_sources(combine, parts)
-            out[w] = value if w not in out else combine(out[w], value)
-        aggregation = self.table.aggregation
-        if aggregation is not None and aggregation.result is not None:
-            finish = aggregation.result
-            return {w: finish(acc) for w, acc in sorted(out.items())}
-        return dict(sorted(out.items()))
+        return out
 
     def __iter__(self) -> Iterator[Any]:
         keys: set[Any] = set()

@@ -61,8 +61,6 @@ class WindowedStore(TwoStages[Part], Stage1):
         """Every window this worker knows for ``key``, open and closed (until expiry)."""
         spec = self.spec
         combine = self.table.combine
-        out: dict[Window, Any] = {}
-        owner = self.owners.owners.get(self.table.partition_of(key))
         # The partials of the source partitions held here: a window still open on its
         # source is newest there (a running update that reached the owner may be older).
         local: dict[int, dict[int, Any]] = {}
@@ -70,6 +68,23 @@ class WindowedStore(TwoStages[Part], Stage1):
             for start, window in part.partials.items():
                 if key in window:
                     local.setdefault(start, {})[p] = window[key]
+        out = self._owned(key, local)  # takes from ``local`` what it folds in
+        for start, parts in local.items():
+            w = spec.window(start)
+            value = fold_sources(combine, parts)
+            out[w] = value if w not in out else combine(out[w], value)
+        aggregation = self.table.aggregation
+        if aggregation is not None and aggregation.result is not None:
+            finish = aggregation.result
+            return {w: finish(acc) for w, acc in sorted(out.items())}
+        return dict(sorted(out.items()))
+
+    def _owned(self, key: Any, local: dict[int, dict[int, Any]]) -> dict[Window, Any]:
+        """``key``'s windows in the partition this worker owns, if it does: closed ones'
+        final values, open ones' partials folded with those of ``local`` (popped)."""
+        spec, combine = self.spec, self.table.combine
+        out: dict[Window, Any] = {}
+        owner = self.owners.owners.get(self.table.partition_of(key))
         if owner is not None:
             for start, finals in owner.closed.items():
                 if key in finals:
@@ -80,15 +95,7 @@ class WindowedStore(TwoStages[Part], Stage1):
                     if start in local:
                         parts = {**parts, **local.pop(start)}
                     out[spec.window(start)] = fold_sources(combine, parts)
-        for start, parts in local.items():
-            w = spec.window(start)
-            value = fold_sources(combine, parts)
-            out[w] = value if w not in out else combine(out[w], value)
-        aggregation = self.table.aggregation
-        if aggregation is not None and aggregation.result is not None:
-            finish = aggregation.result
-            return {w: finish(acc) for w, acc in sorted(out.items())}
-        return dict(sorted(out.items()))
+        return out
 
     def __iter__(self) -> Iterator[Any]:
         keys: set[Any] = set()
