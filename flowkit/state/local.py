@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -41,6 +41,20 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     offset: int = -1
     format: int = FORMAT
     timed: bool = False  # values carry their write time (a table with ttl=)
+
+    @classmethod
+    def of(cls, declared: Any, partition: int, broker: str, **more: Any) -> Stamp:
+        """The stamp of partition ``partition`` of ``declared`` (a table or a join: its
+        ``app_name``, ``name`` and ``partitions``) on ``broker``; ``more`` sets
+        ``format`` or ``timed``."""
+        return cls(
+            app=declared.app_name,
+            table=declared.name,
+            partition=partition,
+            partitions=declared.partitions,
+            broker=broker,
+            **more,
+        )
 
     def with_offset(self, offset: int) -> Stamp:
         """This stamp at ``offset``."""

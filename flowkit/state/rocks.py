@@ -236,15 +236,7 @@ class RocksTableStore(Generic[K, V]):
 
     def stamp(self, partition: int) -> Stamp:
         """The stamp this worker's state of ``partition`` must carry."""
-        table = self.table
-        return Stamp(
-            app=table.app_name,
-            table=table.name,
-            partition=partition,
-            partitions=table.partitions,
-            broker=self.broker,
-            timed=self.ttl is not None,
-        )
+        return Stamp.of(self.table, partition, self.broker, timed=self.ttl is not None)
 
     def touch(self, partition: int, key: K, ms: int | None) -> None:
         """``key`` of ``partition`` was written at event time ``ms`` (None: at the

@@ -128,14 +128,7 @@ class SnapshotFiles:
         return partition_dir(self.data_dir, table.app_name, table.name, partition) / NAME
 
     def _stamp(self, store: TableStore[Any, Any], partition: int) -> Stamp:
-        table = store.table
-        return Stamp(
-            app=table.app_name,
-            table=table.name,
-            partition=partition,
-            partitions=table.partitions,
-            broker=self.broker,
-        )
+        return Stamp.of(store.table, partition, self.broker)
 
     def save(self, store: TableStore[Any, Any], partition: int, *, offset: int) -> None:
         """Write ``partition``'s state, reflecting the changelog up to ``offset``."""

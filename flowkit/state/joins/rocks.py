@@ -142,14 +142,7 @@ class RocksJoinStore(JoinStore):
 
     def stamp(self, partition: int) -> Stamp:
         """The stamp this worker's state of ``partition`` must carry."""
-        join = self.join
-        return Stamp(
-            app=join.app_name,
-            table=join.name,
-            partition=partition,
-            partitions=join.partitions,
-            broker=self.broker,
-        )
+        return Stamp.of(self.join, partition, self.broker)
 
     def path(self, partition: int) -> Path:
         """The directory of ``partition``'s database."""

@@ -71,15 +71,7 @@ class DiskWindowedStore(WindowedStore):
 
     def stamp(self, partition: int) -> Stamp:
         """The stamp this worker's state of ``partition`` must carry."""
-        table = self.table
-        return Stamp(
-            app=table.app_name,
-            table=table.name,
-            partition=partition,
-            partitions=table.partitions,
-            broker=self.broker,
-            format=disk.FORMAT,
-        )
+        return Stamp.of(self.table, partition, self.broker, format=disk.FORMAT)
 
     def path(self, partition: int) -> Path:
         """The directory of ``partition``'s database."""
