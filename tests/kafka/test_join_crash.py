@@ -9,7 +9,6 @@ killed one left and replays only the changelog after them.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import time
@@ -85,10 +84,6 @@ async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
 
 
 @ON_TANSU
-@pytest.mark.skipif(
-    os.environ.get("FLOWKIT_TEST_DISK_JOIN_CRASH", "") in ("", "0"),
-    reason="opt-in (FLOWKIT_TEST_DISK_JOIN_CRASH=1): about 8 s, over the suite's budget",
-)
 async def test_sigkill_mid_join_on_rocksdb_restarts_from_local_state(
     kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path
 ) -> None:
