@@ -128,7 +128,7 @@ async def test_two_worker_processes_split_ysb_and_count_exactly(
     records, truth = ysb_data_set()
     await client.produce("ysb-events", records)
 
-    # Every window closes once its partitions are caught up and idle for 2 s.
+    # Every window closes once its partitions are caught up and idle (ysb_app.IDLE_TIMEOUT).
     def complete(messages: list) -> bool:
         return len(messages) >= len(truth)
 
