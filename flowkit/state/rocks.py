@@ -18,6 +18,7 @@ a table asks for this store.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -563,6 +564,7 @@ def open_db(rocksdict: Any, path: Path) -> Any:
 
 
 _shared: dict[str, Any] = {}
+_sharing = threading.Lock()
 
 
 def _options(rocksdict: Any) -> Any:
@@ -571,10 +573,10 @@ def _options(rocksdict: Any) -> Any:
     does not grow with the partitions held (its defaults: 128 MB of memtables and an 8 MB
     cache for each); a bloom filter spares the disk a read for most keys it has not got
     (a new key's first ``table[key] += 1``)."""
-    if not _shared:
-        cache = rocksdict.Cache(_BLOCK_CACHE)
-        _shared["cache"] = cache
-        _shared["memtables"] = rocksdict.WriteBufferManager(_MEMTABLES, False)
+    with _sharing:  # databases open side by side, in threads: one set made, once
+        if not _shared:
+            _shared["cache"] = rocksdict.Cache(_BLOCK_CACHE)
+            _shared["memtables"] = rocksdict.WriteBufferManager(_MEMTABLES, False)
     options = rocksdict.Options(raw_mode=True)
     options.set_write_buffer_manager(_shared["memtables"])
     options.set_write_buffer_size(_MEMTABLE)
