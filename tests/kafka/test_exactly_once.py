@@ -5,7 +5,9 @@ table, a stream-stream join) with ``--processing-guarantee exactly_once``. One t
 the worker with SIGKILL three times mid-run; one pauses a worker with SIGSTOP past its
 session timeout while another takes its partitions over, then lets it go on (a zombie).
 Afterwards a ``read_committed`` reader of the outputs must see every result exactly once:
-nothing lost, nothing twice, and every count as the records say.
+nothing lost, nothing twice, and every count as the records say. The kill test also runs
+with every store on ``rocksdb://`` (``eos_disk_app``), each worker on the same data
+directory: each restart must resume from the local state written at the last commit.
 
 Both clients run each test: aiokafka and librdkafka (``client=rdkafka``). The test broker
 keeps records for ever (``log.retention.ms=-1``): these records' event times are years old,
