@@ -509,7 +509,8 @@ def open_database(
 ) -> tuple[Any, Stamp | None]:
     """The database of one partition at ``path`` and the stamp it carries, if that is
     ``want`` (at any offset); else, with one log line, a fresh one and None (what was
-    there is deleted: the partition is rebuilt from its changelog). ``owner`` names the
+    there is deleted: the partition is rebuilt from its changelog). An empty database
+    (never checkpointed) is used as it is, with None and no line. ``owner`` names the
     table or join in messages."""
     why = None
     db = None
@@ -517,6 +518,10 @@ def open_database(
         try:
             db = _locked_db(rocksdict, path, owner, want.partition, lock_tries)
             raw = db.get(STAMP)
+            if raw is None and next(iter(db.keys()), None) is None:
+                # Opened, never checkpointed (a worker stopped before its first one):
+                # nothing to rebuild, nothing to say.
+                return db, None
             if raw is None:
                 why = "it has no changelog offset"
             else:

@@ -5,7 +5,9 @@ table, a stream-stream join) with ``--processing-guarantee exactly_once``. One t
 the worker with SIGKILL three times mid-run; one pauses a worker with SIGSTOP past its
 session timeout while another takes its partitions over, then lets it go on (a zombie).
 Afterwards a ``read_committed`` reader of the outputs must see every result exactly once:
-nothing lost, nothing twice, and every count as the records say.
+nothing lost, nothing twice, and every count as the records say. The kill test also runs
+with every store on ``rocksdb://`` (``eos_disk_app``), each worker on the same data
+directory: each restart must resume from the local state written at the last commit.
 
 Both clients run each test: aiokafka and librdkafka (``client=rdkafka``). The test broker
 keeps records for ever (``log.retention.ms=-1``): these records' event times are years old,
@@ -20,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -37,6 +41,7 @@ from tests.kafka.conftest import Client, Spawn, WorkerProcess, broker_url
 pytestmark = pytest.mark.kafka
 
 APP = "tests.kafka.apps.eos_app:app"
+DISK_APP = "tests.kafka.apps.eos_disk_app:app"  # every store on rocksdb://
 LISTS_APP = "tests.kafka.apps.eos_lists_app:app"
 GROUP = "eos"
 T0 = 1_700_000_000_000
@@ -210,7 +215,7 @@ async def until_complete(
         assert set(g) == set(w), f"{name}: extra {sorted(set(g) - set(w))[:10]}"
 
 
-def start(workers: Spawn, name: str, url: str, app: str = APP) -> WorkerProcess:
+def start(workers: Spawn, name: str, url: str, app: str = APP, *more: str) -> WorkerProcess:
     return workers(
         name,
         "worker",
@@ -221,7 +226,26 @@ def start(workers: Spawn, name: str, url: str, app: str = APP) -> WorkerProcess:
         "debug",
         "--processing-guarantee",
         "exactly_once",
+        *more,
     )
+
+
+RECOVERED = re.compile(
+    r"tables recovered +from_local_state=(\d+) from_standby=\d+ partitions=\[([^\]]*)\] "
+    r"records=(\d+)"
+)
+
+
+def assert_resumed_from_disk(worker: WorkerProcess) -> None:
+    """Every table partition ``worker`` was given came from its local databases (the last
+    commit's state, then the changelog's tail), none was rebuilt from the changelog."""
+    err = worker.err
+    assert "local state not used" not in err, err[-6000:]
+    lines = RECOVERED.findall(err)
+    assert lines, err[-6000:]
+    for local, partitions, _ in lines:
+        # Each partition: the tally's table, the windowed table and the join's buffers.
+        assert int(local) == 3 * len(partitions.split(",")), (lines, err[-6000:])
 
 
 async def committed_some(
@@ -235,16 +259,26 @@ async def committed_some(
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
 @pytest.mark.parametrize("client", KILL_CLIENTS)
 async def test_three_kills_mid_transaction_lose_and_repeat_nothing(
-    clean_apache_kafka: ApacheKafka, reader: Client, workers: Spawn, client: str
+    clean_apache_kafka: ApacheKafka,
+    reader: Client,
+    workers: Spawn,
+    client: str,
+    store: str,
+    tmp_path: Path,
 ) -> None:
+    # On rocksdb:// every worker uses the same data directory: each restart opens the
+    # state its predecessor wrote at its last commit and replays only the changelog after.
     url = url_for(clean_apache_kafka, client)
+    disk = store == "rocksdb"
+    app, more = (DISK_APP, ("--data-dir", str(tmp_path / "data"))) if disk else (APP, ())
     items, evs = item_set(3_000), event_set(800)
     await produce_inputs(reader, items, evs)
     committed = 0
     for round_ in range(3):
-        worker = start(workers, f"eos-{round_}", url)
+        worker = start(workers, f"eos-{round_}", url, app, *more)
         await committed_some(reader, worker, committed + 1)
         # Commits every 0.3 s or so, the tally agent about 1 ms a record: one is open.
         await asyncio.sleep(random.uniform(0.2, 0.8))
@@ -255,10 +289,14 @@ async def test_three_kills_mid_transaction_lose_and_repeat_nothing(
             sum((await reader.committed(GROUP, "eos-items", PARTITIONS)).values()),
         )
         assert before < committed < len(items), (before, committed, worker.err)
-    last = start(workers, "eos-last", url)
+        if disk and round_ > 0:
+            assert_resumed_from_disk(worker)
+    last = start(workers, "eos-last", url, app, *more)
     await last.wait_for_log("worker started", deadline=30)
     await until_complete(reader, items, evs, 60, last)
     assert await last.stop() == 0, last.err
+    if disk:
+        assert_resumed_from_disk(last)
 
 
 @pytest.mark.parametrize("client", CLIENTS)

@@ -141,6 +141,55 @@ async def test_corrupt_or_foreign_local_state_is_rebuilt_from_the_changelog(
     assert "'other'" in reasons[1]
 
 
+def disk_stores(data_dir: Path) -> list[Any]:
+    """A plain table's, a tumbling table's and a join's stores on ``rocksdb://``."""
+    from flowkit.state.joins.rocks import RocksJoinStore
+    from flowkit.state.windowed.disk_store import DiskWindowedStore
+
+    app = flowkit.App("fresh", partitions=1, store="rocksdb://")
+    table = app.table("t", default=int)
+    windowed = app.table("w", default=int).tumbling(1.0)
+    join = app.join(app.topic("l"), app.topic("r"), within=1.0, name="j")
+    now = lambda: 0  # noqa: E731
+    return [
+        RocksTableStore(table, data_dir=data_dir, broker="memory://"),
+        DiskWindowedStore(windowed, now, data_dir=data_dir, broker="memory://"),
+        RocksJoinStore(join, now, data_dir=data_dir, broker="memory://"),
+    ]
+
+
+def test_a_partition_never_checkpointed_opens_quietly_and_unstamped_data_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    # A worker that stops before its first checkpoint (a crash, a failing start) leaves its
+    # partitions' databases fresh: nothing to rebuild, so nothing to say at the next start.
+    for store in disk_stores(tmp_path):
+        store.assign([0])
+        store.aclose()
+    for _ in range(2):
+        with capture_logs() as logs:
+            for store in disk_stores(tmp_path):
+                store.assign([0])
+                assert store.local_offset(0) is None
+                store.aclose()
+        assert not refused(logs), logs
+    # A database that holds keys without a stamp is not one this store wrote: one line.
+    from rocksdict import Options, Rdict
+
+    for name in ("t", "w", "j"):
+        rdict = Rdict(str(tmp_path / "fresh" / name / "0"), Options(raw_mode=True))
+        rdict[b"dkey"] = b"1"
+        rdict.close()
+    with capture_logs() as logs:
+        for store in disk_stores(tmp_path):
+            store.assign([0])
+            assert store.local_offset(0) is None
+            store.aclose()
+    assert [(line["table"], line["reason"]) for line in refused(logs)] == [
+        (name, "it has no changelog offset") for name in ("t", "w", "j")
+    ]
+
+
 async def test_a_partition_that_moves_away_and_back_is_not_counted_twice(
     tmp_path: Path,
 ) -> None:
