@@ -20,6 +20,7 @@ from flowkit.runtime.tables.keeper import StateKeeper
 from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
+from tests.state.test_table_stores import snapshot_files
 
 
 class Order(flowkit.Record):
@@ -229,3 +230,34 @@ def test_standby_replicas_other_than_0_or_1_are_refused_in_one_line() -> None:
         flowkit.App("shop", standby_replicas=2)
     with pytest.raises(DefinitionError, match=r"not bool True"):
         flowkit.Worker(flowkit.App("shop"), standby_replicas=True)
+
+
+@pytest.mark.parametrize("checkpoint", ["acknowledged", "failed"])
+async def test_a_revocation_after_a_failed_checkpoint_stamps_no_dict_ahead_of_its_changelog(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    # A checkpoint drains the tables' changes, then fails to send them (or, exactly-once,
+    # its transaction aborts). The dicts hold those changes; the changelog does not. The
+    # revocation that follows must neither snapshot them nor keep them as warm copies at
+    # the changelog's offset: a restart would count their records twice.
+    app, _, totals = counting_app(1)
+    transport = MemoryTransport()
+    await transport.create_topics(required_topics(app))
+
+    async def send(topic: str, value: bytes | None, **_: object) -> None:
+        pass
+
+    state = StateKeeper(app, transport, FakeClock(), send, data_dir=tmp_path)
+    await state.recover({0, 1})
+    store = state.stores[totals]
+    store.writable(0, "ann")["ann"] = 5
+    state.drain_changelogs()
+    if checkpoint == "acknowledged":
+        state.persist()
+    state.revoke({0, 1})
+    snapshots = snapshot_files(tmp_path)
+    copy = state.standbys.stores[totals].partition_data(0)  # followed on, or from scratch
+    if checkpoint == "acknowledged":
+        assert snapshots == 2 and copy == {"ann": 5}
+    else:
+        assert snapshots == 0 and not copy

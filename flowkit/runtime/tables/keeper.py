@@ -102,6 +102,10 @@ class StateKeeper:
         self.snapshot_interval = app.snapshot_interval
         self._snapshot_due = time.monotonic() + (app.snapshot_interval or 0.0)
         self._captured: list[tuple[Any, int, Captured]] = []
+        # Changes were drained that the changelog may not hold: set by a drain, cleared
+        # once persist() finds them acknowledged. While set, a memory store's dict is ahead
+        # of the offset it would be stamped with (a checkpoint failed after its drain).
+        self._ahead = False
         tables = list(app.tables.values())
         # This worker's state of every table: what ``table[key]`` reaches in its tasks.
         self.stores: dict[Any, Any] = {t: self._new_store(app, t) for t in tables}
@@ -398,6 +402,7 @@ class StateKeeper:
         every changelog write drained so far is acknowledged."""
         sent = self._sent_end()
         offsets = self.offsets
+        self._ahead = False  # every drained change is acknowledged by now
         for table in self.partitioned:
             store = self.stores[table]
             if not self._local(store):
@@ -448,6 +453,8 @@ class StateKeeper:
                 if p in store.held():
                     self.standbys.keep_database(store, p)
             return
+        if self._ahead:
+            return  # a failed checkpoint's changes are in the dicts, not in the changelog
         for p in partitions:
             offset = self.offsets.get((store.table, p))
             data = store.partition_data(p)
@@ -457,8 +464,8 @@ class StateKeeper:
     def _snapshot(self, store: Any, partitions: Iterable[int]) -> None:
         # Only a partition with nothing changed since its last checkpoint: its dict is
         # then exactly what the changelog holds up to the offset.
-        if self.snapshots is None or not isinstance(store, TableStore):
-            return
+        if self.snapshots is None or not isinstance(store, TableStore) or self._ahead:
+            return  # (ahead: a failed checkpoint's changes are in the dict, not the changelog)
         for p in partitions:
             offset = self.offsets.get((store.table, p))
             if offset is not None and p in store.held() and not store.dirty(p):
@@ -522,6 +529,7 @@ class StateKeeper:
             changes = self.stores[table].drain_changes()
             if changes:
                 drained.append((table.name, table.changelog_topic, changes))
+                self._ahead = True
         self._capture_snapshots()
         return drained
 
