@@ -1,7 +1,8 @@
 """State on local disk: a table, a tumbling table and a join's buffers in RocksDB.
 
-    pip install -e ".[rocksdb]"
-    flowkit worker examples.state_on_disk:app --data-dir state
+    pip install -e ".[dev,rocksdb]"
+    flowkit dev-broker &      # a Kafka broker for development, on 127.0.0.1:9092
+    flowkit worker examples.state_on_disk:app --data-dir state --broker kafka://127.0.0.1:9092
 
 A task generates page views and purchases. One agent counts each user's views (a plain
 table) and the views of each page per 10-second window (a tumbling table); a join pairs
@@ -11,7 +12,9 @@ partition), stamped at each checkpoint with the changelog offset it reflects.
 
 Stop the worker (Ctrl-C) and start it again: its ``tables recovered`` line says
 ``from_local_state=12`` (4 partitions of 3 stores) and replays only what the changelogs got
-after the last checkpoint, instead of every change since the first run.
+after the last checkpoint, instead of every change since the first run. On the embedded
+broker (no ``--broker``) it runs as well, but the changelogs go with the process: a restart
+there finds its local state ahead of them, says so for each partition and starts afresh.
 """
 
 from __future__ import annotations
