@@ -109,22 +109,6 @@ async def run_to_idle(app: flowkit.App, broker: MemoryBroker, **options: Any) ->
     return elapsed
 
 
-async def start_to_ready(
-    app: flowkit.App, broker: MemoryBroker, data_dir: Path | None, table: Any
-) -> tuple[float, dict[str, int]]:
-    """Seconds from a worker's start until it is ready, and then its table."""
-    worker = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data_dir)
-    started = time.perf_counter()
-    async with worker:
-        deadline = started + 3600
-        while not worker.ready:
-            if worker.error is not None or time.perf_counter() > deadline:
-                raise SystemExit(f"the worker did not become ready: {worker.error!r}")
-            await asyncio.sleep(0.001)
-        elapsed = time.perf_counter() - started
-        return elapsed, dict(worker.state.stores[table].items())
-
-
 # -- restart after a clean stop or a kill -9 ----------------------------------------------
 
 FULL = "full replay (memory://)"
