@@ -26,13 +26,9 @@ import subprocess
 import sys
 import time
 
-import flowkit
-from benchmarks.web_flood import _free_port
-from benchmarks.ysb import START_MS, loaded_broker, payloads
-from examples import ysb
+from benchmarks.web_flood import _free_port, served_worker
+from benchmarks.ysb import loaded_broker, payloads
 from flowkit.logs import configure_logging
-from flowkit.testing import FakeClock
-from flowkit.transports import MemoryTransport
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _WARM_UP = 3.0  # seconds of flood before the measure: the crowd is connecting
@@ -57,14 +53,7 @@ def _children() -> set[int]:
 async def measure(port: int, flooder: int, seconds: float) -> tuple[float, float]:
     """The worker's and its gate's share of a core over ``seconds`` of the flood."""
     broker = await loaded_broker(payloads(10))
-    app = ysb.make_app(generate=False, on_close=None)
-    worker = flowkit.Worker(
-        app,
-        transport=MemoryTransport(broker),
-        clock=FakeClock(START_MS / 1000 + 3600),
-        web_port=port,
-        status_interval=None,
-    )
+    worker = served_worker(broker, port)
     async with worker:
         await asyncio.sleep(_WARM_UP)
         gates = _children() - {flooder}
