@@ -40,6 +40,7 @@ from ..graph import Graph
 from ..metrics import Metrics
 from ..records import TopicPartition
 from ..scope import TaskScope, enter_scope
+from ..state.local import check_data_dir
 from ..transports import (
     Consumer,
     OutRecord,
@@ -61,7 +62,7 @@ from .observe.collector import WorkerCollector
 from .observe.console import Console
 from .output.latency import LatencyProbes, LatencyTracker
 from .output.publisher import Publisher
-from .tables.keeper import StateKeeper
+from .tables.keeper import DEFAULT_DATA_DIR, OnDisk, StateKeeper
 
 if TYPE_CHECKING:
     from .web.access import WebToken
@@ -190,6 +191,8 @@ class Worker:
             if standby_replicas is None
             else check_standby_replicas(standby_replicas, "Worker()"),
         )
+        if given_dir is not None or any(isinstance(s, OnDisk) for s in self.state.stores.values()):
+            check_data_dir(Path(given_dir or DEFAULT_DATA_DIR), "data directory")
         for declared in app.metrics.declared.values():  # the app's own, on this registry
             self.state.stores[declared] = declared.create(self.metrics.registry)
         # What every task of this worker reaches through its context: the tables' stores.

@@ -102,6 +102,35 @@ def check_store(value: object, what: str) -> StoreKind:
     raise DefinitionError(f"{what}: store {value!r} is not one of 'memory://', 'rocksdb://'")
 
 
+def check_data_dir(data_dir: Path, what: str) -> None:
+    """Refuse, in one line, a data directory the worker could not write its local state
+    to: a file, or under one, or (for a user other than root) a directory it may not write.
+
+    Checked before the worker connects, so that a wrong setting is an error that names it
+    rather than a crash at the first assignment (and a crash loop under a supervisor).
+
+    >>> import tempfile; here = Path(tempfile.mkdtemp())
+    >>> check_data_dir(here / "new" / "dir", "--data-dir")   # made when first needed
+    >>> (here / "a-file").touch()
+    >>> check_data_dir(here / "a-file" / "d", "data dir")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    flowkit.errors.ConfigurationError: data dir .../a-file/d: .../a-file is a file, not a directory
+    """
+    import os
+
+    from ..errors import ConfigurationError
+
+    path = data_dir.absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the nearest part that exists: the rest is made
+    where = f"{what} {path}" + ("" if existing == path else f": {existing}")
+    if not existing.is_dir():
+        raise ConfigurationError(f"{where} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"{where} is not writable by this user")
+
+
 def partition_dir(data_dir: Path, app: str, table: str, partition: int) -> Path:
     """Where one partition of one table keeps its local state."""
     return data_dir / app / table / str(partition)

@@ -666,3 +666,27 @@ def test_standby_replicas_are_checked_before_the_worker_starts() -> None:
     code, _, err = invoke("worker", "ok_app:app", "--standby-replicas", "2")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--standby-replicas: standby_replicas must be 0 or 1, not int 2" in err
+
+
+def test_a_data_dir_that_is_a_file_is_one_line_before_the_worker_starts(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "afile").touch()
+    code, _, err = invoke("worker", "ok_app:app", "--data-dir", str(tmp_path / "afile" / "d"))
+    assert code == 2, err
+    last = err.splitlines()[-1]  # (after the graph's warnings about this app's topics)
+    assert (
+        last
+        == f"Error: data directory {tmp_path}/afile/d: {tmp_path}/afile is a file, not a directory"
+    )
+
+
+def test_the_default_data_dir_of_a_disk_store_is_checked_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("rocksdict")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flowkit-data").write_text("not a directory")
+    code, _, err = invoke("worker", "examples.state_on_disk:app")
+    assert code == 2, err
+    assert err == f"Error: data directory {tmp_path}/flowkit-data is a file, not a directory\n"
