@@ -5,10 +5,9 @@ the changelog's content (encoded keys and values, as the changelog has them) and
 one reserved key, the partition's ``Stamp``: the changelog offset the data reflects. Both
 are written in one atomic batch at each checkpoint, after the changelog writes were
 acknowledged, so the database never runs ahead of the changelog; a restart replays only
-the changelog after that offset. They are written without RocksDB's write-ahead log:
-after a crash the database holds an earlier checkpoint's data and stamp, and the restart
-replays the changelog from there (``flowkit.state.memtables`` says when a checkpoint
-flushes a database, which bounds how far back that is).
+the changelog after that offset. A checkpoint also flushes a database whose memtable holds
+much that is not on disk yet (``flowkit.state.memtables``): what a restart after a crash
+replays from RocksDB's write-ahead log stays small.
 
 Between checkpoints, changes live in memory (``pending``, then ``draining`` while a
 checkpoint sends them); reads look there first, then in a bounded cache of recent values,
@@ -25,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -59,9 +59,9 @@ _LOCK_TRIES = 20  # 0.1 s apart
 _OPENERS = 8  # databases opened at once
 _CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
 _MEMTABLES = 64 << 20  # bytes of memtables, all databases of the process together
-# One database's memtable: flushed to disk when it is full (or by a checkpoint: see
-# ``flowkit.state.memtables``). A database that keeps its write-ahead log (a window's, a
-# join's) replays what it held unflushed after a crash (about 25 ms a MB here).
+# One database's memtable: flushed to disk when it is full, or by a checkpoint (see
+# ``flowkit.state.memtables``). What it holds unflushed is what a restart after a crash
+# replays from the write-ahead log (about 25 ms a MB here).
 _MEMTABLE = 4 << 20
 _BLOCK_CACHE = 32 << 20  # bytes of blocks read from disk, all databases together
 
@@ -107,7 +107,7 @@ class _Part:
         self.clock = clock
         self.due: list[bytes] = []
         self.dropped: list[bytes] = []
-        self.unflushed = Unflushed()  # written to the memtable only (no write-ahead log)
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
 
 
 class _Writer(Generic[K, V]):
@@ -139,14 +139,12 @@ class RocksTableStore(Generic[K, V]):
         broker: str,
         now_ms: Callable[[], int] = lambda: 0,
         lock_tries: int = _LOCK_TRIES,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rejected: list[tuple[Message, Exception]] = []
         self.table = table
         self.data_dir = data_dir
         self.broker = broker
         self.lock_tries = lock_tries  # 0.1 s apart: how long a database held elsewhere is awaited
-        self.monotonic = monotonic  # when unflushed changes were written (see ``memtables``)
         self._rocksdict = open_rocksdict()
         self._parts: dict[int, _Part] = {}
         # Key expiry (a table with ttl=; see ``flowkit.state.expiry``).
@@ -290,7 +288,6 @@ class RocksTableStore(Generic[K, V]):
             want,
             owner=f"table {self.table.name!r}",
             lock_tries=self.lock_tries,
-            wal=False,
         )
         if found is None:
             return _Part(db, want)
@@ -407,15 +404,9 @@ class RocksTableStore(Generic[K, V]):
         batch.put(STAMP, part.stamp.encode())
         if ttl is not None:
             batch.put(CLOCK, _bytes(part.clock))
-        now = self.monotonic()
-        part.unflushed.wrote(batch.len(), now)
+        part.unflushed.wrote(batch.len())  # (a recovery's: flushed at the next checkpoint)
         part.db.write(batch)
         part.cache.clear()
-        # A recovery's many entries wait for the next checkpoint (which the worker makes
-        # once ready); a standby's copy, which has none, is kept from growing old here.
-        if part.unflushed.stale(now):
-            part.db.flush(False)
-            part.unflushed.flushed()
 
     def drain_changes(self) -> list[Any]:
         """The latest value of every key changed since the last drain: (partition, key,
@@ -491,17 +482,18 @@ class RocksTableStore(Generic[K, V]):
     def persist(self, offsets: dict[int, int]) -> None:
         """Write what was drained, with the changelog offset it reflects, in one atomic
         batch per partition: called once the changelog holds it. Then flush the
-        databases whose memtables hold much, or old, that is not on disk yet."""
-        now = self.monotonic()
+        databases whose memtables hold much that is not on disk yet."""
         for p, offset in offsets.items():
             part = self._parts.get(p)
             if part is None:
                 continue
             if part.draining or part.dropped or offset != part.stamp.offset:
-                self._write(part, offset, now)
-            _settle(part, now)
+                self._write(part, offset)
+            if part.unflushed.due(partial(_keys, part.db)):
+                part.db.flush()
+                part.unflushed.flushed()
 
-    def _write(self, part: _Part, offset: int, now: float) -> None:
+    def _write(self, part: _Part, offset: int) -> None:
         batch = self._rocksdict.WriteBatch(raw_mode=True)
         if self.ttl is not None:
             for index_key in part.dropped:
@@ -518,7 +510,7 @@ class RocksTableStore(Generic[K, V]):
         part.encoded = []
         part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
         batch.put(STAMP, part.stamp.encode())
-        part.unflushed.wrote(batch.len(), now)
+        part.unflushed.wrote(batch.len())
         part.db.write(batch)
         cache = part.cache
         if len(cache) + len(part.draining) > _CACHE:
@@ -527,39 +519,23 @@ class RocksTableStore(Generic[K, V]):
         part.draining = {}
 
 
-def _settle(part: _Part, now: float) -> None:
-    """At a checkpoint: flush ``part``'s memtable if it holds much (waiting: a crash
-    then replays little) or old (in the background) that is not on disk yet."""
-    db = part.db
-    due = part.unflushed.due(lambda: _keys(db), now)
-    if due is not None:
-        db.flush(due == "now")
-        part.unflushed.flushed()
-
-
 def _keys(db: Any) -> int:
     return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
 
 def open_database(
-    rocksdict: Any,
-    path: Path,
-    want: Stamp,
-    *,
-    owner: str,
-    lock_tries: int = _LOCK_TRIES,
-    wal: bool = True,
+    rocksdict: Any, path: Path, want: Stamp, *, owner: str, lock_tries: int = _LOCK_TRIES
 ) -> tuple[Any, Stamp | None]:
     """The database of one partition at ``path`` and the stamp it carries, if that is
     ``want`` (at any offset); else, with one log line, a fresh one and None (what was
     there is deleted: the partition is rebuilt from its changelog). An empty database
     (never checkpointed) is used as it is, with None and no line. ``owner`` names the
-    table or join in messages; ``wal``: see ``open_db``."""
+    table or join in messages."""
     why = None
     db = None
     if path.exists():
         try:
-            db = _locked_db(rocksdict, path, owner, want.partition, lock_tries, wal)
+            db = _locked_db(rocksdict, path, owner, want.partition, lock_tries)
             raw = db.get(STAMP)
             if raw is None and next(iter(db.keys()), None) is None:
                 # Opened, never checkpointed (a worker stopped before its first one):
@@ -586,15 +562,15 @@ def open_database(
             db.close()
         shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)
-    return open_db(rocksdict, path, wal=wal), None
+    return open_db(rocksdict, path), None
 
 
-def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int, wal: bool) -> Any:
+def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int) -> Any:
     # Another worker process on this machine may still hold the partition it is
     # giving up: wait a little for it, and never delete what it holds.
     for attempt in range(tries):
         try:
-            return open_db(rocksdict, path, wal=wal)
+            return open_db(rocksdict, path)
         except Exception as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -606,24 +582,16 @@ def _locked_db(rocksdict: Any, path: Path, owner: str, p: int, tries: int, wal: 
     )
 
 
-def open_db(rocksdict: Any, path: Path, *, wal: bool = True) -> Any:
-    """The database at ``path`` (created if missing), with the process's shared options.
-    Without ``wal`` its writes skip the write-ahead log: after a crash it holds what its
-    last flush wrote, whole write batches in the order they came (``atomic_flush``, under
-    which RocksDB promises that prefix), and a close flushes it."""
-    db = rocksdict.Rdict(str(path), _options(rocksdict, wal))
-    if not wal:
-        unlogged = rocksdict.WriteOptions()
-        unlogged.disable_wal = True
-        db.set_write_options(unlogged)
-    return db
+def open_db(rocksdict: Any, path: Path) -> Any:
+    """The database at ``path`` (created if missing), with the process's shared options."""
+    return rocksdict.Rdict(str(path), _options(rocksdict))
 
 
 _shared: dict[str, Any] = {}
 _sharing = threading.Lock()
 
 
-def _options(rocksdict: Any, wal: bool) -> Any:
+def _options(rocksdict: Any) -> Any:
     """Options of every database this process opens. Memtables (``_MEMTABLES``) and the
     block cache (``_BLOCK_CACHE``) are shared by all of them, so the memory RocksDB takes
     does not grow with the partitions held (its defaults: 128 MB of memtables and an 8 MB
@@ -640,8 +608,6 @@ def _options(rocksdict: Any, wal: bool) -> Any:
     table.set_block_cache(_shared["cache"])
     table.set_bloom_filter(10, False)
     options.set_block_based_table_factory(table)
-    if not wal:
-        options.set_atomic_flush(True)
     return options
 
 

@@ -21,7 +21,7 @@ from flowkit.transports import MemoryBroker, MemoryTransport
 
 PARTITIONS = 4
 # Each step counts these keys once more: many new keys (the checkpoint after it flushes
-# the databases), then a few old ones (the checkpoint after it leaves them in memory).
+# the databases), then a few old ones (the checkpoint after it leaves them in the log).
 STEPS = (range(6_000), range(400))
 
 

@@ -1,6 +1,6 @@
-"""What a ``rocksdb://`` table holds in RocksDB's memtables only (its writes skip the
-write-ahead log): after every checkpoint, never more than the flush budget of
-``flowkit.state.memtables``, as RocksDB itself counts it; and never for long."""
+"""What a ``rocksdb://`` table holds in RocksDB's memtables only (and so what a restart
+after a kill -9 replays from its write-ahead log): after every checkpoint, never more
+than the flush budget of ``flowkit.state.memtables``, as RocksDB itself counts it."""
 
 from __future__ import annotations
 
@@ -12,23 +12,22 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.records import Message
-from flowkit.state.memtables import FEW, SHARE, STALE
+from flowkit.state.memtables import FEW, SHARE
 from flowkit.state.rocks import RocksTableStore
 
 
-def counts_store(data_dir: Path, **options: Any) -> tuple[Any, RocksTableStore[str, int]]:
+def counts_store(data_dir: Path) -> tuple[Any, RocksTableStore[str, int]]:
     app = flowkit.App("mem", partitions=1, store="rocksdb://")
     table = app.table("counts", default=int, value_type=int)
-    return table, RocksTableStore(table, data_dir=data_dir, broker="memory://", **options)
+    return table, RocksTableStore(table, data_dir=data_dir, broker="memory://")
 
 
-def in_memtables(store: RocksTableStore[Any, Any], partition: int = 0, imm: bool = True) -> int:
-    """Entries of the partition's database not on disk, as RocksDB counts them (with
-    ``imm=False`` those not yet handed to a flush)."""
+def in_memtables(store: RocksTableStore[Any, Any], partition: int = 0) -> int:
+    """Entries of the partition's database not on disk, as RocksDB counts them."""
     db = store._parts[partition].db
     return sum(
         int(db.property_int_value(f"rocksdb.num-entries-{which}-mem-table{s}") or 0)
-        for which, s in (("active", ""), ("imm", "s"))[: 2 if imm else 1]
+        for which, s in (("active", ""), ("imm", "s"))
     )
 
 
@@ -63,35 +62,4 @@ def test_after_each_checkpoint_the_memtables_hold_less_than_the_budget(
         store.persist({0: offset})
         entries, keys = in_memtables(store), keys_of(store)
         assert entries < FEW or entries * SHARE < keys, (entries, keys)
-    store.aclose()
-
-
-def test_unflushed_changes_grow_no_older_than_stale_even_with_no_checkpoint(
-    tmp_path: Path,
-) -> None:
-    # A standby's copy only applies the changelog: its few changes are flushed (in the
-    # background) once the oldest is STALE seconds old, not left in memory for ever.
-    now = [0.0]
-    table, store = counts_store(tmp_path, monotonic=lambda: now[0])
-    store.assign([0])
-    encode = table.value_codec.encode
-
-    def apply(i: int) -> None:
-        store.apply_changelog(0, [Message("c", 0, i, 0, table.encode_key(f"k{i}"), encode(i))])
-
-    apply(0)
-    now[0] += STALE - 1
-    apply(1)
-    assert in_memtables(store) == 4  # each batch: its record and the stamp
-    now[0] += 1
-    apply(2)
-    assert in_memtables(store, imm=False) == 0  # a flush of them started
-    # At a checkpoint too: a few old changes are flushed, a few new ones are not.
-    store.writable(0, "k9")["k9"] = 9
-    store.drain_changes()
-    store.persist({0: 4})
-    assert in_memtables(store, imm=False) == 2
-    now[0] += STALE
-    store.persist({0: 4})
-    assert in_memtables(store, imm=False) == 0
     store.aclose()
