@@ -11,9 +11,10 @@ A counting table (``counts[key] += 1``) over 4 partitions:
   ``--bootstrap`` a running Kafka): the table's changelog holds ``--keys`` keys, each
   counted once. A first worker, in a process of its own, recovers it into a data
   directory and checkpoints (its databases, or its memory store's snapshots, stamped
-  with the changelog offset), then stops cleanly, or is killed (SIGKILL) right after
-  that checkpoint. Four of them: ``rocksdb://`` and ``memory://`` with a data directory
-  (snapshots), each stopped both ways. (On the memory broker, whose log lives in the
+  with the changelog offset; the time that checkpoint took is printed), then stops
+  cleanly, or is killed (SIGKILL) right after that checkpoint. Four of them:
+  ``rocksdb://`` and ``memory://`` with a data directory (snapshots), each stopped both
+  ways. (On the memory broker, whose log lives in the
   worker's process, each first worker writes the same changelog into its own broker
   first, as the benchmark's process does into its own: the same keys in the same order,
   the same offsets.) Then 1 % of the keys change in the changelog (as another worker
@@ -180,8 +181,9 @@ async def first_run(url: str, broker: MemoryBroker | None, store: str, data_dir:
             if worker.error is not None or time.perf_counter() > deadline:
                 raise SystemExit(f"the first worker did not become ready: {worker.error!r}")
             await asyncio.sleep(0.01)
-        await worker.checkpoint()  # writes the snapshots (and the databases' stamps)
-        print("checkpointed", flush=True)
+        started = time.perf_counter()
+        await worker.checkpoint()  # writes the snapshots (and flushes the databases)
+        print(f"checkpointed {time.perf_counter() - started:.6f}", flush=True)
         if KILL:
             await asyncio.sleep(3600)  # the parent kills this process now (SIGKILL)
 
@@ -191,9 +193,9 @@ KAFKA_QUERY = "session_timeout_ms=2000&heartbeat_interval_ms=400"
 KILL = False  # set by --kill in a first run's process
 
 
-def run_first(url: str, store: str, data_dir: Path, keys: int, stop: str) -> None:
+def run_first(url: str, store: str, data_dir: Path, keys: int, stop: str) -> float:
     """A first run in a process of its own (``--first-run``): a clean stop, or a kill -9
-    of the process after its checkpoint."""
+    of the process after its checkpoint; returns the seconds that checkpoint took."""
     command = [
         sys.executable,
         "-m",
@@ -211,14 +213,15 @@ def run_first(url: str, store: str, data_dir: Path, keys: int, stop: str) -> Non
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
-        line = child.stdout.readline()  # "checkpointed", or "" if it failed
-        if line.strip() != "checkpointed":
+        line = child.stdout.readline()  # "checkpointed <seconds>", or "" if it failed
+        if not line.startswith("checkpointed "):
             child.wait(timeout=600)
             raise SystemExit(f"the first run ({store}, {stop}) failed ({child.returncode})")
         if stop == "kill":
             child.send_signal(signal.SIGKILL)
         if child.wait(timeout=600) not in (0, -signal.SIGKILL):
             raise SystemExit(f"the first run ({store}, {stop}) failed ({child.returncode})")
+        return float(line.split()[1])
     finally:
         if child.poll() is None:
             child.kill()
@@ -267,7 +270,8 @@ def restart_rounds(url: str, keys: list[str], repeat: int) -> list[dict[str, tup
         left: dict[str, Path] = {}
         for label, store, stop in LOCAL_FORMS:
             left[label] = work / f"first-{len(left)}"
-            run_first(url, store, left[label], len(keys), stop)
+            took = run_first(url, store, left[label], len(keys), stop)
+            print(f"  first run, {label}: its checkpoint took {took * 1000:,.0f} ms")
         changed = keys[::100]
         asyncio.run(write_changelog(transport_for(url, broker), [(key, 2) for key in changed]))
         if broker is None:  # the group forgets the killed member (KAFKA_QUERY's timeout)

@@ -5,7 +5,9 @@ the changelog's content (encoded keys and values, as the changelog has them) and
 one reserved key, the partition's ``Stamp``: the changelog offset the data reflects. Both
 are written in one atomic batch at each checkpoint, after the changelog writes were
 acknowledged, so the database never runs ahead of the changelog; a restart replays only
-the changelog after that offset.
+the changelog after that offset. A checkpoint also flushes a database whose memtable holds
+much that is not on disk yet (``flowkit.state.memtables``): what a restart after a crash
+replays from RocksDB's write-ahead log stays small.
 
 Between checkpoints, changes live in memory (``pending``, then ``draining`` while a
 checkpoint sends them); reads look there first, then in a bounded cache of recent values,
@@ -22,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -32,6 +35,7 @@ from ..errors import ConfigurationError, DecodeError, NotRunningError
 from ..records import Message
 from ..streamtime import FutureGuard
 from .local import Stamp, partition_dir
+from .memtables import Unflushed
 from .stores import Change, TimedChange
 
 if TYPE_CHECKING:
@@ -55,8 +59,9 @@ _LOCK_TRIES = 20  # 0.1 s apart
 _OPENERS = 8  # databases opened at once
 _CACHE = 50_000  # recent values kept per partition: a hot key is read from disk once
 _MEMTABLES = 64 << 20  # bytes of memtables, all databases of the process together
-# One database's memtable: flushed to disk when it is full. What it holds unflushed is
-# what a restart after a crash replays from the write-ahead log (about 25 ms a MB here).
+# One database's memtable: flushed to disk when it is full, or by a checkpoint (see
+# ``flowkit.state.memtables``). What it holds unflushed is what a restart after a crash
+# replays from the write-ahead log (about 25 ms a MB here).
 _MEMTABLE = 4 << 20
 _BLOCK_CACHE = 32 << 20  # bytes of blocks read from disk, all databases together
 
@@ -86,6 +91,7 @@ class _Part:
         "pending",
         "stamp",
         "times",
+        "unflushed",
     )
 
     def __init__(self, db: Any, stamp: Stamp, clock: int = 0) -> None:
@@ -101,6 +107,7 @@ class _Part:
         self.clock = clock
         self.due: list[bytes] = []
         self.dropped: list[bytes] = []
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
 
 
 class _Writer(Generic[K, V]):
@@ -397,6 +404,7 @@ class RocksTableStore(Generic[K, V]):
         batch.put(STAMP, part.stamp.encode())
         if ttl is not None:
             batch.put(CLOCK, _bytes(part.clock))
+        part.unflushed.wrote(batch.len())  # (a recovery's: flushed at the next checkpoint)
         part.db.write(batch)
         part.cache.clear()
 
@@ -473,35 +481,46 @@ class RocksTableStore(Generic[K, V]):
 
     def persist(self, offsets: dict[int, int]) -> None:
         """Write what was drained, with the changelog offset it reflects, in one atomic
-        batch per partition: called once the changelog holds it."""
+        batch per partition: called once the changelog holds it. Then flush the
+        databases whose memtables hold much that is not on disk yet."""
         for p, offset in offsets.items():
             part = self._parts.get(p)
-            if part is None or (
-                not part.draining and not part.dropped and offset == part.stamp.offset
-            ):
+            if part is None:
                 continue
-            batch = self._rocksdict.WriteBatch(raw_mode=True)
-            if self.ttl is not None:
-                for index_key in part.dropped:
-                    batch.delete(index_key)
-                for index_key in part.due:
-                    batch.put(index_key, b"")
-                part.dropped, part.due = [], []
-                batch.put(CLOCK, _bytes(part.clock))
-            for key, value in part.encoded:  # in drain order: the latest value last
-                if value is None:
-                    batch.delete(DATA + key)
-                else:
-                    batch.put(DATA + key, value)
-            part.encoded = []
-            part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
-            batch.put(STAMP, part.stamp.encode())
-            part.db.write(batch)
-            cache = part.cache
-            if len(cache) + len(part.draining) > _CACHE:
-                cache.clear()
-            cache.update(part.draining)
-            part.draining = {}
+            if part.draining or part.dropped or offset != part.stamp.offset:
+                self._write(part, offset)
+            if part.unflushed.due(partial(_keys, part.db)):
+                part.db.flush()
+                part.unflushed.flushed()
+
+    def _write(self, part: _Part, offset: int) -> None:
+        batch = self._rocksdict.WriteBatch(raw_mode=True)
+        if self.ttl is not None:
+            for index_key in part.dropped:
+                batch.delete(index_key)
+            for index_key in part.due:
+                batch.put(index_key, b"")
+            part.dropped, part.due = [], []
+            batch.put(CLOCK, _bytes(part.clock))
+        for key, value in part.encoded:  # in drain order: the latest value last
+            if value is None:
+                batch.delete(DATA + key)
+            else:
+                batch.put(DATA + key, value)
+        part.encoded = []
+        part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
+        batch.put(STAMP, part.stamp.encode())
+        part.unflushed.wrote(batch.len())
+        part.db.write(batch)
+        cache = part.cache
+        if len(cache) + len(part.draining) > _CACHE:
+            cache.clear()
+        cache.update(part.draining)
+        part.draining = {}
+
+
+def _keys(db: Any) -> int:
+    return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
 
 def open_database(
