@@ -73,6 +73,7 @@ _BACKLOG = 2048
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
 _ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
+_GATE_END = 2.0  # seconds the gate has to answer what came before it ends, at most
 
 
 class _Connection(asyncio.Protocol):
@@ -350,13 +351,34 @@ class BoundedListener:
             self._accept_here()
 
     def _close_gate(self) -> None:
+        if self._answering is not None and self._control is not None:
+            for path in PROBES:  # the last answers, for the connections the gate still has
+                self._tell(b"a" + path.encode() + b" " + probe_answer(*self.probe(path)))
         if self._answering is not None:
             self._answering.cancel()
             self._answering = None
         control, self._control = self._control, None
         if control is not None:
             self.loop.remove_reader(control.fileno())
+            self._answer_passed(control)
             control.close()  # the gate ends when it sees this
+
+    def _answer_passed(self, control: socket.socket) -> None:
+        """Answer here, from what they sent (a probe with its answer), the connections the
+        gate passed that this loop has not taken: closing the control socket would reset
+        them unanswered."""
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(control, 1024, ACCEPTS)
+            except OSError:  # (BlockingIOError: none left)
+                return
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                if not self._answer_now(conn):
+                    reset(conn)
+            if not message:
+                return
 
     # -- accepting in this loop -----------------------------------------------------------
 
@@ -454,12 +476,18 @@ class BoundedListener:
 
     async def aclose(self) -> None:
         """``close``, and end the gate. Idempotent."""
+        if self._tasks:  # connections the gate passed, being taken: not reset midway
+            await asyncio.wait(list(self._tasks), timeout=_GATE_END)
         self.close()
         gate, self._gate = self._gate, None
         if gate is not None:
-            # It holds nothing worth a goodbye, and may still be starting: not waited for.
-            gate.kill()
-            await asyncio.to_thread(gate.wait)
+            # It answers what has come, then ends (seeing the control socket closed);
+            # a gate that does not is killed.
+            try:
+                await asyncio.to_thread(gate.wait, _GATE_END)
+            except subprocess.TimeoutExpired:
+                gate.kill()
+                await asyncio.to_thread(gate.wait)
 
     @property
     def full(self) -> bool:
