@@ -13,8 +13,9 @@ may take, and ``BoundedListener`` holds it to that:
   connections past the limit a second are answered (200 a second of those given a
   moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
   to its gate, a small process of its own (``web.gate``), so that a crowd connecting
-  again and again costs the records nothing; should the gate not start, or stop early,
-  the worker's loop does it;
+  again and again costs the records nothing; the gate holds the waiting connections
+  itself, so that probes never wait behind them, and answers what has come when the
+  worker stops. Should the gate not start, or stop early, the worker's loop does it;
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
