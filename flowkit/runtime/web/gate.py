@@ -22,7 +22,9 @@ and one end of a control socket. The gate:
   yet gets a quarter of a second for it, while ``max_overflow`` are waiting so (200 a
   second at most); past that, it is reset;
 - sends at most 2,000 of those ``503`` a second (and answers at most 200 probes a
-  second at once): the rest wait for their turn, in arrival order, in the gate;
+  second at once): the rest wait for their turn, in arrival order, in the gate, and
+  those due within 10 ms go out together (a wakeup for each would cost more than
+  its answer);
 - ends when the worker's end of the control socket closes, whether the worker stopped
   or died, after answering what has come (probes too) and closing the listening
   socket; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
@@ -65,6 +67,7 @@ OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
 REFUSALS = 200  # connections past the limit given a moment per second, at most
 QUICK_REFUSALS = 2000  # 503s sent per second, at most (the rest wait their turn)
 PROBE_ANSWERS = 200  # probes past the limit answered at once per second, at most
+TOGETHER = 0.01  # seconds: 503s due within this go out together (one wakeup for them)
 HOLD = 4096  # connections past the limit held at a time, at most (then the kernel's queue)
 DRAIN = 0.5  # seconds the gate answers what came after its worker stopped, at most
 ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
@@ -332,7 +335,7 @@ class Gate:
     def _expire(self) -> None:
         now = self.clock()
         queue = self.queue
-        while queue and queue[0][0] <= now:
+        while queue and queue[0][0] <= now + TOGETHER:
             _, conn, answer = queue.popleft()
             self._answer(conn, answer)
         for conn in [c for c, (deadline, _) in self.waiting.items() if deadline <= now]:
