@@ -82,3 +82,29 @@ async def test_probes_get_through_a_flood_and_through_the_stop() -> None:
     answered = [r for r in results if r != "refused"]
     assert len(answered) >= 10, results
     assert set(answered) == {"ok"}, [r for r in answered if r != "ok"]
+
+
+async def test_past_the_limit_a_slow_worker_still_looks_alive() -> None:
+    # The worker's loop answers late (a batch of records takes a quarter of a second at a
+    # time) but answers: past the limit its probes must say so, every time.
+    limits = WebLimits(max_connections=1)
+    async with TestDriver(build("slowdemo"), web_port=0, web_limits=limits) as driver:
+        web = driver.worker.web
+        assert web is not None
+        idle = await fill(web, 1)
+        results: list[str] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=prober, args=(web.port, results, stop))
+        thread.start()
+        try:
+            end = time.monotonic() + 5.0
+            while time.monotonic() < end:
+                time.sleep(0.25)  # noqa: ASYNC251 (on purpose: the worker's loop is slow)
+                await asyncio.sleep(0)
+        finally:
+            stop.set()
+            await asyncio.to_thread(thread.join)
+            for _, writer in idle:
+                writer.close()
+    assert len(results) >= 20, results
+    assert set(results) == {"ok"}, [r for r in results if r != "ok"]

@@ -72,7 +72,7 @@ Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 # then reset it or give it a moment: several times the work of answering it.
 _BACKLOG = 2048
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
-_ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
+_ANSWERS_AGAIN = 1.0  # seconds after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
 _GATE_END = 2.0  # seconds the gate has to answer what came before it ends, at most
 
@@ -311,16 +311,18 @@ class BoundedListener:
 
     async def _send_answers(self) -> None:
         # The gate answers the probes past the limit with the worker's latest answers,
-        # for a while (``_ANSWER_LIFE``): sent when they change, and now and then.
-        sent: dict[str, bytes] = {}
-        looks = 0
+        # for a while (``_ANSWER_LIFE``): sent when they change, and again once a second
+        # by the clock (counting looks instead, a loop slowed by its records would let
+        # the gate's answers expire while it still answers).
+        sent: dict[str, tuple[bytes, float]] = {}
         while True:
-            again, looks = looks % _ANSWERS_AGAIN == 0, looks + 1
+            now = time.monotonic()
             for path in PROBES:
                 answer = probe_answer(*self.probe(path))
-                fresh = again or sent.get(path) != answer
+                last, at = sent.get(path, (b"", -math.inf))
+                fresh = answer != last or now - at >= _ANSWERS_AGAIN
                 if fresh and self._tell(b"a" + path.encode() + b" " + answer):
-                    sent[path] = answer
+                    sent[path] = answer, now
             await asyncio.sleep(_ANSWERS_EVERY)
 
     def released(self) -> None:
