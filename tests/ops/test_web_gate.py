@@ -169,3 +169,30 @@ async def test_past_the_limit_a_stuck_worker_does_not_look_alive(
             time.sleep(1.5)  # noqa: ASYNC251 (on purpose: the worker's event loop is stuck)
             assert stale.result(timeout=10).startswith(b"HTTP/1.1 503")
         writer.close()
+
+
+def test_a_probe_is_answered_before_the_crowd_ahead_of_it_and_all_when_the_worker_ends() -> None:
+    now = [0.0]  # the clock stands still: past its burst, each 503 waits for its turn
+    with socket.create_server(("127.0.0.1", 0), backlog=1024) as listening:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        gate = Gate(listening, theirs, 0, 8, 3.0, clock=lambda: now[0])
+        gate.answers["/health"] = b"HTTP/1.1 200 OK\r\n\r\nalive", 10.0
+        listening.setblocking(False)
+        crowd = [socket.create_connection(listening.getsockname()) for _ in range(700)]
+        for client in crowd:
+            client.sendall(get("/status"))
+        late = socket.create_connection(listening.getsockname())
+        late.sendall(get("/health"))  # behind 700 others in the kernel's queue
+        for _ in range(20):
+            gate._accept()
+        assert late.recv(1024).endswith(b"alive")  # at once, ahead of the crowd
+        assert len(gate.queue) == 700 - 2000 // 4  # the crowd past the burst waits its turn
+        gate._expire()  # those due within 10 ms go out together: one wakeup for 20
+        assert 700 - 2000 // 4 - len(gate.queue) in (19, 20)
+        ours.close()  # the worker is gone: the gate answers everyone, then stops listening
+        gate.run()
+        answers = Counter(client.recv(1024)[:12] for client in crowd)
+        assert answers == {b"HTTP/1.1 503": 700}
+        assert listening.fileno() == -1
+        for conn in (theirs, late, *crowd):
+            conn.close()

@@ -9,20 +9,25 @@ module as a script (``python -I -S gate.py``: standard library only, so it start
 milliseconds and loads nothing of flowkit or the app), giving it the listening socket
 and one end of a control socket. The gate:
 
+- accepts every connection as it comes (up to ``HOLD`` at a time past the limit), so
+  that the kernel's queue stays short: a probe is read at once, never behind a crowd;
 - passes each connection to the worker while the worker holds fewer than
   ``max_connections`` (the worker says when one closes);
-- answers a connection past the limit at once from what it sent already: a probe
-  (``GET /health``, ``GET /ready``) with the answer the worker last gave it (the worker
-  sends its probe answers whenever they change, checking ten times a second, and once a
-  second anyway), anything else with ``503``. An answer not sent again for
+- answers a connection past the limit from what it sent already: a probe (``GET
+  /health``, ``GET /ready``) at once, with the answer the worker last gave it (the
+  worker sends its probe answers whenever they change, checking ten times a second, and
+  once a second anyway), anything else with ``503``. An answer not sent again for
   ``answer_life`` seconds (3) is not given: the worker's loop may be stuck, and its probes
   then fail past the limit as they do within it. One whose request has not arrived
-  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so; past
-  that, it is reset;
-- answers at most 2,000 connections past the limit a second (200 a second of those
-  given a moment): the rest wait in the kernel's backlog;
+  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so (200 a
+  second at most); past that, it is reset;
+- sends at most 2,000 of those ``503`` a second (and answers at most 200 probes a
+  second at once): the rest wait for their turn, in arrival order, in the gate, and
+  those due within 10 ms go out together (a wakeup for each would cost more than
+  its answer);
 - ends when the worker's end of the control socket closes, whether the worker stopped
-  or died; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
+  or died, after answering what has come (probes too) and closing the listening
+  socket; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
   ``SIGHUP``), which a terminal or a supervisor may send to the whole process group.
 
 The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
@@ -36,17 +41,20 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import selectors
 import signal
 import socket
 import struct
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 
 __all__ = [
     "ACCEPTS",
     "BUSY",
+    "HOLD",
     "Gate",
     "Pacer",
     "overflow_answer",
@@ -57,7 +65,11 @@ __all__ = [
 OVERFLOW_READ = 4096  # bytes a connection past the limit may send before its answer
 OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
 REFUSALS = 200  # connections past the limit given a moment per second, at most
-QUICK_REFUSALS = 2000  # connections past the limit answered at once per second, at most
+QUICK_REFUSALS = 2000  # 503s sent per second, at most (the rest wait their turn)
+PROBE_ANSWERS = 200  # probes past the limit answered at once per second, at most
+TOGETHER = 0.01  # seconds: 503s due within this go out together (one wakeup for them)
+HOLD = 4096  # connections past the limit held at a time, at most (then the kernel's queue)
+DRAIN = 0.5  # seconds the gate answers what came after its worker stopped, at most
 ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
 ACCEPTS = 64  # connections accepted in a row before the control socket is read again
@@ -155,6 +167,7 @@ class Gate:
         max_overflow: int,
         answer_life: float,
         clock: Callable[[], float] = time.monotonic,
+        hold: int = HOLD,
     ) -> None:
         self.listening = listening
         self.family = listening.family
@@ -166,32 +179,38 @@ class Gate:
         self.max_overflow = max_overflow
         self.answer_life = answer_life  # seconds a probe's answer is given, unless sent again
         self.clock = clock
+        self.hold = hold  # connections past the limit held at a time, at most
         self.held = 0  # connections passed to the worker and not closed yet
         self.refused = 0
         # path -> the answer to a probe past the limit, and until when it may be given
         self.answers: dict[str, tuple[bytes, float]] = {}
         # connections past the limit given a moment: their deadline and what they sent
         self.waiting: dict[socket.socket, tuple[float, bytearray]] = {}
+        # connections past the limit waiting for their turn: when, and their answer
+        self.queue: deque[tuple[float, socket.socket, bytes]] = deque()
         self.quick = Pacer(QUICK_REFUSALS, QUICK_REFUSALS // 4, math.inf, clock)
-        self.slow = Pacer(REFUSALS, REFUSALS // 4, math.inf, clock)
-        self.resume_at: float | None = None  # accepting paused until then
+        self.probes = Pacer(PROBE_ANSWERS, PROBE_ANSWERS // 4, 0.0, clock)
+        self.slow = Pacer(REFUSALS, REFUSALS // 4, 0.0, clock)
+        self.accepting = False
+        self.resume_at: float | None = None  # accepting paused until then (None: until room)
         self.open = True
         self.selector = selectors.DefaultSelector()
 
     def run(self) -> None:
-        """Serve until the worker's end of the control socket closes."""
+        """Serve until the worker's end of the control socket closes; then answer what
+        has come, and close the listening socket."""
         listening, control = self.listening, self.control
         listening.setblocking(False)
         control.setblocking(True)  # read only when readable; at most a few sends in flight
-        self.selector.register(listening, selectors.EVENT_READ)
         self.selector.register(control, selectors.EVENT_READ)
+        self._listen(True)
         while self.open:
             events = self.selector.select(self._timeout())
             ready = {key.fileobj for key, _ in events}
             if control in ready:  # first: closed connections free places
                 ready.discard(control)
                 if not self._from_worker():
-                    return
+                    break
             for conn in ready:
                 if conn is listening:
                     self._accept()
@@ -199,9 +218,12 @@ class Gate:
                     assert isinstance(conn, socket.socket)
                     self._readable(conn)
             self._expire()
+        self.drain()
 
     def _timeout(self) -> float | None:
         deadlines = [deadline for deadline, _ in self.waiting.values()]
+        if self.queue:
+            deadlines.append(self.queue[0][0])
         if self.resume_at is not None:
             deadlines.append(self.resume_at)
         return max(0.0, min(deadlines) - self.clock()) if deadlines else None
@@ -225,6 +247,9 @@ class Gate:
         admitted: list[int] = []
         try:
             for _ in range(ACCEPTS):
+                if len(self.queue) + len(self.waiting) >= self.hold:
+                    self._pause(None)  # the rest wait in the kernel's queue, for room here
+                    return
                 try:
                     fd, _ = self._accept_fd()
                 except BlockingIOError:
@@ -237,10 +262,7 @@ class Gate:
                     admitted.append(fd)
                     continue
                 self.refused += 1
-                delay = self._refuse(socket.socket(self.family, socket.SOCK_STREAM, 0, fd))
-                if delay:
-                    self._pause(delay)
-                    return
+                self._refuse(socket.socket(self.family, socket.SOCK_STREAM, 0, fd))
         finally:
             if admitted:
                 self._admit(admitted)
@@ -256,30 +278,39 @@ class Gate:
             for fd in fds:
                 os.close(fd)  # (the worker has its own descriptors of them now)
 
-    def _refuse(self, conn: socket.socket) -> float | None:
-        """Answer a connection past the limit or give it a moment; the pause before the
-        next one."""
+    def _refuse(self, conn: socket.socket) -> None:
+        """Answer a connection past the limit, queue its answer, or give it a moment."""
         try:
             sent = conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT)
             if not sent:  # closed before it said anything
                 conn.close()
-                return self.quick.delay()
+                return
         except BlockingIOError:
             sent = b""  # nothing yet
         except OSError:
             conn.close()
-            return self.quick.delay()
+            return
         answer = overflow_answer(sent, self._answer_to)
         if answer is not None:
-            self._answer(conn, answer)
-            return self.quick.delay()
-        if len(self.waiting) < self.max_overflow:
+            self._reply(conn, answer)
+        elif len(self.waiting) < self.max_overflow and self.slow.delay() is not None:
             conn.setblocking(False)
             self.waiting[conn] = (self.clock() + OVERFLOW_TIMEOUT, bytearray(sent))
             self.selector.register(conn, selectors.EVENT_READ)
-            return self.slow.delay()
-        reset(conn)
-        return self.quick.delay()
+        else:
+            reset(conn)
+
+    def _reply(self, conn: socket.socket, answer: bytes) -> None:
+        """A probe's answer now (within its pace); a 503, or a probe past that pace, in
+        its turn."""
+        if answer is not BUSY and self.probes.delay() is not None:
+            self._answer(conn, answer)
+            return
+        due = self.clock() + (self.quick.delay() or 0.0)
+        if not self.queue and due <= self.clock():
+            self._answer(conn, answer)
+        else:
+            self.queue.append((due, conn, answer))
 
     def _readable(self, conn: socket.socket) -> None:
         """A connection given a moment sent more."""
@@ -295,7 +326,7 @@ class Gate:
         sent += data
         if not data or b"\r\n\r\n" in sent or len(sent) > OVERFLOW_READ:
             self._forget(conn)
-            self._answer(conn, overflow_answer(bytes(sent), self._answer_to) or BUSY)
+            self._reply(conn, overflow_answer(bytes(sent), self._answer_to) or BUSY)
 
     def _answer_to(self, path: str) -> bytes | None:
         answer, until = self.answers.get(path, (None, 0.0))
@@ -303,12 +334,51 @@ class Gate:
 
     def _expire(self) -> None:
         now = self.clock()
+        queue = self.queue
+        while queue and queue[0][0] <= now + TOGETHER:
+            _, conn, answer = queue.popleft()
+            self._answer(conn, answer)
         for conn in [c for c, (deadline, _) in self.waiting.items() if deadline <= now]:
             self._forget(conn)
             reset(conn)  # no answer: a client that sends nothing reads nothing either
-        if self.resume_at is not None and self.resume_at <= now:
-            self.resume_at = None
-            self.selector.register(self.listening, selectors.EVENT_READ)
+        paused = self.resume_at is not None and self.resume_at > now
+        if not (self.accepting or paused) and len(queue) + len(self.waiting) < self.hold:
+            self._listen(True)
+
+    def drain(self) -> None:
+        """The worker is gone: answer at once what has come, for ``DRAIN`` seconds at
+        most (a probe with the worker's last answer, the rest ``503``; one that has not
+        sent its request is reset), and close the listening socket, so that nothing the
+        kernel accepted is reset unread."""
+        for conn in list(self.waiting):
+            _, sent = self.waiting[conn]
+            self._forget(conn)
+            answer = overflow_answer(bytes(sent), self._answer_to)
+            if answer is None:
+                reset(conn)
+            else:
+                self._answer(conn, answer)
+        while self.queue:
+            _, conn, answer = self.queue.popleft()
+            self._answer(conn, answer)
+        end = self.clock() + DRAIN
+        while self.clock() < end:
+            try:
+                fd, _ = self._accept_fd()
+            except OSError:  # (BlockingIOError: nothing more has come)
+                break
+            conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fd)
+            try:
+                answer = overflow_answer(
+                    conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT), self._answer_to
+                )
+            except OSError:
+                answer = None
+            if answer is None:
+                reset(conn)
+            else:
+                self._answer(conn, answer)
+        self.listening.close()
 
     def _forget(self, conn: socket.socket) -> None:
         del self.waiting[conn]
@@ -323,10 +393,19 @@ class Gate:
             pass
         conn.close()
 
-    def _pause(self, seconds: float) -> None:
-        if self.resume_at is None:
-            self.selector.unregister(self.listening)
-        self.resume_at = self.clock() + seconds
+    def _listen(self, on: bool) -> None:
+        if on != self.accepting:
+            if on:
+                self.selector.register(self.listening, selectors.EVENT_READ)
+                self.resume_at = None
+            else:
+                self.selector.unregister(self.listening)
+            self.accepting = on
+
+    def _pause(self, seconds: float | None) -> None:
+        """Stop accepting for ``seconds`` (None: until there is room to hold more)."""
+        self._listen(False)
+        self.resume_at = None if seconds is None else self.clock() + seconds
 
     def _tell(self, message: bytes) -> None:
         try:  # (a report the worker has no room for yet is dropped: it is only a report)
@@ -350,6 +429,23 @@ def yield_to_worker() -> None:
             pass
 
 
+def _descriptors(wanted: int) -> int:
+    """Raise this process's soft limit of file descriptors as far as allowed, and how
+    many of them the connections past the limit may take (``wanted`` at most)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = wanted + 64 if hard == resource.RLIM_INFINITY else min(hard, wanted + 64)
+            if soft != resource.RLIM_INFINITY and target > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+    except (OSError, ValueError):
+        pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - 64))
+
+
 def main(argv: list[str]) -> None:
     """``gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
     # Ctrl+C, or a signal sent to the whole process group, is the worker's to act on: the
@@ -362,7 +458,9 @@ def main(argv: list[str]) -> None:
     listening = socket.socket(fileno=listening_fd)
     control = socket.socket(fileno=control_fd)
     try:
-        Gate(listening, control, max_connections, max_overflow, answer_life).run()
+        gate = Gate(listening, control, max_connections, max_overflow, answer_life)
+        gate.hold = _descriptors(HOLD)
+        gate.run()
     except Exception as exc:  # one line in the worker's log, not a traceback on stderr
         try:
             control.send(f"!0 the web gate stopped: {exc!r}".encode())

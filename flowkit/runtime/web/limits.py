@@ -13,8 +13,9 @@ may take, and ``BoundedListener`` holds it to that:
   connections past the limit a second are answered (200 a second of those given a
   moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
   to its gate, a small process of its own (``web.gate``), so that a crowd connecting
-  again and again costs the records nothing; should the gate not start, or stop early,
-  the worker's loop does it;
+  again and again costs the records nothing; the gate holds the waiting connections
+  itself, so that probes never wait behind them, and answers what has come when the
+  worker stops. Should the gate not start, or stop early, the worker's loop does it;
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
@@ -71,8 +72,9 @@ Probe = Callable[[str], tuple[int, bytes]]  # path -> (status, JSON body)
 # then reset it or give it a moment: several times the work of answering it.
 _BACKLOG = 2048
 _ANSWERS_EVERY = 0.1  # seconds between looks at the probes' answers, for the gate
-_ANSWERS_AGAIN = 10  # looks after which an unchanged answer is sent again (it is fresh)
+_ANSWERS_AGAIN = 1.0  # seconds after which an unchanged answer is sent again (it is fresh)
 _ANSWER_LIFE = 3.0  # seconds the gate gives an answer not sent again (the loop is stuck)
+_GATE_END = 2.0  # seconds the gate has to answer what came before it ends, at most
 
 
 class _Connection(asyncio.Protocol):
@@ -309,16 +311,18 @@ class BoundedListener:
 
     async def _send_answers(self) -> None:
         # The gate answers the probes past the limit with the worker's latest answers,
-        # for a while (``_ANSWER_LIFE``): sent when they change, and now and then.
-        sent: dict[str, bytes] = {}
-        looks = 0
+        # for a while (``_ANSWER_LIFE``): sent when they change, and again once a second
+        # by the clock (counting looks instead, a loop slowed by its records would let
+        # the gate's answers expire while it still answers).
+        sent: dict[str, tuple[bytes, float]] = {}
         while True:
-            again, looks = looks % _ANSWERS_AGAIN == 0, looks + 1
+            now = time.monotonic()
             for path in PROBES:
                 answer = probe_answer(*self.probe(path))
-                fresh = again or sent.get(path) != answer
+                last, at = sent.get(path, (b"", -math.inf))
+                fresh = answer != last or now - at >= _ANSWERS_AGAIN
                 if fresh and self._tell(b"a" + path.encode() + b" " + answer):
-                    sent[path] = answer
+                    sent[path] = answer, now
             await asyncio.sleep(_ANSWERS_EVERY)
 
     def released(self) -> None:
@@ -350,13 +354,34 @@ class BoundedListener:
             self._accept_here()
 
     def _close_gate(self) -> None:
+        if self._answering is not None and self._control is not None:
+            for path in PROBES:  # the last answers, for the connections the gate still has
+                self._tell(b"a" + path.encode() + b" " + probe_answer(*self.probe(path)))
         if self._answering is not None:
             self._answering.cancel()
             self._answering = None
         control, self._control = self._control, None
         if control is not None:
             self.loop.remove_reader(control.fileno())
+            self._answer_passed(control)
             control.close()  # the gate ends when it sees this
+
+    def _answer_passed(self, control: socket.socket) -> None:
+        """Answer here, from what they sent (a probe with its answer), the connections the
+        gate passed that this loop has not taken: closing the control socket would reset
+        them unanswered."""
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(control, 1024, ACCEPTS)
+            except OSError:  # (BlockingIOError: none left)
+                return
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                if not self._answer_now(conn):
+                    reset(conn)
+            if not message:
+                return
 
     # -- accepting in this loop -----------------------------------------------------------
 
@@ -454,12 +479,18 @@ class BoundedListener:
 
     async def aclose(self) -> None:
         """``close``, and end the gate. Idempotent."""
+        if self._tasks:  # connections the gate passed, being taken: not reset midway
+            await asyncio.wait(list(self._tasks), timeout=_GATE_END)
         self.close()
         gate, self._gate = self._gate, None
         if gate is not None:
-            # It holds nothing worth a goodbye, and may still be starting: not waited for.
-            gate.kill()
-            await asyncio.to_thread(gate.wait)
+            # It answers what has come, then ends (seeing the control socket closed);
+            # a gate that does not is killed.
+            try:
+                await asyncio.to_thread(gate.wait, _GATE_END)
+            except subprocess.TimeoutExpired:
+                gate.kill()
+                await asyncio.to_thread(gate.wait)
 
     @property
     def full(self) -> bool:
