@@ -28,11 +28,11 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotRunningError
-from ..rocks import _bytes
 from .layout import (
     MATCHED,
     TIMES,
     UNMATCHED,
+    at,
     record_key,
     record_prefix,
     side_prefix,
@@ -63,7 +63,9 @@ class DiskJoinPart(JoinPart):
         "db",
         "encoded",
         "evict",
+        "fresh",
         "fresh_low",
+        "reader",
         "stamp",
         "started",
         "top",
@@ -85,6 +87,8 @@ class DiskJoinPart(JoinPart):
         self.closed = [NONE, NONE]
         self.ahead = [NEVER, NEVER]
         self.cursors: list[Any] = [None, None]
+        self.reader: Any = None  # an iterator for matches (None: a new one, after a write)
+        self.fresh = 0  # records not yet on disk
         self.fresh_low = NEVER  # the oldest fresh record's time
         self.top = [-1, -1]  # the highest offset buffered per side: above it, no replay
         self.started = False  # the due times known (``DiskJoinStore._start``)
@@ -92,6 +96,7 @@ class DiskJoinPart(JoinPart):
     def forget_cursors(self) -> None:
         """The database changed (or closes): the iterators over it go."""
         self.cursors = [None, None]
+        self.reader = None
 
 
 class DiskJoinStore(JoinStore):
@@ -197,6 +202,7 @@ class DiskJoinStore(JoinStore):
                     return self._replayed(part, e, matched, out)
             entries.append(entry)
         part.dirty.append(entry)
+        part.fresh += 1
         if ts < part.fresh_low:
             part.fresh_low = ts
         due = ts + self._keep
@@ -222,11 +228,13 @@ class DiskJoinStore(JoinStore):
         """The entries of ``key``'s records of ``side`` with times in ``[lo, hi]``."""
         found: list[Any] = []
         prefix = record_prefix(side, key)
-        end = prefix + _bytes(hi + 1)
+        end = prefix + at(hi + 1)
         cut = len(prefix)
         touched = part.touched
-        it = part.db.iter()
-        it.seek(prefix + _bytes(lo))
+        it = part.reader
+        if it is None:
+            it = part.reader = part.db.iter()
+        it.seek(prefix + at(lo))
         while it.valid():
             stored = it.key()
             if stored >= end:
@@ -424,19 +432,26 @@ class DiskJoinStore(JoinStore):
             entry[2] = entry[3] = None
         buffers = part.buffers
         low = part.fresh_low
-        for entry in part.evict:
-            entry[7] |= DISK
-            by_key = buffers[entry[6]]
-            entries = by_key[entry[4]]
-            if len(entries) == 1:
-                del by_key[entry[4]]
-            elif entries[0] is entry:
-                del entries[0]
-            else:
+        moved = 0
+        for entry in part.evict:  # (one drained twice is listed twice)
+            if not entry[7] & DISK:
+                entry[7] |= DISK
+                moved += 1
+        part.fresh -= moved
+        if not part.fresh:  # all of them (the usual): nothing fresh left
+            part.buffers = buffers = ({}, {})
+        else:
+            for entry in part.evict:
+                by_key = buffers[entry[6]]
+                entries = by_key.get(entry[4])
+                if entries is None:
+                    continue  # listed twice: gone already
                 for i, e in enumerate(entries):
                     if e is entry:
                         del entries[i]
                         break
+                if not entries:
+                    del by_key[entry[4]]
         part.encoded, part.evict = [], []
         part.forget_cursors()
         for side in (LEFT, RIGHT):  # closing: the written ones from the time index now
@@ -455,8 +470,10 @@ class DiskJoinStore(JoinStore):
                     if side == LEFT
                     else (part.late[0], part.late[1], kept)
                 )
-        part.fresh_low = min(
-            (e[0] for by_key in buffers for es in by_key.values() for e in es), default=NEVER
+        part.fresh_low = (
+            min((e[0] for by_key in buffers for es in by_key.values() for e in es), default=NEVER)
+            if part.fresh
+            else NEVER
         )
         if low != NEVER and low + self._keep < part.expire_due:
             part.expire_due = low + self._keep  # written records expire from disk

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from ..rocks import _bytes
 
+_SHIFT = 2**63
+
 __all__ = [
     "MATCHED",
     "RECORD",
@@ -23,6 +25,7 @@ __all__ = [
     "TIMES",
     "TOP",
     "UNMATCHED",
+    "at",
     "record_key",
     "record_prefix",
     "side_prefix",
@@ -31,17 +34,26 @@ __all__ = [
     "unpack",
 ]
 
+
+def at(value: int) -> bytes:
+    """A time or an offset as 8 bytes that sort in its order (past int64: its end)."""
+    try:
+        return (value + _SHIFT).to_bytes(8, "big")
+    except OverflowError:
+        return _bytes(value)
+
+
 TIME = b"\x00time"
 TOP = b"\x00top"
 RECORD = b"r"
 TIMES = b"t"
 MATCHED, UNMATCHED = b"\x01", b"\x00"
-_SHIFT = 2**63
+_SIDES = (b"\x00", b"\x01")
 
 
 def record_prefix(side: int, key: bytes) -> bytes:
     """The start of every stored key of ``key``'s records of ``side``."""
-    return b"".join((RECORD, bytes((side,)), len(key).to_bytes(4, "big"), key))
+    return b"".join((RECORD, _SIDES[side], len(key).to_bytes(4, "big"), key))
 
 
 def record_key(side: int, key: bytes, ts: int, offset: int) -> bytes:
@@ -53,14 +65,12 @@ def record_key(side: int, key: bytes, ts: int, offset: int) -> bytes:
     >>> record_key(1, b"k", 5, 0) < record_key(1, b"k", 6, 0) < record_key(1, b"kk", 0, 0)
     True
     """
-    return b"".join(
-        (RECORD, bytes((side,)), len(key).to_bytes(4, "big"), key, _bytes(ts), _bytes(offset))
-    )
+    return b"".join((RECORD, _SIDES[side], len(key).to_bytes(4, "big"), key, at(ts), at(offset)))
 
 
 def side_prefix(side: int, ts: int) -> bytes:
     """The start of the time index of ``side`` at ``ts``: its records from then on."""
-    return TIMES + bytes((side,)) + _bytes(ts)
+    return TIMES + _SIDES[side] + at(ts)
 
 
 def time_key(side: int, key: bytes, ts: int, offset: int) -> bytes:
@@ -69,9 +79,7 @@ def time_key(side: int, key: bytes, ts: int, offset: int) -> bytes:
     >>> time_key(0, b"zz", 5, 0) < time_key(0, b"a", 6, 0) < time_key(1, b"a", 0, 0)
     True
     """
-    return b"".join(
-        (TIMES, bytes((side,)), _bytes(ts), len(key).to_bytes(4, "big"), key, _bytes(offset))
-    )
+    return b"".join((TIMES, _SIDES[side], at(ts), len(key).to_bytes(4, "big"), key, at(offset)))
 
 
 def time_of(stored: bytes) -> int:
