@@ -28,13 +28,16 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotRunningError
+from ..rocks import open_rocksdict
 from .layout import (
     MATCHED,
     TIMES,
     UNMATCHED,
     at,
     record_key,
+    record_key_of,
     record_prefix,
+    side_end,
     side_prefix,
     time_of,
     unpack,
@@ -63,6 +66,7 @@ class DiskJoinPart(JoinPart):
         "db",
         "encoded",
         "evict",
+        "expired",
         "fresh",
         "fresh_low",
         "reader",
@@ -87,6 +91,8 @@ class DiskJoinPart(JoinPart):
         self.closed = [NONE, NONE]
         self.ahead = [NEVER, NEVER]
         self.cursors: list[Any] = [None, None]
+        # Per side: the time index below this was scanned for expiry.
+        self.expired = [NONE, NONE]
         self.reader: Any = None  # an iterator for matches (None: a new one, after a write)
         self.fresh = 0  # records not yet on disk
         self.fresh_low = NEVER  # the oldest fresh record's time
@@ -106,6 +112,10 @@ class DiskJoinStore(JoinStore):
 
     def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
         super().__init__(join, now_ms)
+        self._rocksdict = open_rocksdict()
+        # Per side, read options that end a scan with its time index. They live as long
+        # as the store: an iterator refers to its options' bound, it does not copy it.
+        self._bounds = tuple(self._bound(side) for side in (LEFT, RIGHT))
 
     def part(self, partition: int) -> DiskJoinPart:
         """The buffers of ``partition``, which this worker must hold."""
@@ -134,6 +144,7 @@ class DiskJoinStore(JoinStore):
             # what is buffered (every buffered record was read, so stream time is past it).
             part.time = part.done = last
         part.closed = [NONE, NONE]
+        part.expired = [NONE, NONE]
         part.ahead = first
         part.forget_cursors()
         part.close_due = min(
@@ -333,7 +344,7 @@ class DiskJoinStore(JoinStore):
         from where the last scan stopped; the scan stops at the next record."""
         it = part.cursors[side]
         if it is None:
-            it = part.cursors[side] = part.db.iter()
+            it = part.cursors[side] = self._scan(part, side)
             it.seek(side_prefix(side, part.closed[side]))
         part.closed[side] = limit
         end = side_prefix(side, limit)
@@ -344,10 +355,10 @@ class DiskJoinStore(JoinStore):
             if stored >= end:
                 break
             if it.value() == UNMATCHED:
-                _, key, ts, offset = unpack(stored)
-                rkey = record_key(side, key, ts, offset)
+                rkey = record_key_of(stored)
                 e = touched.get(rkey)
                 if e is None:
+                    _, key, ts, offset = unpack(stored)
                     e = [ts, False, None, None, key, offset, side, LOGGED | DISK]
                     e[2] = self._stored(part, e)
                     touched[rkey] = e  # in ``settle``: the one entry of its record
@@ -355,13 +366,18 @@ class DiskJoinStore(JoinStore):
                 elif not e[1] and not e[7] & (GONE | OUT):
                     taken.append(e)
             it.next()
-        ahead = NEVER
-        if it.valid():
-            stored = it.key()
-            if stored[:2] == TIMES + bytes((side,)):
-                ahead = time_of(stored)
-        part.ahead[side] = ahead
+        part.ahead[side] = time_of(it.key()) if it.valid() else NEVER
         return taken
+
+    def _bound(self, side: int) -> Any:
+        options = self._rocksdict.ReadOptions()
+        options.set_iterate_upper_bound(side_end(side))
+        return options
+
+    def _scan(self, part: DiskJoinPart, side: int) -> Any:
+        """An iterator over the time index of ``side`` that ends with it (not reading
+        the deleted records past it)."""
+        return part.db.iter(self._bounds[side])
 
     def _expire(self, part: JoinPart, time: int) -> None:
         # The records on disk expired by ``time``: taken once (``OUT``), settled as gone
@@ -372,19 +388,21 @@ class DiskJoinStore(JoinStore):
         settle = part.settle
         touched = part.touched
         due = NEVER
-        it = part.db.iter()
         for side in (LEFT, RIGHT):
-            head = TIMES + bytes((side,))
+            # From where the last scan stopped: what is before was taken (and deleted, or
+            # to be, at a checkpoint: reading through deleted records is slow).
+            it = self._scan(part, side)
+            it.seek(side_prefix(side, part.expired[side]))
+            part.expired[side] = limit
             end = side_prefix(side, limit)
-            it.seek(head)
             while it.valid():
                 stored = it.key()
                 if stored >= end:
                     break
-                _, key, ts, offset = unpack(stored)
-                rkey = record_key(side, key, ts, offset)
+                rkey = record_key_of(stored)
                 e = touched.get(rkey)
                 if e is None:
+                    _, key, ts, offset = unpack(stored)
                     matched = it.value() == MATCHED
                     e = [ts, matched, None, None, key, offset, side, LOGGED | DISK | OUT]
                     touched[rkey] = e
@@ -393,11 +411,9 @@ class DiskJoinStore(JoinStore):
                     e[7] |= OUT
                     settle.append(e)
                 it.next()
-            if it.valid():
-                stored = it.key()
-                if stored[:2] == head and time_of(stored) + keep < due:
-                    due = time_of(stored) + keep
-        del it
+            if it.valid() and time_of(it.key()) + keep < due:
+                due = time_of(it.key()) + keep
+            del it
         # Fresh records not yet due; those that are, the checkpoint that writes them sets due.
         fresh = part.fresh_low + keep
         if time < fresh < due:
@@ -433,10 +449,13 @@ class DiskJoinStore(JoinStore):
         buffers = part.buffers
         low = part.fresh_low
         moved = 0
+        expired = part.expired
         for entry in part.evict:  # (one drained twice is listed twice)
             if not entry[7] & DISK:
                 entry[7] |= DISK
                 moved += 1
+                if entry[0] < expired[entry[6]]:  # expires at the next scan
+                    expired[entry[6]] = entry[0]
         part.fresh -= moved
         if not part.fresh:  # all of them (the usual): nothing fresh left
             part.buffers = buffers = ({}, {})

@@ -4,7 +4,8 @@
   (8 bytes) -> matched (1 byte) + the record's value as read: one key's records of one side
   sit together in timestamp order, so the records of a key within a window are one range;
 * ``b"t"`` + side + timestamp + key length + key + offset -> matched (1 byte): each side's
-  records in timestamp order, the range that closes windows and expires records.
+  records in timestamp order, the range that closes windows and expires records;
+* ``b"r"`` + side + ``b"\\xff"``: the end of each side's records, always there.
 
 Times and offsets are big-endian, shifted by 2**63, so that they sort in byte order. Two
 reserved keys sort before both: ``b"\\x00time"`` (the stream time and the offsets of the
@@ -19,6 +20,7 @@ from ..rocks import _bytes
 _SHIFT = 2**63
 
 __all__ = [
+    "ENDS",
     "MATCHED",
     "RECORD",
     "TIME",
@@ -26,8 +28,11 @@ __all__ = [
     "TOP",
     "UNMATCHED",
     "at",
+    "both_keys",
     "record_key",
+    "record_key_of",
     "record_prefix",
+    "side_end",
     "side_prefix",
     "time_key",
     "time_of",
@@ -49,6 +54,9 @@ RECORD = b"r"
 TIMES = b"t"
 MATCHED, UNMATCHED = b"\x01", b"\x00"
 _SIDES = (b"\x00", b"\x01")
+# After each side's records, a key always there: a seek past a side's last record stops
+# at it, rather than reading through what follows (the other side's deleted records).
+ENDS = (RECORD + b"\x00\xff", RECORD + b"\x01\xff")
 
 
 def record_prefix(side: int, key: bytes) -> bytes:
@@ -66,6 +74,21 @@ def record_key(side: int, key: bytes, ts: int, offset: int) -> bytes:
     True
     """
     return b"".join((RECORD, _SIDES[side], len(key).to_bytes(4, "big"), key, at(ts), at(offset)))
+
+
+def both_keys(side: int, key: bytes, ts: int, offset: int) -> tuple[bytes, bytes]:
+    """``record_key`` and ``time_key`` of one record, built together.
+
+    >>> both_keys(1, b"k", 5, 9) == (record_key(1, b"k", 5, 9), time_key(1, b"k", 5, 9))
+    True
+    """
+    s, t, o, n = _SIDES[side], at(ts), at(offset), len(key).to_bytes(4, "big")
+    return b"".join((RECORD, s, n, key, t, o)), b"".join((TIMES, s, t, n, key, o))
+
+
+def side_end(side: int) -> bytes:
+    """Past the time index of ``side``: the upper bound of a scan of it."""
+    return TIMES + _SIDES[side] + b"\xff" * 9
 
 
 def side_prefix(side: int, ts: int) -> bytes:
@@ -89,6 +112,15 @@ def time_of(stored: bytes) -> int:
     -7
     """
     return int.from_bytes(stored[2:10], "big") - _SHIFT
+
+
+def record_key_of(indexed: bytes) -> bytes:
+    """The ``record_key`` of a key of the time index: the same parts, reordered.
+
+    >>> record_key_of(time_key(1, b"k", 5, 9)) == record_key(1, b"k", 5, 9)
+    True
+    """
+    return b"".join((RECORD, indexed[1:2], indexed[10:-8], indexed[2:10], indexed[-8:]))
 
 
 def unpack(stored: bytes) -> tuple[int, bytes, int, int]:

@@ -17,16 +17,27 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
 
 from ...records import Message
 from ..local import Stamp, partition_dir
-from ..rocks import _LOCK_TRIES, STAMP, open_database, open_rocksdict
+from ..rocks import _LOCK_TRIES, STAMP, open_database
 from .disk import DISK, DiskJoinPart, DiskJoinStore
-from .layout import MATCHED, RECORD, TIME, TOP, UNMATCHED, record_key, record_prefix, time_key
+from .layout import (
+    ENDS,
+    MATCHED,
+    RECORD,
+    TIME,
+    TOP,
+    UNMATCHED,
+    both_keys,
+    record_key,
+    record_prefix,
+    time_key,
+)
 from .store import GONE, LOGGED, TIME_KEY, _state_decoder
 
 if TYPE_CHECKING:
@@ -58,7 +69,6 @@ class RocksJoinStore(DiskJoinStore):
         self.data_dir = data_dir
         self.broker = broker
         self.lock_tries = lock_tries
-        self._rocksdict = open_rocksdict()
 
     # -- local state ----------------------------------------------------------------------
 
@@ -186,7 +196,7 @@ class RocksJoinStore(DiskJoinStore):
                     top[side] = offset
         if timed:
             batch.put(TIME, _encode(part.logged))
-        batch.put(TOP, _encode(top))
+        self._ends(batch, top)
         part.stamp = part.stamp.with_offset(messages[-1].offset + 1)
         batch.put(STAMP, part.stamp.encode())
         part.db.write(batch)
@@ -208,6 +218,13 @@ class RocksJoinStore(DiskJoinStore):
                 return int.from_bytes(stored[cut : cut + 8], "big") - 2**63
             it.next()
         return None
+
+    @staticmethod
+    def _ends(batch: Any, top: list[int]) -> None:
+        # The highest offsets, and the ends of both sides' records (``layout.ENDS``).
+        batch.put(TOP, _encode(top))
+        for end in ENDS:
+            batch.put(end, b"")
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """Changelog records since the last drain (``JoinStore.drain_changes``); the same
@@ -237,18 +254,20 @@ class RocksJoinStore(DiskJoinStore):
                 continue
             batch = self._rocksdict.WriteBatch(raw_mode=True)
             top = part.top
+            put, delete = batch.put, batch.delete
             for entry, value in part.encoded:  # in drain order: the latest last
-                side, key, ts, offset_ = entry[6], entry[4], entry[0], entry[5]
+                side, offset_ = entry[6], entry[5]
+                stored, indexed = both_keys(side, entry[4], entry[0], offset_)
                 if value is None:
-                    batch.delete(record_key(side, key, ts, offset_))
-                    batch.delete(time_key(side, key, ts, offset_))
+                    delete(stored)
+                    delete(indexed)
                 else:
-                    batch.put(record_key(side, key, ts, offset_), value)
-                    batch.put(time_key(side, key, ts, offset_), value[:1])
+                    put(stored, value)
+                    put(indexed, value[:1])
                     if offset_ > top[side]:
                         top[side] = offset_
             batch.put(TIME, _encode(part.logged))
-            batch.put(TOP, _encode(top))
+            self._ends(batch, top)
             part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
             batch.put(STAMP, part.stamp.encode())
             part.db.write(batch)
