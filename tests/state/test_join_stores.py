@@ -21,7 +21,7 @@ import flowkit
 from flowkit.errors import LateRecord
 from flowkit.records import Message
 from flowkit.state.joins import JoinStore, StreamJoin
-from flowkit.state.joins.layout import ENDS, TIME, record_key, time_key
+from flowkit.state.joins.layout import ENDS, TIME, TOP, record_key, time_key
 from flowkit.state.joins.rocks import RocksJoinStore
 from flowkit.testing import TestDriver
 from flowkit.topics import Topic
@@ -244,7 +244,7 @@ async def test_a_restart_on_rocksdb_replays_only_the_tail(tmp_path: Path) -> Non
     assert sorted(p.name for p in (tmp_path / "joins" / "paid").iterdir()) == ["0", "1"]
 
 
-@pytest.mark.parametrize("damage", ["corrupt+foreign", "unreadable"])
+@pytest.mark.parametrize("damage", ["corrupt+foreign", "unreadable", "earlier layout"])
 async def test_local_state_not_this_partitions_is_rebuilt_with_one_line(
     tmp_path: Path, damage: str
 ) -> None:
@@ -258,6 +258,11 @@ async def test_local_state_not_this_partitions_is_rebuilt_with_one_line(
     if damage == "unreadable":  # stamped as the partition's, holding what is not a join's
         rdict = Rdict(str(part0), Options(raw_mode=True))
         rdict[TIME] = b"not json"
+        rdict.close()
+    elif damage == "earlier layout":  # records without the time index, as before it
+        rdict = Rdict(str(part0), Options(raw_mode=True))
+        for k in [k for k, _ in rdict.items() if k[:1] == b"t" or k in (TOP, *ENDS)]:
+            del rdict[k]
         rdict.close()
     else:  # partition 0's files are garbage, partition 1 has partition 0's state
         shutil.rmtree(part1)
@@ -276,8 +281,10 @@ async def test_local_state_not_this_partitions_is_rebuilt_with_one_line(
         for line in logs
         if line["event"].startswith("local state not used")
     }
-    if damage == "unreadable":
+    if damage != "corrupt+foreign":
         assert list(refused) == [0] and "it does not read" in refused[0], refused
+        if damage == "earlier layout":
+            assert "an earlier layout" in refused[0], refused
         assert recovery.from_local == 1  # partition 1's
     else:
         assert sorted(refused) == [0, 1], refused

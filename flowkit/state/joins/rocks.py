@@ -126,7 +126,9 @@ class RocksJoinStore(DiskJoinStore):
         else:
             it = part.db.iter()
             it.seek(RECORD)
-            if it.valid() and it.key()[:1] == RECORD:
+            earlier = it.valid() and it.key()[:1] == RECORD
+            del it  # (an open iterator keeps the database open, and locked)
+            if earlier:
                 raise ValueError("its records have no time index (an earlier layout)")
 
     def local_offset(self, partition: int) -> int | None:
