@@ -3,6 +3,7 @@
     python -m benchmarks.joins [--orders 200000] [--repeat 5]
     python -m benchmarks.joins --rocksdb   # also the join's buffers on rocksdb://
     python -m benchmarks.joins --instructions --orders 20000   # callgrind counts
+    python -m benchmarks.joins --buffered 1000000   # memory of a join holding 1 M records
 
 The data is ``examples/payments.py``'s: N orders, one every 100 ms of event time, and a
 payment for 90% of them, up to 20 s after (or 2 s before) its order, both keyed by order
@@ -23,6 +24,13 @@ the example's ``PaidOrder`` or ``UnpaidOrder``.
   last checkpoint included), then checked against the hand-written result;
 * with ``--rocksdb``, flowkit again with the join's buffers on ``rocksdb://`` (in a fresh
   data directory each round), in the same rounds, and its rate against the memory store's.
+
+``--buffered N`` measures memory instead: the join's store alone (as ``--breakdown``
+counts it) is given N orders and payments of distinct keys, in timestamp order, with a
+window of a week, so none matches and none expires: it holds all N. A checkpoint (drain,
+then persist) every 10,000 records. Each store runs in a process of its own, which prints
+its rate (in wall-clock and CPU time, RocksDB's threads included) and its resident memory
+before, at half and at the end, and its peak.
 """
 
 from __future__ import annotations
@@ -30,11 +38,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import json
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -247,6 +260,91 @@ def store_only(records: list[tuple[int, int, bytes, bytes, int]]) -> int:
     return results
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def hold(n: int, store_kind: str) -> dict[str, float]:
+    """Feed ``n`` records that match nothing to a join's store on ``store_kind``; its rate
+    and memory (``--buffered``)."""
+    from flowkit.state.joins.rocks import RocksJoinStore
+
+    app = flowkit.App("held", partitions=1)
+    orders = app.topic("orders", value_type=payments.Order, partitions=1)
+    paid = app.topic("payments", value_type=payments.Payment, partitions=1)
+    join = app.join(orders, paid, within=7 * 86_400.0, how="left", name="held")
+    now_ms = START_MS + n
+    data_dir = tempfile.mkdtemp(prefix="joins-held-")
+    store = (
+        RocksJoinStore(join, lambda: now_ms, data_dir=Path(data_dir), broker="memory://")
+        if store_kind == "rocksdb"
+        else join.new_store(lambda: now_ms)
+    )
+    store.assign([0])
+    part = store.part(0)
+    enc = msgspec.json.Encoder()
+    decoders = (orders.decoder(), paid.decoder())
+    base = _rss_mb()
+    half = 0.0
+    changelog = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        for i in range(n):
+            side = i & 1
+            key = f"k{i:09d}".encode()
+            if side:
+                raw = enc.encode(payments.Payment(key.decode(), 1234, "card"))
+            else:
+                raw = enc.encode(payments.Order(key.decode(), "customer-42", 1234))
+            store.process(part, side, key, i >> 1, START_MS + i, raw, decoders[side](raw))
+            part.high[side] = i >> 1
+            part.done = part.time
+            if i % 10_000 == 9_999:
+                changelog += len(store.drain_changes())
+                if isinstance(store, RocksJoinStore):
+                    store.persist({0: changelog})
+            if i == n // 2:
+                half = _rss_mb()
+        elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu  # the process's threads: RocksDB's too
+        end = _rss_mb()
+    finally:
+        if isinstance(store, RocksJoinStore):
+            store.aclose()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "rate": n / elapsed,
+        "cpu": n / cpu,
+        "base": base,
+        "half": half,
+        "end": end,
+        "peak": peak,
+    }
+
+
+def buffered(n: int) -> None:
+    """Print ``hold``'s figures for both stores, each run in a fresh process."""
+    print(f"{n:,} records held by a join's store (none matches, none expires)")
+    print(
+        f"{'store':<10}{'records/s':>12}{'per CPU s':>12}"
+        f"{'MB before':>11}{'at half':>9}{'at end':>9}{'peak':>8}"
+    )
+    for kind in ("memory", "rocksdb"):
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.joins", "--hold", kind, "--buffered", str(n)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(
+            f"{kind:<10}{r['rate']:>12,.0f}{r['cpu']:>12,.0f}{r['base']:>11,.0f}{r['half']:>9,.0f}"
+            f"{r['end']:>9,.0f}{r['peak']:>8,.0f}"
+        )
+
+
 async def _load_and_maybe_run(data: Data, run: bool) -> None:
     broker = await loaded_broker(data)
     if run:  # a fake clock: no checkpoint but the last, the same count every time
@@ -276,10 +374,23 @@ def main() -> None:
         help="also run flowkit with the join's buffers on rocksdb:// (the rocksdb extra)",
     )
     parser.add_argument(
+        "--buffered",
+        type=int,
+        metavar="N",
+        help="measure the memory of a join's store holding N records, on both stores",
+    )
+    parser.add_argument(
         "--part", choices=["setup", "hand", "flowkit", "store"], help=argparse.SUPPRESS
     )
+    parser.add_argument("--hold", choices=["memory", "rocksdb"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     configure_logging("warning")
+    if args.buffered:
+        if args.hold:
+            print(json.dumps(hold(args.buffered, args.hold)))
+        else:
+            buffered(args.buffered)
+        return
     if args.instructions:
         if args.breakdown:
             setup = count("benchmarks.joins", "setup", "--orders", args.orders)

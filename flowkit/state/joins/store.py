@@ -222,8 +222,7 @@ class JoinStore(FutureGuard):
         else:
             for e in entries:
                 if e[5] == offset:  # replayed after a restart: buffered already
-                    self._replayed(part, e, matched)
-                    return out
+                    return self._replayed(part, e, matched, out)
             entries.append(entry)
         part.dirty.append(entry)
         expiring = part.expiring
@@ -254,12 +253,27 @@ class JoinStore(FutureGuard):
                 out.extend(unmatched)
         return out
 
-    def _replayed(self, part: JoinPart, entry: list[Any], matched: bool) -> None:
+    def _replayed(
+        self, part: JoinPart, entry: list[Any], matched: bool, out: list[Joined] | None
+    ) -> list[Joined] | None:
+        """A record read again after a restart, buffered already: it is not added again,
+        and what its time closes comes out, as it did the first time."""
         if matched and not entry[1]:  # it may no longer come out unmatched
             entry[1] = True
-            if not entry[7] & DIRTY:
-                entry[7] |= DIRTY
-                part.dirty.append(entry)
+            self._changed(part, entry)
+        if part.time > part.due:
+            unmatched = self.advance(part)
+            if unmatched:
+                if out is None:
+                    return unmatched
+                out.extend(unmatched)
+        return out
+
+    @staticmethod
+    def _changed(part: JoinPart, entry: list[Any]) -> None:
+        if not entry[7] & DIRTY:
+            entry[7] |= DIRTY
+            part.dirty.append(entry)
 
     def _late(self, part: JoinPart, side: int, ts: int) -> None:
         join = self.join
