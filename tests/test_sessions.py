@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 import flowkit
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
-from tests.conftest import ALL_CLIENTS, DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory, WindowStores
+
+# The suites of sessions run on both stores (``window_store``, tests/conftest.py): each
+# Hypothesis example gets its own local state with ``window_store.fresh()``.
+ON_EACH_STORE = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 GAP, SECOND = 10_000, 1000
 Result = tuple[str, int, int, Any]  # key, start, end, value
@@ -120,11 +124,12 @@ offsets = st.one_of(
 streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_size=30)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=ON_EACH_STORE)
 @given(stream=streams, grace=st.sampled_from([0, 5, 30]))
 async def test_every_session_emitted_matches_the_reference(
-    stream: list[tuple[str, int]], grace: int
+    window_store: WindowStores, stream: list[tuple[str, int]], grace: int
 ) -> None:
+    window_store.fresh()  # each example's own local state
     clock = FakeClock()
     t0 = base_ms(clock)
     records = [(user, t0 + s * SECOND, [i]) for i, (user, s) in enumerate(stream)]
@@ -164,7 +169,7 @@ def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
 @settings(
     max_examples=int(os.environ.get("FLOWKIT_SESSION_EXAMPLES", "20")),
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=ON_EACH_STORE,
 )
 @given(
     stream=streams,
@@ -174,8 +179,14 @@ def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
     flush_every=st.sampled_from([1, 3, 100]),
 )
 async def test_aggregations_and_running_updates_match_the_reference(
-    stream: list[tuple[str, int]], grace: int, name: str, emit_on: str, flush_every: int
+    window_store: WindowStores,
+    stream: list[tuple[str, int]],
+    grace: int,
+    name: str,
+    emit_on: str,
+    flush_every: int,
 ) -> None:
+    window_store.fresh()
     aggregation = AGGREGATIONS[name]
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -243,6 +254,7 @@ async def test_aggregations_and_running_updates_match_the_reference(
     assert any(not u[4] for u in updates)
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_record_that_bridges_two_sessions_merges_them() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -301,9 +313,11 @@ def count_keys(store: Any) -> int:
     for owner in store.owners.owners.values():
         refs += len(owner.open) + len(owner.closed) + len(owner.closing) + len(owner.expiring)
         refs += len(owner.dirty) + len(owner.dirty_closed)
+        refs += len(list(store.owners.closed_keys(owner)))  # on disk with rocksdb://
     return refs
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_state_is_empty_once_every_session_closed_and_expired() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -326,6 +340,7 @@ async def test_state_is_empty_once_every_session_closed_and_expired() -> None:
     assert {key for key, *_ in closed} == {f"u{i}" for i in range(20)}
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> None:
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
@@ -356,6 +371,7 @@ async def test_merged_and_closed_sessions_do_not_come_back_after_a_restart() -> 
 
 
 @pytest.mark.parametrize("emit_on", ["close", "update"])
+@pytest.mark.usefixtures("window_store")
 async def test_sessions_from_several_partitions_merge_on_the_owner(emit_on: str) -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -374,6 +390,7 @@ async def test_sessions_from_several_partitions_merge_on_the_owner(emit_on: str)
     "record",
     [b'["p", 0, 0, "a", 5]', b'["p", 10000, 0, "a", [5, [1], 0]]', b'["p", 0, 0, "a", [1]]'],
 )
+@pytest.mark.usefixtures("window_store")
 async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -412,6 +429,7 @@ async def forge_and_count(driver: TestDriver, hits: Any, t0: int, record: bytes)
 
 
 @pytest.mark.parametrize("emit_on", ["close", "update"])
+@pytest.mark.usefixtures("window_store")
 async def test_a_crash_repeats_sessions_but_changes_none(emit_on: str) -> None:
     """Killed after a checkpoint, with sessions merged, closed and emitted since: the
     successor replays from the checkpoint. Every session it emits is one of the reference's,
@@ -449,6 +467,7 @@ async def test_a_crash_repeats_sessions_but_changes_none(emit_on: str) -> None:
     assert all(c in since for c in repeated)
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_session_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
