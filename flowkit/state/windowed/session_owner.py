@@ -150,6 +150,11 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 owner.source_wm[src] = wm
                 out.extend(self._close(owner))
                 moved = False
+            elif kind == "p" and moved and end < min(owner.source_wm) - self.gap:
+                # The watermark it came with closed it already (another session of its
+                # source brought it first): it closes now too, before a later one joins.
+                out.extend(self._close(owner))
+                moved = False
         if replays:
             self.replays_ignored += replays
             log.debug("sessions already closed ignored (a replay)", table=self.name, count=replays)
