@@ -71,6 +71,9 @@ class DiskSessionOwners(SessionOwners):
         raw = _disk(owner).get(CLOSED + _encode(key))
         return [] if raw is None else _decode(raw)
 
+    def _covered(self, owner: SessionOwner, key: Any, start: int, end: int) -> bool:
+        return any(s[0] <= start and end <= s[1] for s in self.closed_of(owner, key))
+
     def closed_record(self, owner: SessionOwner, key: Any) -> bytes | None:
         """The changelog value of ``key``'s closed sessions: the disk's, as it is."""
         found: bytes | None = _disk(owner).get(CLOSED + _encode(key))

@@ -115,6 +115,8 @@ class SessionOwners(OwnersBase[SessionOwner]):
         replays = future = 0
         guard = self.guard
         touched: dict[tuple[Any, int], None] = {}  # (key, start) of sessions that changed
+        gap = self.gap
+        close_time = min(owner.source_wm) - gap  # what ends before it is closed here
         for m in messages:
             if m.value is None:
                 continue
@@ -128,13 +130,21 @@ class SessionOwners(OwnersBase[SessionOwner]):
             if kind == "w":
                 wm = a
             elif wm < owner.source_wm[src] or (
-                end < min(owner.source_wm) - self.gap and self._covered(owner, key, a, end)
+                end < close_time and self._covered(owner, key, a, end)
             ):
                 # A replay after a restart: the source's watermark was already past
                 # it, or its session closed here already.
                 replays += 1
                 continue
             if kind == "p":
+                if moved:
+                    sessions = owner.open.get(key)
+                    if sessions and sessions[0][1] < close_time:
+                        # A session of this key that a watermark had closed already (one
+                        # that came with an earlier piece): it closes before this piece
+                        # can join it, as on its source, where it had closed first.
+                        out.extend(self._close(owner))
+                        moved = False
                 merged = self._merge(owner, key, src, a, end, piece)
                 if merged is not None:
                     moved = True
@@ -148,11 +158,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 # watermark closes here closes now, before a later session of the same
                 # source can join it (as there, where it had closed first).
                 owner.source_wm[src] = wm
-                out.extend(self._close(owner))
-                moved = False
-            elif kind == "p" and moved and end < min(owner.source_wm) - self.gap:
-                # The watermark it came with closed it already (another session of its
-                # source brought it first): it closes now too, before a later one joins.
+                close_time = min(owner.source_wm) - gap
                 out.extend(self._close(owner))
                 moved = False
         if replays:
@@ -348,7 +354,8 @@ class SessionOwners(OwnersBase[SessionOwner]):
         heapq.heapify(owner.expiring)
 
     def _covered(self, owner: SessionOwner, key: Any, start: int, end: int) -> bool:
-        return any(s[0] <= start and end <= s[1] for s in self.closed_of(owner, key))
+        """True when a closed session of ``key`` covers ``[start, end]``."""
+        return any(s[0] <= start and end <= s[1] for s in owner.closed.get(key, ()))
 
 
 def _piece(value: Any, start: int) -> tuple[int, Any, int]:
