@@ -30,7 +30,9 @@ from flowkit.deadletter import DeadLetter
 from flowkit.records import Message
 from flowkit.state.joins import StreamJoin
 from flowkit.state.joins.rocks import RocksJoinStore
+from flowkit.state.windowed import SessionTable
 from flowkit.state.windowed.disk_store import DiskWindowedStore
+from flowkit.state.windowed.session_disk_store import DiskSessionStore
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests import test_sessions, test_sliding
@@ -198,16 +200,18 @@ async def test_forged_changelog_records_are_dead_lettered_and_change_nothing(
 
 
 @pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
-async def test_forged_changelog_records_change_nothing_on_disk(window_store: WindowStores) -> None:
-    # The tumbling case again, its table on rocksdb://: forged records are dead-lettered
-    # from the changelog's tail as from the whole of it.
-    case = CASES[0]
+@pytest.mark.parametrize("case", CASES[:2], ids=IDS[:2])
+async def test_forged_changelog_records_change_nothing_on_disk(
+    window_store: WindowStores, case: Case
+) -> None:
+    # The tumbling and session cases again, their tables on rocksdb://: forged records
+    # are dead-lettered from the changelog's tail as from the whole of it.
     want, _ = await _twice(case, [])
     window_store.fresh()
     got, letters = await _twice(case, FORGED)
     assert got == want
     assert len(letters) == len(FORGED) * PARTITIONS
-    assert {d.agent for d in letters} == {"table:counts"}
+    assert {d.agent for d in letters} == {f"table:{case.name}"}
 
 
 # -- the property: any changelog bytes are applied or refused, never raised ---------------
@@ -273,12 +277,15 @@ def test_any_changelog_record_is_applied_or_refused(
 
 
 def test_any_changelog_record_on_disk_is_applied_or_refused(tmp_path: Path) -> None:
-    # Tumbling and hopping tables on rocksdb://: one database each for every example
-    # (opening one takes about 50 ms), so what earlier examples applied stays.
-    stores = [
+    # Tumbling, hopping and session tables on rocksdb://: one database each for every
+    # example (opening one takes about 50 ms), so what earlier examples applied stays.
+    tumbling, hopping, session, *_ = _stores()
+    assert isinstance(session, SessionTable)
+    stores: list[Any] = [
         DiskWindowedStore(t, lambda: 0, data_dir=tmp_path, broker="memory://")
-        for t in _stores()[:2]
+        for t in (tumbling, hopping)
     ]
+    stores.append(DiskSessionStore(session, lambda: 0, data_dir=tmp_path, broker="memory://"))
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(records=st.lists(st.tuples(keys, values), min_size=1, max_size=6))

@@ -40,6 +40,7 @@ from ...state.rocks import RocksTableStore
 from ...state.snapshots import Captured, SnapshotFiles
 from ...state.windowed import SessionTable, SlidingTable
 from ...state.windowed.disk_store import DiskWindowedStore
+from ...state.windowed.session_disk_store import DiskSessionStore
 from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
@@ -61,10 +62,7 @@ DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
 
-Unwindowed = (SessionTable, SlidingTable)
-"""Windowed tables that keep their state in memory on every store."""
-
-OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore)
+OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore, DiskSessionStore)
 """The stores whose partitions are databases stamped with their changelog offset."""
 
 STANDBY_DIR = "standby"
@@ -145,8 +143,11 @@ class StateKeeper:
         if on_disk and isinstance(table, StreamJoin):
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             return RocksJoinStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if on_disk and isinstance(table, WindowedTable) and not isinstance(table, Unwindowed):
-            # Tumbling and hopping windows (session and sliding ones stay in memory).
+        if on_disk and isinstance(table, SessionTable):
+            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+            return DiskSessionStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
+        if on_disk and isinstance(table, WindowedTable) and not isinstance(table, SlidingTable):
+            # Tumbling and hopping windows (sliding ones stay in memory).
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             return DiskWindowedStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
         if isinstance(table, Table) and on_disk:

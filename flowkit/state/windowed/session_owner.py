@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -115,6 +115,8 @@ class SessionOwners(OwnersBase[SessionOwner]):
         replays = future = 0
         guard = self.guard
         touched: dict[tuple[Any, int], None] = {}  # (key, start) of sessions that changed
+        gap = self.gap
+        close_time = min(owner.source_wm) - gap  # what ends before it is closed here
         for m in messages:
             if m.value is None:
                 continue
@@ -128,13 +130,21 @@ class SessionOwners(OwnersBase[SessionOwner]):
             if kind == "w":
                 wm = a
             elif wm < owner.source_wm[src] or (
-                end < min(owner.source_wm) - self.gap and _covered(owner, key, a, end)
+                end < close_time and self._covered(owner, key, a, end)
             ):
                 # A replay after a restart: the source's watermark was already past
                 # it, or its session closed here already.
                 replays += 1
                 continue
             if kind == "p":
+                if moved:
+                    sessions = owner.open.get(key)
+                    if sessions and sessions[0][1] < close_time:
+                        # A session of this key that a watermark had closed already (one
+                        # that came with an earlier piece): it closes before this piece
+                        # can join it, as on its source, where it had closed first.
+                        out.extend(self._close(owner))
+                        moved = False
                 merged = self._merge(owner, key, src, a, end, piece)
                 if merged is not None:
                     moved = True
@@ -148,6 +158,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 # watermark closes here closes now, before a later session of the same
                 # source can join it (as there, where it had closed first).
                 owner.source_wm[src] = wm
+                close_time = min(owner.source_wm) - gap
                 out.extend(self._close(owner))
                 moved = False
         if replays:
@@ -235,13 +246,23 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 del owner.open[key]
             total = value_of(session, self.combine)
             out.append((key, Window(start, end), total))
-            owner.closed.setdefault(key, []).append([start, end, total])
-            heapq.heappush(owner.expiring, (end, next(self._n), key, start))
+            self.keep_closed(owner, key, start, end, total)
             owner.dirty.add(key)
             owner.dirty_closed.add(key)
             self.closed_windows += 1
+        self.expire(owner, close_time - self.spec.expires_ms)
+        return out
+
+    # -- closed sessions: in memory here, on disk in ``session_disk_owner.py`` -------------
+
+    def keep_closed(self, owner: SessionOwner, key: Any, start: int, end: int, total: Any) -> None:
+        """Keep a session that closed readable, until it expires."""
+        owner.closed.setdefault(key, []).append([start, end, total])
+        heapq.heappush(owner.expiring, (end, next(self._n), key, start))
+
+    def expire(self, owner: SessionOwner, expire_time: int) -> None:
+        """Forget the closed sessions that end before ``expire_time``."""
         expiring = owner.expiring
-        expire_time = close_time - self.spec.expires_ms
         while expiring and expiring[0][0] < expire_time:
             _, _, key, start = heapq.heappop(expiring)
             kept = [s for s in owner.closed.get(key, ()) if s[0] != start]
@@ -250,7 +271,26 @@ class SessionOwners(OwnersBase[SessionOwner]):
             else:
                 owner.closed.pop(key, None)
             owner.dirty_closed.add(key)
-        return out
+
+    def closed_of(self, owner: SessionOwner, key: Any) -> list[list[Any]]:
+        """``key``'s closed sessions, ``[start, end, value]`` each (until they expire)."""
+        return owner.closed.get(key, [])
+
+    def closed_record(self, owner: SessionOwner, key: Any) -> bytes | None:
+        """The changelog value of ``key``'s closed sessions (None: it has none)."""
+        closed = owner.closed.get(key)
+        return wire.encode(closed) if closed else None
+
+    def set_closed(self, owner: SessionOwner, key: Any, closed: list[list[Any]] | None) -> None:
+        """Replace ``key``'s closed sessions (a changelog record; None: none)."""
+        if closed is None:
+            owner.closed.pop(key, None)
+        else:
+            owner.closed[key] = closed
+
+    def closed_keys(self, owner: SessionOwner) -> Iterable[Any]:
+        """The keys with closed sessions."""
+        return owner.closed
 
     def drain_changes_into(self, out: list[Change]) -> None:
         """Append stage 2's changelog records since the last drain to ``out``: each
@@ -273,8 +313,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
             )
         owner.dirty.clear()
         for key in owner.dirty_closed:
-            closed = owner.closed.get(key)
-            out.append((q, wire.encode(("C", key)), wire.encode(closed) if closed else None))
+            out.append((q, wire.encode(("C", key)), self.closed_record(owner, key)))
         owner.dirty_closed.clear()
         for src, wm in enumerate(owner.source_wm):
             if wm != owner.logged_wm[src]:
@@ -299,10 +338,8 @@ class SessionOwners(OwnersBase[SessionOwner]):
                     [s, e, {(src, ps): [pe, v] for src, ps, pe, v in pieces}]
                     for s, e, pieces in value
                 ]
-        elif value is None:
-            owner.closed.pop(key, None)
         else:
-            owner.closed[key] = [list(s) for s in value]
+            self.set_closed(owner, key, None if value is None else [list(s) for s in value])
 
     def recovered(self, owner: SessionOwner, partition: int) -> None:
         """Rebuild ``owner``'s close and expiry order after its changelog was applied."""
@@ -316,9 +353,9 @@ class SessionOwners(OwnersBase[SessionOwner]):
         ]
         heapq.heapify(owner.expiring)
 
-
-def _covered(owner: SessionOwner, key: Any, start: int, end: int) -> bool:
-    return any(s[0] <= start and end <= s[1] for s in owner.closed.get(key, ()))
+    def _covered(self, owner: SessionOwner, key: Any, start: int, end: int) -> bool:
+        """True when a closed session of ``key`` covers ``[start, end]``."""
+        return any(s[0] <= start and end <= s[1] for s in owner.closed.get(key, ()))
 
 
 def _piece(value: Any, start: int) -> tuple[int, Any, int]:

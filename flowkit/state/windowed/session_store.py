@@ -77,7 +77,7 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
         local = {p: part.partials.get(key, ()) for p, part in self.parts.items()}
         owner = self.owners.owners.get(self.table.partition_of(key))
         if owner is not None:
-            for start, end, value in owner.closed.get(key, ()):
+            for start, end, value in self.owners.closed_of(owner, key):
                 out[Window(start, end)] = value
             for session in owner.open.get(key, ()):
                 for (src, ps), (pe, value) in session[2].items():
@@ -116,7 +116,7 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
         keys: set[Any] = set()
         for owner in self.owners.owners.values():
             keys.update(owner.open)
-            keys.update(owner.closed)
+            keys.update(self.owners.closed_keys(owner))
         for part in self.parts.values():
             keys.update(part.partials)
         return iter(sorted(keys, key=repr))
