@@ -131,15 +131,27 @@ streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_si
     # After how many records the worker stops, and how: gracefully, or a crash with no
     # final checkpoint (the records since the last one are read again).
     restart=st.none() | st.tuples(st.integers(1, 30), st.booleans()),
+    emit_on=st.sampled_from(["close", "update"]),
 )
 # a[60] closes on its source when a[101] comes; a[61], on time after it, is a session of
 # its own, though it reaches the owner in the batch that brings a[60].
-@example(stream=[("b", 60), ("a", 60), ("a", 101), ("a", 61)], grace=30, restart=None)
+@example(
+    stream=[("b", 60), ("a", 60), ("a", 101), ("a", 61)], grace=30, restart=None, emit_on="close"
+)
+# The owner holds a running copy of a[60] (open on its source) through a restart; b[60]'s
+# watermark would close that copy, but not a[60, 61] on its source: it waits for it.
+@example(
+    stream=[("a", 0), ("a", 0), ("a", 60), ("a", 61), ("b", 60)],
+    grace=0,
+    restart=(3, False),
+    emit_on="update",
+)
 async def test_every_session_emitted_matches_the_reference(
     window_store: WindowStores,
     stream: list[tuple[str, int]],
     grace: int,
     restart: tuple[int, bool] | None,
+    emit_on: str,
 ) -> None:
     window_store.fresh()  # each example's own local state
     broker, clock = MemoryBroker(), FakeClock()
@@ -151,7 +163,7 @@ async def test_every_session_emitted_matches_the_reference(
     closed: list[Result] = []
     late: list[tuple[str, int]] = []
     at, crash = restart or (len(records), False)
-    app, hits, _ = session_app(closed, late, grace=grace)
+    app, hits, _ = session_app(closed, late, grace=grace, emit_on=emit_on)
     driver = TestDriver(app, broker=broker, clock=clock, fail_fast=True)
     await driver.__aenter__()
     try:
@@ -161,7 +173,7 @@ async def test_every_session_emitted_matches_the_reference(
                 if crash:
                     driver.worker._error = RuntimeError("simulated crash")
                 await driver.aclose()
-                app, hits, _ = session_app(closed, late, grace=grace)
+                app, hits, _ = session_app(closed, late, grace=grace, emit_on=emit_on)
                 driver = TestDriver(app, broker=broker, clock=clock, fail_fast=True)
                 await driver.__aenter__()
             await driver.send(hits, Hit(user, ts, value[0]), key=user)
@@ -200,6 +212,13 @@ def one(aggregation: flowkit.Aggregation, hit: Hit) -> Any:
     max_examples=int(os.environ.get("FLOWKIT_SESSION_EXAMPLES", "20")),
     deadline=None,
     suppress_health_check=ON_EACH_STORE,
+)
+@example(  # an outdated copy of a session must not close in place of its final version
+    stream=[("a", 0), ("a", 0), ("a", 60), ("a", 61), ("b", 60)],
+    grace=0,
+    name="collect",
+    emit_on="update",
+    flush_every=3,
 )
 @given(
     stream=streams,

@@ -46,7 +46,10 @@ __all__ = ["OpenSession", "SessionOwner", "SessionOwners"]
 log = structlog.get_logger(__name__)
 
 OpenSession = list[Any]
-"""``[start, end, {(source, piece start): [piece end, value]}]``."""
+"""``[start, end, {(source, piece start): [piece end, value, running]}]``: ``running``
+for a running update's copy of a session still open on its source (sent with the
+source's watermark then, at most ``end + gap``), which may have grown there since; a
+session holding one does not close here until the source's final piece replaces it."""
 
 
 class SessionOwner:
@@ -81,8 +84,8 @@ def value_of(session: OpenSession, combine: Callable[[Any, Any], Any]) -> Any:
     """An open session's value: its pieces folded in time order."""
     pieces = sorted(session[2].items(), key=lambda item: (item[0][1], item[0][0]))
     total = pieces[0][1][1]
-    for _, (_, v) in pieces[1:]:
-        total = combine(total, v)
+    for _, piece in pieces[1:]:
+        total = combine(total, piece[1])
     return total
 
 
@@ -145,7 +148,9 @@ class SessionOwners(OwnersBase[SessionOwner]):
                         # can join it, as on its source, where it had closed first.
                         out.extend(self._close(owner))
                         moved = False
-                merged = self._merge(owner, key, src, a, end, piece)
+                # A final piece comes with the watermark that closed it (end + gap + 1),
+                # a running update's with its source's watermark then (at most end + gap).
+                merged = self._merge(owner, key, src, a, end, piece, wm <= end + gap)
                 if merged is not None:
                     moved = True
                     if self.updates:
@@ -186,7 +191,14 @@ class SessionOwners(OwnersBase[SessionOwner]):
         return out
 
     def _merge(
-        self, owner: SessionOwner, key: Any, src: int, start: int, end: int, v: Any
+        self,
+        owner: SessionOwner,
+        key: Any,
+        src: int,
+        start: int,
+        end: int,
+        v: Any,
+        running: bool = False,
     ) -> int | None:
         """Merge a piece into ``key``'s open sessions; the start of the session that holds
         it, or None when it only replaced an equal piece (nothing changed)."""
@@ -206,21 +218,24 @@ class SessionOwners(OwnersBase[SessionOwner]):
         # sessions of one key never overlap, and each only grows until it closes.
         older = [
             pid
-            for pid, (pe, _) in pieces.items()
-            if pid[0] == src and pid[1] <= end and start <= pe
+            for pid, piece in pieces.items()
+            if pid[0] == src and pid[1] <= end and start <= piece[0]
         ]
-        unchanged = j == i + 1 and older == [(src, start)] and pieces[older[0]] == [end, v]
+        new = [end, v, running]
+        unchanged = j == i + 1 and older == [(src, start)] and pieces[older[0]] == new
         for pid in older:
             del pieces[pid]
-        pieces[(src, start)] = [end, v]
+        pieces[(src, start)] = new
         if unchanged:
             sessions[i][2] = pieces
             return None
         lo = min(ps for _, ps in pieces)
-        hi = max(pe for pe, _ in pieces.values())
+        hi = max(piece[0] for piece in pieces.values())
         before = sessions[i][0] if i < j else None
         sessions[i:j] = [[lo, hi, pieces]]
-        if lo != before:
+        if lo != before or not running:
+            # (A final piece also: its session may have been passed over while a running
+            # copy held it open; the close order is lazy, an entry more is harmless.)
             heapq.heappush(owner.closing, (hi, next(self._n), key, lo))
         return lo
 
@@ -241,6 +256,8 @@ class SessionOwners(OwnersBase[SessionOwner]):
             if end >= close_time:
                 heapq.heappush(closing, (end, next(self._n), key, start))
                 continue
+            if any(piece[2] for piece in session[2].values()):
+                continue  # open on a source still: its final piece comes, and closes it
             del sessions[k]
             if not sessions:
                 del owner.open[key]
@@ -305,7 +322,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
             opened = None
             if sessions:
                 opened = [
-                    [s, e, [[src, ps, pe, v] for (src, ps), (pe, v) in pieces.items()]]
+                    [s, e, [_logged(src, ps, piece) for (src, ps), piece in pieces.items()]]
                     for s, e, pieces in sessions
                 ]
             out.append(
@@ -334,10 +351,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
             if value is None:
                 owner.open.pop(key, None)
             else:
-                owner.open[key] = [
-                    [s, e, {(src, ps): [pe, v] for src, ps, pe, v in pieces}]
-                    for s, e, pieces in value
-                ]
+                owner.open[key] = [[s, e, dict(map(_unlogged, pieces))] for s, e, pieces in value]
         else:
             self.set_closed(owner, key, None if value is None else [list(s) for s in value])
 
@@ -356,6 +370,23 @@ class SessionOwners(OwnersBase[SessionOwner]):
     def _covered(self, owner: SessionOwner, key: Any, start: int, end: int) -> bool:
         """True when a closed session of ``key`` covers ``[start, end]``."""
         return any(s[0] <= start and end <= s[1] for s in owner.closed.get(key, ()))
+
+
+def _logged(src: int, start: int, piece: list[Any]) -> list[Any]:
+    # A piece in the changelog: [source, start, end, value], and a 1 after for a running
+    # update's copy (so that records written before the flag existed read as final).
+    end, value, running = piece
+    return [src, start, end, value, 1] if running else [src, start, end, value]
+
+
+def _unlogged(piece: list[Any]) -> tuple[tuple[int, int], list[Any]]:
+    # ``_logged``'s inverse; ``DecodeError`` for anything else (anyone may write there).
+    if not 4 <= len(piece) <= 5 or any(type(n) is not int for n in piece[:3]):
+        raise DecodeError("not a changelog record: a piece is [source, start, end, value]")
+    if len(piece) == 5 and piece[4] != 1:
+        raise DecodeError("not a changelog record: a piece's running flag is 1")
+    src, start, end, value = piece[:4]
+    return (src, start), [end, value, len(piece) == 5]
 
 
 def _piece(value: Any, start: int) -> tuple[int, Any, int]:

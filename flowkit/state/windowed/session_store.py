@@ -34,7 +34,8 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
         "O": wire.Shape(
             2,
             key=1,
-            value=wire.value_of(list[tuple[int, int, list[tuple[int, int, int, Any]]]]),
+            # pieces: [source, start, end, value], and 1 after for a running copy
+            value=wire.value_of(list[tuple[int, int, list[list[Any]]]]),
         ),
         "C": wire.Shape(2, key=1, value=wire.value_of(list[tuple[int, int, Any]])),
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
@@ -80,7 +81,7 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
             for start, end, value in self.owners.closed_of(owner, key):
                 out[Window(start, end)] = value
             for session in owner.open.get(key, ()):
-                for (src, ps), (pe, value) in session[2].items():
+                for (src, ps), (pe, value, _) in session[2].items():
                     # A session still open on a source held here is newest there (a
                     # running update that reached the owner may be older).
                     if not any(s[0] <= pe and ps <= s[1] for s in local.get(src, ())):
