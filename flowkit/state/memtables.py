@@ -24,8 +24,9 @@ False
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["FEW", "SHARE", "Unflushed"]
+__all__ = ["FEW", "SHARE", "Unflushed", "flush_if_due"]
 
 FEW = 1_000  # entries: below this a flush is never due
 SHARE = 50  # a flush is due once the unflushed entries are 1/SHARE of the keys
@@ -52,3 +53,12 @@ class Unflushed:
     def flushed(self) -> None:
         """The database's memtable was flushed."""
         self.entries = 0
+
+
+def flush_if_due(db: Any, unflushed: Unflushed) -> None:
+    """After a checkpoint's write: flush ``db`` (a rocksdict ``Rdict``), and wait for it,
+    if ``unflushed`` says its memtables hold much that is not on disk. Every store on
+    ``rocksdb://`` (tables, windowed tables, sessions, joins) calls this at persist."""
+    if unflushed.due(lambda: int(db.property_int_value("rocksdb.estimate-num-keys") or 0)):
+        db.flush()
+        unflushed.flushed()

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -35,7 +34,7 @@ from ..errors import ConfigurationError, DecodeError, NotRunningError
 from ..records import Message
 from ..streamtime import FutureGuard
 from .local import Stamp, partition_dir
-from .memtables import Unflushed
+from .memtables import Unflushed, flush_if_due
 from .stores import Change, TimedChange
 
 if TYPE_CHECKING:
@@ -489,9 +488,7 @@ class RocksTableStore(Generic[K, V]):
                 continue
             if part.draining or part.dropped or offset != part.stamp.offset:
                 self._write(part, offset)
-            if part.unflushed.due(partial(_keys, part.db)):
-                part.db.flush()
-                part.unflushed.flushed()
+            flush_if_due(part.db, part.unflushed)
 
     def _write(self, part: _Part, offset: int) -> None:
         batch = self._rocksdict.WriteBatch(raw_mode=True)
@@ -517,10 +514,6 @@ class RocksTableStore(Generic[K, V]):
             cache.clear()
         cache.update(part.draining)
         part.draining = {}
-
-
-def _keys(db: Any) -> int:
-    return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
 
 def open_database(

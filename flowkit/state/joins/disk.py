@@ -28,6 +28,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotRunningError
+from ..memtables import Unflushed
 from ..rocks import open_rocksdict
 from .layout import (
     MATCHED,
@@ -74,6 +75,7 @@ class DiskJoinPart(JoinPart):
         "started",
         "top",
         "touched",
+        "unflushed",
     )
 
     def __init__(self, number: int, db: Any, stamp: Stamp) -> None:
@@ -98,6 +100,7 @@ class DiskJoinPart(JoinPart):
         self.fresh_low = NEVER  # the oldest fresh record's time
         self.top = [-1, -1]  # the highest offset buffered per side: above it, no replay
         self.started = False  # the due times known (``DiskJoinStore._start``)
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
 
     def forget_cursors(self) -> None:
         """The database changed (or closes): the iterators over it go."""

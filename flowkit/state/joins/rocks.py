@@ -24,6 +24,7 @@ import structlog
 
 from ...records import Message
 from ..local import Stamp, partition_dir
+from ..memtables import flush_if_due
 from ..rocks import _LOCK_TRIES, STAMP, open_database
 from .disk import DISK, DiskJoinPart, DiskJoinStore
 from .layout import (
@@ -201,6 +202,7 @@ class RocksJoinStore(DiskJoinStore):
         self._ends(batch, top)
         part.stamp = part.stamp.with_offset(messages[-1].offset + 1)
         batch.put(STAMP, part.stamp.encode())
+        part.unflushed.wrote(batch.len())  # (flushed at the next checkpoint, if many)
         part.db.write(batch)
         part.forget_cursors()
         part.started = False  # the due times again, from what is on disk now
@@ -249,28 +251,35 @@ class RocksJoinStore(DiskJoinStore):
 
     def persist(self, offsets: dict[int, int]) -> None:
         """Write what was drained, the stream time logged with it and the changelog offset
-        it reflects, in one atomic batch per partition: called once the changelog holds it."""
+        it reflects, in one atomic batch per partition: called once the changelog holds it.
+        Then flush the databases whose memtables hold much not on disk yet (``memtables``)."""
         for p, offset in offsets.items():
             part = self.parts.get(p)
-            if part is None or (not part.encoded and offset == part.stamp.offset):
+            if part is None:
                 continue
-            batch = self._rocksdict.WriteBatch(raw_mode=True)
-            top = part.top
-            put, delete = batch.put, batch.delete
-            for entry, value in part.encoded:  # in drain order: the latest last
-                side, offset_ = entry[6], entry[5]
-                stored, indexed = both_keys(side, entry[4], entry[0], offset_)
-                if value is None:
-                    delete(stored)
-                    delete(indexed)
-                else:
-                    put(stored, value)
-                    put(indexed, value[:1])
-                    if offset_ > top[side]:
-                        top[side] = offset_
-            batch.put(TIME, _encode(part.logged))
-            self._ends(batch, top)
-            part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
-            batch.put(STAMP, part.stamp.encode())
-            part.db.write(batch)
-            self._written(part)
+            if part.encoded or offset != part.stamp.offset:
+                self._write(part, offset)
+            flush_if_due(part.db, part.unflushed)
+
+    def _write(self, part: DiskJoinPart, offset: int) -> None:
+        batch = self._rocksdict.WriteBatch(raw_mode=True)
+        top = part.top
+        put, delete = batch.put, batch.delete
+        for entry, value in part.encoded:  # in drain order: the latest last
+            side, offset_ = entry[6], entry[5]
+            stored, indexed = both_keys(side, entry[4], entry[0], offset_)
+            if value is None:
+                delete(stored)
+                delete(indexed)
+            else:
+                put(stored, value)
+                put(indexed, value[:1])
+                if offset_ > top[side]:
+                    top[side] = offset_
+        batch.put(TIME, _encode(part.logged))
+        self._ends(batch, top)
+        part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
+        batch.put(STAMP, part.stamp.encode())
+        part.unflushed.wrote(batch.len())
+        part.db.write(batch)
+        self._written(part)

@@ -34,6 +34,7 @@ from typing import Any
 
 from ...errors import DecodeError
 from ..local import Stamp
+from ..memtables import Unflushed, flush_if_due
 from ..rocks import STAMP, open_database
 from . import wire
 
@@ -83,6 +84,7 @@ class SessionDisk:
         "pending_due",
         "rocksdict",
         "stamp",
+        "unflushed",
     )
 
     def __init__(self, rocksdict: Any, db: Any, stamp: Stamp) -> None:
@@ -98,6 +100,7 @@ class SessionDisk:
         # ``disk_due`` (so ``expire`` reads the disk only when one may be due).
         self.disk_from = EXPIRY
         self.disk_due = -_INF
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
 
     @classmethod
     def open(
@@ -226,7 +229,9 @@ class SessionDisk:
                 batch.put(key, value)
         self.stamp = self.stamp.with_offset(max(offset, self.stamp.offset))
         batch.put(STAMP, self.stamp.encode())
+        self.unflushed.wrote(batch.len())
         self.db.write(batch)
+        flush_if_due(self.db, self.unflushed)
         self.draining = {}
         if self.draining_due:
             # Now on disk: the disk's order holds them.
