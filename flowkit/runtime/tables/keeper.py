@@ -499,21 +499,27 @@ class StateKeeper:
 
     async def flush_outbox(self) -> None:
         """Send windowed tables' partials and watermark markers to their owners, in the
-        order they were made."""
+        order they were made. A store on disk gives a closing window's partials a chunk
+        at a time: the agents run between two chunks."""
         async with self._outbox_lock:
             for table in self.windowed:
                 store = self.stores[table]
                 items = store.drain_outbox()
-                sent = 0
-                try:
-                    for q, key, value in items:
-                        await self._send(table.repartition_topic, value, key=key, partition=q)
-                        sent += 1
-                finally:
-                    # Cancelled or failed midway: what was not sent goes back, first in line
-                    # (sending a partial twice is harmless: owners keep one per source).
-                    if sent < len(items):
-                        store.requeue_outbox(items[sent:])
+                while items:
+                    sent = 0
+                    try:
+                        for q, key, value in items:
+                            await self._send(table.repartition_topic, value, key=key, partition=q)
+                            sent += 1
+                    finally:
+                        # Cancelled or failed midway: what was not sent goes back, first in
+                        # line (sending a partial twice is harmless: owners keep one per
+                        # source).
+                        if sent < len(items):
+                            store.requeue_outbox(items[sent:])
+                    items = store.drain_outbox()
+                    if items:
+                        await asyncio.sleep(0)
                 if store.late_out:
                     await table.deliver_late(store, self._send)
 
