@@ -49,6 +49,10 @@ __all__ = ["StateKeeper"]
 
 log = structlog.get_logger(__name__)
 
+CHANGELOG_BATCH = 10_000
+"""The most changelog records sent in one batch: a checkpoint after a window of a million
+keys closed sends its changes a batch at a time, not copied into one list per partition."""
+
 SendBytes = Callable[..., Awaitable[Any]]
 SendBatch = Callable[[str, int, list[OutRecord]], Awaitable[None]]
 Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
@@ -558,9 +562,10 @@ class StateKeeper:
                         self._captured.append((store, p, captured))
 
     async def send_changelogs(self, drained: list[tuple[str, str, list[Any]]]) -> None:
-        """Send drained changes: one batch per changelog partition when the worker's
-        producer sends batches, else one by one. A change with a fourth item (a table
-        whose keys expire) is sent with that write time as the record's timestamp."""
+        """Send drained changes: batches of at most ``CHANGELOG_BATCH`` per changelog
+        partition when the worker's producer sends batches, else one by one. A change
+        with a fourth item (a table whose keys expire) is sent with that write time as
+        the record's timestamp."""
         written = self.changelog_written
         for name, topic, changes in drained:
             timed = bool(changes) and len(changes[0]) == 4
@@ -571,9 +576,14 @@ class StateKeeper:
             elif timed:
                 by_partition: dict[int, list[OutRecord]] = {}
                 for p, key, value, at in changes:
-                    by_partition.setdefault(p, []).append((key, value, (), at))
+                    batch = by_partition.setdefault(p, [])
+                    batch.append((key, value, (), at))
+                    if len(batch) == CHANGELOG_BATCH:
+                        by_partition[p] = []
+                        await self._send_batch(topic, p, batch)
                 for p, records in by_partition.items():
-                    await self._send_batch(topic, p, records)
+                    if records:
+                        await self._send_batch(topic, p, records)
             else:
                 by_partition = {}
                 for p, key, value in changes:
@@ -581,8 +591,12 @@ class StateKeeper:
                     if batch is None:
                         batch = by_partition[p] = []
                     batch.append((key, value, (), None))
+                    if len(batch) == CHANGELOG_BATCH:
+                        by_partition[p] = []
+                        await self._send_batch(topic, p, batch)
                 for p, records in by_partition.items():
-                    await self._send_batch(topic, p, records)
+                    if records:
+                        await self._send_batch(topic, p, records)
             written[name] = written.get(name, 0) + len(changes)
 
     async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
