@@ -587,13 +587,13 @@ class StateKeeper:
             else:
                 by_partition = {}
                 for p, key, value in changes:
-                    batch = by_partition.get(p)
-                    if batch is None:
-                        batch = by_partition[p] = []
-                    batch.append((key, value, (), None))
-                    if len(batch) == CHANGELOG_BATCH:
+                    found = by_partition.get(p)
+                    if found is None:
+                        found = by_partition[p] = []
+                    found.append((key, value, (), None))
+                    if len(found) == CHANGELOG_BATCH:
                         by_partition[p] = []
-                        await self._send_batch(topic, p, batch)
+                        await self._send_batch(topic, p, found)
                 for p, records in by_partition.items():
                     if records:
                         await self._send_batch(topic, p, records)
