@@ -123,7 +123,11 @@ class DiskStage1(Stage1):
             if start + size > wm:
                 next_end = min(next_end, start + size)
                 continue
-            self._closing.append(_Closing(part.number, start, part.partials.pop(start)))
+            changes = part.partials.pop(start)
+            if changes or not any(
+                w.number == part.number and w.start == start for w in self._closing
+            ):  # (a recovery's changelog tail may name a window queued already)
+                self._closing.append(_Closing(part.number, start, changes))
             part.dirty.discard(start)
         part.next_end = next_end
 
