@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowkit
+from flowkit.state.windowed.disk_stage1 import DiskStage1
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker
 from tests.conftest import WindowStores
@@ -158,6 +159,39 @@ def test_every_result_matches_the_reference_on_disk(
     restart: int,
 ) -> None:
     window_store.fresh()  # each example's own local state
+    run_example(window, grace, steps, keys, values, batches, restart)
+
+
+# Many keys a window on rocksdb://, shipped a partial at a time (DiskStage1.chunk = 1): every
+# close crosses chunk boundaries, and the agents and checkpoints run between the chunks.
+@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
+@settings(
+    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    window=windows,
+    grace=st.sampled_from([0, 2, 10]),
+    steps=offsets,
+    keys=st.lists(st.sampled_from("abcdefgh"), min_size=40, max_size=40),
+    values=st.lists(st.integers(-5, 5), min_size=40, max_size=40),
+    batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
+    restart=st.integers(0, 4),
+)
+def test_every_result_matches_the_reference_on_disk_a_partial_at_a_time(
+    window_store: WindowStores,
+    monkeypatch: pytest.MonkeyPatch,
+    window: tuple[int, int],
+    grace: int,
+    steps: list[int],
+    keys: list[str],
+    values: list[int],
+    batches: list[int],
+    restart: int,
+) -> None:
+    window_store.fresh()
+    monkeypatch.setattr(DiskStage1, "chunk", 1)
     run_example(window, grace, steps, keys, values, batches, restart)
 
 

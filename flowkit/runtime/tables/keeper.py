@@ -50,6 +50,10 @@ __all__ = ["StateKeeper"]
 
 log = structlog.get_logger(__name__)
 
+CHANGELOG_BATCH = 10_000
+"""The most changelog records sent in one batch: a checkpoint after a window of a million
+keys closed sends its changes a batch at a time, not copied into one list per partition."""
+
 SendBytes = Callable[..., Awaitable[Any]]
 SendBatch = Callable[[str, int, list[OutRecord]], Awaitable[None]]
 Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
@@ -500,21 +504,27 @@ class StateKeeper:
 
     async def flush_outbox(self) -> None:
         """Send windowed tables' partials and watermark markers to their owners, in the
-        order they were made."""
+        order they were made. A store on disk gives a closing window's partials a chunk
+        at a time: the agents run between two chunks."""
         async with self._outbox_lock:
             for table in self.windowed:
                 store = self.stores[table]
                 items = store.drain_outbox()
-                sent = 0
-                try:
-                    for q, key, value in items:
-                        await self._send(table.repartition_topic, value, key=key, partition=q)
-                        sent += 1
-                finally:
-                    # Cancelled or failed midway: what was not sent goes back, first in line
-                    # (sending a partial twice is harmless: owners keep one per source).
-                    if sent < len(items):
-                        store.requeue_outbox(items[sent:])
+                while items:
+                    sent = 0
+                    try:
+                        for q, key, value in items:
+                            await self._send(table.repartition_topic, value, key=key, partition=q)
+                            sent += 1
+                    finally:
+                        # Cancelled or failed midway: what was not sent goes back, first in
+                        # line (sending a partial twice is harmless: owners keep one per
+                        # source).
+                        if sent < len(items):
+                            store.requeue_outbox(items[sent:])
+                    items = store.drain_outbox()
+                    if items:
+                        await asyncio.sleep(0)
                 if store.late_out:
                     await table.deliver_late(store, self._send)
 
@@ -553,9 +563,10 @@ class StateKeeper:
                         self._captured.append((store, p, captured))
 
     async def send_changelogs(self, drained: list[tuple[str, str, list[Any]]]) -> None:
-        """Send drained changes: one batch per changelog partition when the worker's
-        producer sends batches, else one by one. A change with a fourth item (a table
-        whose keys expire) is sent with that write time as the record's timestamp."""
+        """Send drained changes: batches of at most ``CHANGELOG_BATCH`` per changelog
+        partition when the worker's producer sends batches, else one by one. A change
+        with a fourth item (a table whose keys expire) is sent with that write time as
+        the record's timestamp."""
         written = self.changelog_written
         for name, topic, changes in drained:
             timed = bool(changes) and len(changes[0]) == 4
@@ -566,18 +577,27 @@ class StateKeeper:
             elif timed:
                 by_partition: dict[int, list[OutRecord]] = {}
                 for p, key, value, at in changes:
-                    by_partition.setdefault(p, []).append((key, value, (), at))
+                    batch = by_partition.setdefault(p, [])
+                    batch.append((key, value, (), at))
+                    if len(batch) == CHANGELOG_BATCH:
+                        by_partition[p] = []
+                        await self._send_batch(topic, p, batch)
                 for p, records in by_partition.items():
-                    await self._send_batch(topic, p, records)
+                    if records:
+                        await self._send_batch(topic, p, records)
             else:
                 by_partition = {}
                 for p, key, value in changes:
-                    batch = by_partition.get(p)
-                    if batch is None:
-                        batch = by_partition[p] = []
-                    batch.append((key, value, (), None))
+                    found = by_partition.get(p)
+                    if found is None:
+                        found = by_partition[p] = []
+                    found.append((key, value, (), None))
+                    if len(found) == CHANGELOG_BATCH:
+                        by_partition[p] = []
+                        await self._send_batch(topic, p, found)
                 for p, records in by_partition.items():
-                    await self._send_batch(topic, p, records)
+                    if records:
+                        await self._send_batch(topic, p, records)
             written[name] = written.get(name, 0) + len(changes)
 
     async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:

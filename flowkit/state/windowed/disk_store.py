@@ -3,9 +3,9 @@
 One RocksDB database per held partition, under ``<data_dir>/<app>/<table>/<partition>``
 as the plain ``rocksdb://`` tables' (``flowkit.state.rocks``, whose database handling,
 shared memory budget and stamp it uses): stage 2, the owner's partials and closed windows,
-lives there (``disk_owner.py``); stage 1, the open windows' partials of the source
-partition, is in memory while the worker runs, as the memory store's, and is written to
-the same database at each checkpoint. Each database carries the changelog offset it
+lives there (``disk_owner.py``), and so does stage 1, the open windows' partials of the
+source partition, with only the changes since the last checkpoint in memory
+(``disk_stage1.py``). Each database carries the changelog offset it
 reflects, written in the same atomic batch, so a restart opens it and replays only the
 changelog after that offset; local state that is not this partition's (another app,
 table, partition count or broker, no offset, or a database that does not open) is
@@ -24,10 +24,10 @@ from ...windows import Window
 from ..local import Stamp, partition_dir
 from ..rocks import open_rocksdict
 from . import disk, wire
-from .disk import CLOSED, OWNED, PARTIAL, WATERMARK, DiskPart
+from .disk import CLOSED, OWNED, WATERMARK, DiskPart
 from .disk_owner import DiskOwner, DiskOwners
+from .disk_stage1 import DiskStage1
 from .owner import fold_sources
-from .stage1 import Part
 from .store import WindowedStore
 
 if TYPE_CHECKING:
@@ -35,13 +35,12 @@ if TYPE_CHECKING:
 
 __all__ = ["DiskWindowedStore"]
 
-_P_KEY = b'["p",'
 _LOCK_TRIES = 20  # 0.1 s apart, as the plain tables'
 
 
-class DiskWindowedStore(WindowedStore):
-    """Stage 1 in memory, stage 2 on disk, both recovered from a database per partition
-    and the changelog's tail."""
+class DiskWindowedStore(WindowedStore, DiskStage1):
+    """Both stages on disk, recovered from a database per partition and the changelog's
+    tail; in memory, stage 1's changes since the last checkpoint."""
 
     def __init__(
         self,
@@ -66,6 +65,7 @@ class DiskWindowedStore(WindowedStore):
         self.lock_tries = lock_tries
         self._rocksdict = open_rocksdict()
         self._disks: dict[int, DiskPart] = {}
+        self.start_disk_stage1(self._disks, table.combine)
 
     # -- partitions -----------------------------------------------------------------------
 
@@ -78,7 +78,7 @@ class DiskWindowedStore(WindowedStore):
         return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
 
     def assign(self, partitions: Iterable[int]) -> None:
-        """Open these partitions' databases and load what stage 1 keeps in memory."""
+        """Open these partitions' databases and take their stream times."""
         for p in partitions:
             if p in self._disks:
                 continue
@@ -89,17 +89,7 @@ class DiskWindowedStore(WindowedStore):
             super().assign([p])
             owner = self.owners.attach(p, part_disk)
             self.owners.trust_watermarks(owner, p)
-            self._load_stage1(self.parts[p], part_disk)
-
-    def _load_stage1(self, part: Part, part_disk: DiskPart) -> None:
-        raw = part_disk.get(WATERMARK)
-        if raw is not None:
-            self.apply_watermark(part, wire.decode(raw))
-        for key, value in part_disk.scan(PARTIAL):
-            start = disk.start_of(key)
-            k = wire.key_from_json(wire.decode(key[9:]))
-            part.partials.setdefault(start, {})[k] = wire.decode(value)
-        self.recovered(part)
+            self.load(self.parts[p])
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""
@@ -137,14 +127,6 @@ class DiskWindowedStore(WindowedStore):
         if messages:
             self._disks[partition].write_now(messages[-1].offset + 1)
 
-    def apply_record(self, part: Part, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 1, in memory and on disk."""
-        encoded = None if value is None else wire.encode(value)
-        # The disk key first: a start beyond 64 bits is refused before anything changes.
-        dk = WATERMARK if kind == "w" else PARTIAL + disk.start(parts[1]) + wire.encode(parts[2])
-        super().apply_record(part, kind, parts, value)
-        self._disks[part.number].put(dk, encoded)
-
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """Changelog records since the last drain; the same changes go to disk at the
         next ``persist``."""
@@ -153,11 +135,6 @@ class DiskWindowedStore(WindowedStore):
         for p, key, value in records:
             if key == wire.WATERMARK_KEY:
                 disks[p].put(WATERMARK, value)
-            elif key.startswith(_P_KEY):
-                # ["p",<start>,<key>]: the start is digits, the key the JSON up to "]".
-                comma = key.index(b",", 5)
-                start = int(key[5:comma])
-                disks[p].put(PARTIAL + disk.start(start) + key[comma + 1 : -1], value)
         for part_disk in disks.values():
             part_disk.drain()
         return records
@@ -195,9 +172,7 @@ class DiskWindowedStore(WindowedStore):
         for owner in self.owners.owners.values():
             keys.update(_keys(owner, CLOSED, 9, 0))
             keys.update(_keys(owner, OWNED, 9, 4))
-        for part in self.parts.values():
-            for window in part.partials.values():
-                keys.update(window)
+        keys.update(self.stage1_keys())
         return iter(sorted(keys, key=repr))
 
 

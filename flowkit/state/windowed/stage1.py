@@ -165,6 +165,15 @@ class Stage1(Sources[Part]):
             part.dirty.discard(start)
         part.next_end = next_end
 
+    def local(self, key: Any) -> dict[int, dict[int, Any]]:
+        """``key``'s partials in the source partitions held here: start -> source -> value."""
+        local: dict[int, dict[int, Any]] = {}
+        for p, part in self.parts.items():
+            for start, window in part.partials.items():
+                if key in window:
+                    local.setdefault(start, {})[p] = window[key]
+        return local
+
     # -- the worker's side ----------------------------------------------------------------
 
     def ship_updates(self) -> None:

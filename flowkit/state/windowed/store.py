@@ -63,11 +63,7 @@ class WindowedStore(TwoStages[Part], Stage1):
         combine = self.table.combine
         # The partials of the source partitions held here: a window still open on its
         # source is newest there (a running update that reached the owner may be older).
-        local: dict[int, dict[int, Any]] = {}
-        for p, part in self.parts.items():
-            for start, window in part.partials.items():
-                if key in window:
-                    local.setdefault(start, {})[p] = window[key]
+        local = self.local(key)
         out = self._owned(key, local)  # takes from ``local`` what it folds in
         for start, parts in local.items():
             w = spec.window(start)
