@@ -17,6 +17,7 @@ from flowkit.state.joins.rocks import RocksJoinStore
 from flowkit.state.local import Stamp
 from flowkit.state.memtables import FEW, SHARE
 from flowkit.state.rocks import RocksTableStore, open_rocksdict
+from flowkit.state.windowed.disk import CLOSED, DiskPart, start
 from flowkit.state.windowed.session_disk import SessionDisk
 
 T0 = 1_700_000_000_000
@@ -112,3 +113,17 @@ def test_a_joins_database_keeps_to_the_budget(tmp_path: Path) -> None:
             assert within_budget(part.db)
     finally:
         store.aclose()
+
+
+def test_a_windowed_tables_database_keeps_to_the_budget(tmp_path: Path) -> None:
+    stamp = Stamp(app="a", table="t", partition=0, partitions=1, broker="m", format=101)
+    disk = DiskPart.open(open_rocksdict(), tmp_path / "db", stamp, "t", lock_tries=1)
+    try:
+        for checkpoint in range(3):
+            for i in range(1_500):
+                disk.put(CLOSED + start(checkpoint * 10_000) + b'"k%d"' % i, b"1")
+            disk.drain()
+            disk.persist(checkpoint + 1)
+            assert within_budget(disk.db)
+    finally:
+        disk.close()

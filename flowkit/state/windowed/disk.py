@@ -34,6 +34,7 @@ from typing import Any
 
 from ...errors import DecodeError
 from ..local import Stamp
+from ..memtables import Unflushed, flush_if_due
 from ..rocks import STAMP, open_database
 
 __all__ = ["DiskPart", "Layer", "group_of", "source", "start", "start_of"]
@@ -120,9 +121,10 @@ class Layer:
 class DiskPart:
     """One partition's database, its stamp and its layers of unwritten changes."""
 
-    __slots__ = ("db", "draining", "pending", "rocksdict", "stamp")
+    __slots__ = ("db", "draining", "pending", "rocksdict", "stamp", "unflushed")
 
     def __init__(self, rocksdict: Any, db: Any, stamp: Stamp) -> None:
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
         self.rocksdict = rocksdict
         self.db = db
         self.stamp = stamp
@@ -217,11 +219,12 @@ class DiskPart:
 
     def persist(self, offset: int) -> None:
         """Write the drained changes, stamped with the changelog offset they reflect, in
-        one atomic batch."""
-        if not self.draining and offset == self.stamp.offset:
-            return
-        self._write(self.draining, offset)
-        self.draining = Layer()
+        one atomic batch; then flush the database if its memtable holds much that is not
+        on disk yet (``flowkit.state.memtables``)."""
+        if self.draining or offset != self.stamp.offset:
+            self._write(self.draining, offset)
+            self.draining = Layer()
+        flush_if_due(self.db, self.unflushed)
 
     def write_now(self, offset: int) -> None:
         """Write every change (a recovery's: nothing else touched the partition), with
@@ -241,6 +244,7 @@ class DiskPart:
                     batch.put(key, value)
         self.stamp = self.stamp.with_offset(max(offset, self.stamp.offset))
         batch.put(STAMP, self.stamp.encode())
+        self.unflushed.wrote(batch.len())
         self.db.write(batch)
 
     def close(self) -> None:
