@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 import flowkit
+from flowkit.state.databases import STAMP, open_db, open_rocksdict
 from flowkit.state.local import Stamp, partition_dir
-from flowkit.state.rocks import DATA, STAMP, open_db, open_rocksdict
+from flowkit.state.rocks import DATA
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests.state.killed_worker import PARTITIONS, counts_after, make_app
 

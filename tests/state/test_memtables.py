@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.records import Message
+from flowkit.state.databases import open_rocksdict
 from flowkit.state.joins import StreamJoin
 from flowkit.state.joins.rocks import RocksJoinStore
 from flowkit.state.local import Stamp
 from flowkit.state.memtables import FEW, SHARE
-from flowkit.state.rocks import RocksTableStore, open_rocksdict
+from flowkit.state.rocks import RocksTableStore
 from flowkit.state.windowed.disk import CLOSED, DiskPart, start
 from flowkit.state.windowed.session_disk import SessionDisk
 

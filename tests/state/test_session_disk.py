@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import flowkit
+from flowkit.state.databases import open_db, open_rocksdict
 from flowkit.state.local import Stamp
-from flowkit.state.rocks import open_db, open_rocksdict
 from flowkit.state.windowed import session_disk
 from flowkit.state.windowed.session_disk import CLOSED, EXPIRY, SessionDisk
 from flowkit.testing import FakeClock, TestDriver

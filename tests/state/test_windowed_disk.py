@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import flowkit
-from flowkit.state.rocks import open_db, open_rocksdict
+from flowkit.state.databases import open_db, open_rocksdict
 from flowkit.state.windowed import disk
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker

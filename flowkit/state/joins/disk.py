@@ -28,8 +28,8 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotRunningError
+from ..databases import open_rocksdict
 from ..memtables import Unflushed
-from ..rocks import open_rocksdict
 from .layout import (
     MATCHED,
     TIMES,

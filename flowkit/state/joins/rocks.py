@@ -23,9 +23,9 @@ import msgspec
 import structlog
 
 from ...records import Message
+from ..databases import LOCK_TRIES, STAMP, open_database
 from ..local import Stamp, partition_dir
 from ..memtables import flush_if_due
-from ..rocks import _LOCK_TRIES, STAMP, open_database
 from .disk import DISK, DiskJoinPart, DiskJoinStore
 from .layout import (
     ENDS,
@@ -63,7 +63,7 @@ class RocksJoinStore(DiskJoinStore):
         *,
         data_dir: Path,
         broker: str,
-        lock_tries: int = _LOCK_TRIES,
+        lock_tries: int = LOCK_TRIES,
     ) -> None:
         super().__init__(join, now_ms)
         self.table = join  # what the worker's state keeper calls a store's declaration

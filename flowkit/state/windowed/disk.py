@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import DecodeError
+from ..databases import STAMP, open_database
 from ..local import Stamp
 from ..memtables import Unflushed, flush_if_due
-from ..rocks import STAMP, open_database
 
 __all__ = ["DiskPart", "Layer", "group_of", "source", "start", "start_of"]
 

@@ -1,7 +1,7 @@
 """A tumbling or hopping table's state in one worker on local disk (``rocksdb://``).
 
 One RocksDB database per held partition, under ``<data_dir>/<app>/<table>/<partition>``
-as the plain ``rocksdb://`` tables' (``flowkit.state.rocks``, whose database handling,
+as the plain ``rocksdb://`` tables' (``flowkit.state.databases``, whose database handling,
 shared memory budget and stamp it uses): stage 2, the owner's partials and closed windows,
 lives there (``disk_owner.py``), and so does stage 1, the open windows' partials of the
 source partition, with only the changes since the last checkpoint in memory
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...records import Message
 from ...windows import Window
+from ..databases import open_rocksdict
 from ..local import Stamp, partition_dir
-from ..rocks import open_rocksdict
 from . import disk, wire
 from .disk import CLOSED, OWNED, WATERMARK, DiskPart
 from .disk_owner import DiskOwner, DiskOwners

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import DecodeError
+from ..databases import STAMP, open_database
 from ..local import Stamp
 from ..memtables import Unflushed, flush_if_due
-from ..rocks import STAMP, open_database
 from . import wire
 
 __all__ = ["CLOSED", "EXPIRY", "MIRROR", "SessionDisk", "at", "expiry_key", "parse_expiry"]

@@ -1,7 +1,7 @@
 """A session table's state in one worker on local disk (``rocksdb://``).
 
 One RocksDB database per held partition, under ``<data_dir>/<app>/<table>/<partition>``
-as the plain ``rocksdb://`` tables' (``flowkit.state.rocks``, whose database handling,
+as the plain ``rocksdb://`` tables' (``flowkit.state.databases``, whose database handling,
 shared memory budget and stamp it uses): the owner's closed sessions live there
 (``session_disk_owner.py``); stage 1, the source partition's open sessions, and the
 sessions an owner holds open for its other sources, are in memory while the worker runs,
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import DecodeError
 from ...records import Message
+from ..databases import open_rocksdict
 from ..local import Stamp, partition_dir
-from ..rocks import open_rocksdict
 from . import session_disk, wire
 from .session_disk import MIRROR, SessionDisk
 from .session_disk_owner import DiskSessionOwners
