@@ -301,7 +301,7 @@ def test_local_state_held_by_another_process_is_never_deleted(
 ) -> None:
     from flowkit.state import rocks
 
-    monkeypatch.setattr(rocks, "_LOCK_TRIES", 1)  # (a worker waits 2 s for the other)
+    monkeypatch.setattr(rocks, "LOCK_TRIES", 1)  # (a worker waits 2 s for the other)
     table = flowkit.App("shop", partitions=1).table("t", default=int)
     holder = RocksTableStore(table, data_dir=tmp_path, broker="memory://")
     holder.assign([0])
