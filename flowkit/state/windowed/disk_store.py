@@ -14,18 +14,17 @@ rebuilt from the changelog with one log line.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...records import Message
 from ...windows import Window
-from ..databases import open_rocksdict
-from ..local import Stamp, partition_dir
+from ..databases import LOCK_TRIES, open_rocksdict
 from . import disk, wire
 from .disk import CLOSED, OWNED, WATERMARK, DiskPart
 from .disk_owner import DiskOwner, DiskOwners
+from .disk_partitions import PartitionDatabases
 from .disk_stage1 import DiskStage1
 from .owner import fold_sources
 from .store import WindowedStore
@@ -35,12 +34,12 @@ if TYPE_CHECKING:
 
 __all__ = ["DiskWindowedStore"]
 
-_LOCK_TRIES = 20  # 0.1 s apart, as the plain tables'
 
-
-class DiskWindowedStore(WindowedStore, DiskStage1):
+class DiskWindowedStore(PartitionDatabases, WindowedStore, DiskStage1):
     """Both stages on disk, recovered from a database per partition and the changelog's
     tail; in memory, stage 1's changes since the last checkpoint."""
+
+    disk_format = disk.FORMAT
 
     def __init__(
         self,
@@ -49,7 +48,7 @@ class DiskWindowedStore(WindowedStore, DiskStage1):
         *,
         data_dir: Path,
         broker: str,
-        lock_tries: int = _LOCK_TRIES,
+        lock_tries: int = LOCK_TRIES,
     ) -> None:
         super().__init__(table, now_ms)
         self.owners: DiskOwners = DiskOwners(  # type: ignore[assignment]
@@ -69,14 +68,6 @@ class DiskWindowedStore(WindowedStore, DiskStage1):
 
     # -- partitions -----------------------------------------------------------------------
 
-    def stamp(self, partition: int) -> Stamp:
-        """The stamp this worker's state of ``partition`` must carry."""
-        return Stamp.of(self.table, partition, self.broker, format=disk.FORMAT)
-
-    def path(self, partition: int) -> Path:
-        """The directory of ``partition``'s database."""
-        return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
-
     def assign(self, partitions: Iterable[int]) -> None:
         """Open these partitions' databases and take their stream times."""
         for p in partitions:
@@ -95,27 +86,7 @@ class DiskWindowedStore(WindowedStore, DiskStage1):
         """Close these partitions' databases (after the final checkpoint wrote them)."""
         ps = list(partitions)
         super().revoke(ps)
-        for p in ps:
-            part_disk = self._disks.pop(p, None)
-            if part_disk is not None:
-                part_disk.close()
-
-    def aclose(self) -> None:
-        """Close every database."""
-        self.revoke(list(self._disks))
-
-    def reset(self, partition: int) -> None:
-        """Forget the local state of ``partition`` (it is rebuilt from the changelog)."""
-        self.revoke([partition])
-        shutil.rmtree(self.path(partition), ignore_errors=True)
-        self.assign([partition])
-
-    def local_offset(self, partition: int) -> int | None:
-        """The changelog offset the local state of ``partition`` reflects, if any."""
-        part_disk = self._disks.get(partition)
-        if part_disk is None or part_disk.stamp.offset < 0:
-            return None
-        return part_disk.stamp.offset
+        self.close_disks(ps)
 
     # -- the changelog --------------------------------------------------------------------
 

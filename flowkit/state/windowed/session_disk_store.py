@@ -15,16 +15,15 @@ the changelog with one log line.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import DecodeError
 from ...records import Message
-from ..databases import open_rocksdict
-from ..local import Stamp, partition_dir
+from ..databases import LOCK_TRIES, open_rocksdict
 from . import session_disk, wire
+from .disk_partitions import PartitionDatabases
 from .session_disk import MIRROR, SessionDisk
 from .session_disk_owner import DiskSessionOwners
 from .session_owner import SessionOwners
@@ -37,12 +36,13 @@ if TYPE_CHECKING:
 __all__ = ["DiskSessionStore"]
 
 _CLOSED_KEY = b'["C",'  # the changelog keys of closed sessions: on disk as they happen
-_LOCK_TRIES = 20  # 0.1 s apart, as the plain tables'
 
 
-class DiskSessionStore(SessionStore):
+class DiskSessionStore(PartitionDatabases, SessionStore):
     """Open sessions in memory, closed ones on disk, both recovered from a database per
     partition and the changelog's tail."""
+
+    disk_format = session_disk.FORMAT
 
     def __init__(
         self,
@@ -51,7 +51,7 @@ class DiskSessionStore(SessionStore):
         *,
         data_dir: Path,
         broker: str,
-        lock_tries: int = _LOCK_TRIES,
+        lock_tries: int = LOCK_TRIES,
     ) -> None:
         super().__init__(table, now_ms)
         self.owners: DiskSessionOwners = DiskSessionOwners(
@@ -69,14 +69,6 @@ class DiskSessionStore(SessionStore):
         self._disks: dict[int, SessionDisk] = {}
 
     # -- partitions -----------------------------------------------------------------------
-
-    def stamp(self, partition: int) -> Stamp:
-        """The stamp this worker's state of ``partition`` must carry."""
-        return Stamp.of(self.table, partition, self.broker, format=session_disk.FORMAT)
-
-    def path(self, partition: int) -> Path:
-        """The directory of ``partition``'s database."""
-        return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Open these partitions' databases and load what is kept in memory."""
@@ -112,27 +104,7 @@ class DiskSessionStore(SessionStore):
         """Close these partitions' databases (after the final checkpoint wrote them)."""
         ps = list(partitions)
         super().revoke(ps)
-        for p in ps:
-            disk = self._disks.pop(p, None)
-            if disk is not None:
-                disk.close()
-
-    def aclose(self) -> None:
-        """Close every database."""
-        self.revoke(list(self._disks))
-
-    def reset(self, partition: int) -> None:
-        """Forget the local state of ``partition`` (it is rebuilt from the changelog)."""
-        self.revoke([partition])
-        shutil.rmtree(self.path(partition), ignore_errors=True)
-        self.assign([partition])
-
-    def local_offset(self, partition: int) -> int | None:
-        """The changelog offset the local state of ``partition`` reflects, if any."""
-        disk = self._disks.get(partition)
-        if disk is None or disk.stamp.offset < 0:
-            return None
-        return disk.stamp.offset
+        self.close_disks(ps)
 
     # -- the changelog --------------------------------------------------------------------
 
