@@ -126,15 +126,20 @@ def configure_logging(level: str = "info", fmt: Literal["console", "json"] = "co
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
+    # The list that loggers cached earlier hold, changed in place rather than replaced:
+    # a second configuration (the command line's, run in a process that logged already)
+    # reaches them too, instead of leaving them with the first one's processors.
+    processors: list[structlog.types.Processor] = structlog.get_config()["processors"]
+    processors[:] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        renderer,
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, stream)),
         cache_logger_on_first_use=True,

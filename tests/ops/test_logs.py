@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
+import structlog.testing
 
 from flowkit.logs import GuardedStream, configure_logging
 
@@ -79,6 +80,7 @@ def test_log_lines_to_a_broken_stderr_are_dropped(
     readerless: io.TextIOWrapper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     saved = structlog.get_config()
+    kept = list(saved["processors"])  # (changed in place by configure_logging)
     monkeypatch.setattr("sys.stderr", readerless)
     try:
         configure_logging("info")
@@ -86,5 +88,25 @@ def test_log_lines_to_a_broken_stderr_are_dropped(
         log.info("a line nobody reads")  # raised BrokenPipeError before
         log.warning("and another")
     finally:
+        saved["processors"][:] = kept
         structlog.configure(**saved)
     assert os.path.samestat(os.fstat(readerless.fileno()), os.stat(os.devnull))
+
+
+def test_a_second_configuration_reaches_the_loggers_cached_before_it() -> None:
+    # The command line configures logging again in a process that may have logged
+    # already (its tests run it in-process): loggers cached before keep the same list of
+    # processors, so what captures or renders later reaches them too.
+    saved = structlog.get_config()
+    kept = list(saved["processors"])
+    try:
+        log = structlog.get_logger("cached-early")
+        with structlog.testing.capture_logs():
+            log.warning("a first use caches this logger")
+        configure_logging("warning")
+        with structlog.testing.capture_logs() as entries:
+            log.warning("seen")
+        assert [entry["event"] for entry in entries] == ["seen"]
+    finally:
+        saved["processors"][:] = kept
+        structlog.configure(**saved)
