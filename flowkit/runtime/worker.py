@@ -264,12 +264,7 @@ class Worker:
         self.stop(force=True)  # before the log line, which a broken stderr could fail
         if first:
             if isinstance(exc, TransactionAborted) and exc.fenced:
-                log.warning(
-                    "fenced: another worker took over this worker's partitions; stopping "
-                    "its tasks (nothing since the last commit counts)",
-                    task=task,
-                    error=str(exc),
-                )
+                _log_fenced(task, exc)
             else:
                 log.error(
                     "worker stopping on a fatal error", task=task, error=str(exc) or repr(exc)
@@ -519,7 +514,14 @@ class Worker:
             try:  # nothing of a failed worker's open transaction may count, nor wait
                 await self.transactions.abort_transaction()
             except (Exception, asyncio.CancelledError) as exc:
-                log.info("the open transaction could not be aborted", error=repr(exc))
+                if _fenced(exc) and not _fenced(self._error):
+                    # What stopped it (a send timed out while it was paused, say) came
+                    # of another worker having taken over: that is the cause, and the
+                    # process starts a worker again from the last commit, as when fenced.
+                    _log_fenced("abort", exc)
+                    self._error = exc
+                else:
+                    log.info("the open transaction could not be aborted", error=repr(exc))
         clients = (
             self.fetcher.consumer if self.fetcher else None,
             self.publisher.producer if self.publisher else None,
@@ -624,3 +626,16 @@ class Worker:
         if self.dispatcher is None:
             return line
         return line + self.dispatcher.failure_summary()
+
+
+def _fenced(exc: BaseException | None) -> bool:
+    return isinstance(exc, TransactionAborted) and exc.fenced
+
+
+def _log_fenced(task: str, exc: BaseException) -> None:
+    log.warning(
+        "fenced: another worker took over this worker's partitions; stopping "
+        "its tasks (nothing since the last commit counts)",
+        task=task,
+        error=str(exc),
+    )
