@@ -324,16 +324,9 @@ class DiskJoinStore(JoinStore):
                         taken = on_disk
             for entry in taken:
                 settle.append(entry)
-                value = entry[3]
-                if value is None:
-                    value = self._value(part, entry)
-                key = self._decode_key(entry[4])
-                result = (
-                    (key, value, None, entry[0]) if side == LEFT else (key, None, value, entry[0])
-                )
                 if out is None:
                     out = []
-                out.append(_new(Joined, result))
+                out.append(self._alone(part, side, entry))
             if heap and heap[0][0] + close < due:
                 due = heap[0][0] + close
             ahead = part.ahead[side]

@@ -321,16 +321,9 @@ class JoinStore(FutureGuard):
                 if entry[1]:
                     continue  # matched: it never comes out alone
                 settle.append(entry)
-                value = entry[3]
-                if value is None:
-                    value = self._value(part, entry)
-                key = self._decode_key(entry[4])
-                result = (
-                    (key, value, None, entry[0]) if side == LEFT else (key, None, value, entry[0])
-                )
                 if out is None:
                     out = []
-                out.append(_new(Joined, result))
+                out.append(self._alone(part, side, entry))
             if closing and closing[0][0] + close < due:
                 due = closing[0][0] + close
             if heap and heap[0][0] + close < due:
@@ -390,6 +383,16 @@ class JoinStore(FutureGuard):
                 entry[7] |= DIRTY
                 dirty.append(entry)
         part.settle = []
+
+    def _alone(self, part: JoinPart, side: int, entry: list[Any]) -> Joined:
+        """The result of a record whose window closed without a match: its value beside
+        nothing (``None`` for the other side)."""
+        value = entry[3]
+        if value is None:
+            value = self._value(part, entry)
+        key = self._decode_key(entry[4])
+        result = (key, value, None, entry[0]) if side == LEFT else (key, None, value, entry[0])
+        return _new(Joined, result)
 
     def _value(self, part: JoinPart, entry: list[Any]) -> Any:
         # Recovered from the changelog: decoded on first use.
