@@ -33,6 +33,7 @@ from ..streamtime import FutureGuard
 from .databases import LOCK_TRIES, STAMP, open_database, open_rocksdict
 from .local import Stamp, partition_dir
 from .memtables import Unflushed, flush_if_due
+from .refusals import keyless
 from .stores import Change, TimedChange
 
 if TYPE_CHECKING:
@@ -353,6 +354,7 @@ class RocksTableStore(Generic[K, V]):
         guard = self.guard
         for m in messages:
             if m.key is None:
+                self.rejected.append((m, keyless()))
                 continue
             try:
                 # The key as this worker encodes it: lookups encode the same way.

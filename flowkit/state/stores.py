@@ -22,6 +22,7 @@ from ..errors import DecodeError, NotRunningError
 from ..records import Message
 from ..streamtime import FutureGuard
 from .expiry import ExpiryIndex
+from .refusals import keyless
 
 if TYPE_CHECKING:
     from .tables import GlobalTable, Table
@@ -234,6 +235,7 @@ class TableStore(Generic[K, V]):
         clock = self._clock.get(partition, 0)
         for m in messages:
             if m.key is None:
+                self.rejected.append((m, keyless()))
                 continue
             at = int(m.timestamp)
             try:
@@ -334,6 +336,7 @@ def _apply(
     decode goes to ``rejected`` (the worker dead-letters it) and its key keeps its value."""
     for m in messages:
         if m.key is None:
+            rejected.append((m, keyless()))
             continue
         try:
             key = key_decode(m.key)
@@ -367,7 +370,7 @@ def _apply_fast(
         for m in messages:
             key = m.key
             if key is None:
-                continue
+                return False  # refused by the caller's ``_apply``
             value = m.value
             if value is None:
                 pop(fast_key(key), None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.kafka.conftest import (
     broker_url,
     end_offsets,
 )
+from tests.kafka.disk_crash import CLIENTS, assert_from_local_state
 
 pytestmark = pytest.mark.kafka
 
@@ -84,18 +84,15 @@ async def test_sigkill_mid_join_loses_no_result_and_repeats_only_replayed_ones(
 
 
 @ON_TANSU
+@pytest.mark.parametrize("kafka_client", CLIENTS)
 async def test_sigkill_mid_join_on_rocksdb_restarts_from_local_state(
-    kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path
+    kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path, kafka_client: str
 ) -> None:
     data = str(tmp_path / "data")
-    second = await crash_and_restart(kafka_server, client, workers, DISK_APP, "--data-dir", data)
-    # Every partition came back from the disk, with at most what the killed worker wrote
-    # to the changelog after its last local write to replay.
-    line = re.search(r"tables recovered.* from_local_state=(\d+).* records=(\d+)", second)
-    assert line is not None, second
-    assert int(line[1]) == PARTITIONS, second
-    changelog_records = sum(1 for _ in await client.read(CHANGELOG, PARTITIONS))
-    assert int(line[2]) < changelog_records / 2, (line[0], changelog_records)
+    second = await crash_and_restart(
+        kafka_server, client, workers, DISK_APP, "--data-dir", data, kafka_client=kafka_client
+    )
+    await assert_from_local_state(client, second, CHANGELOG, PARTITIONS)
 
 
 async def crash_and_restart(
@@ -104,10 +101,11 @@ async def crash_and_restart(
     workers: Spawn,
     app: str,
     *options: str,
+    kafka_client: str = "aiokafka",
 ) -> str:
-    """The run: half the records, a kill -9 mid-run, the rest with a second worker; the
-    output checked. Returns the second worker's log."""
-    url = broker_url(kafka_server.bootstrap)
+    """The run: half the records, a kill -9 mid-run, the rest with a second worker (both
+    on ``kafka_client``); the output checked. Returns the second worker's log."""
+    url = broker_url(kafka_server.bootstrap, client=kafka_client)
 
     def start(name: str) -> WorkerProcess:
         return workers(name, "worker", app, "--broker", url, "--log-level", "info", *options)

@@ -8,7 +8,6 @@ changelog holds no record of any user.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.kafka.apps.tumbling_disk_app import PARTITIONS, SIZE
 from tests.kafka.conftest import ON_TANSU, Client, KafkaServer, Spawn, broker_url
+from tests.kafka.disk_crash import CLIENTS, assert_from_local_state
 from tests.kafka.test_sliding_crash import data_set
 from tests.kafka.window_crash import Hit, Run
 
@@ -46,20 +46,15 @@ def windows(hits: list[Hit]) -> dict[tuple[str, int, int], list[int]]:
 
 
 @ON_TANSU
+@pytest.mark.parametrize("kafka_client", CLIENTS)
 async def test_sigkill_with_open_windows_on_disk_then_every_window_once_from_the_tail(
-    kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path
+    kafka_server: KafkaServer, client: Client, workers: Spawn, tmp_path: Path, kafka_client: str
 ) -> None:
     hits = data_set(int(time.time() * 1000) - 7_200_000)
     expected = {w: v for w, v in windows(hits).items() if w[0].startswith("u")}
-    url = broker_url(kafka_server.bootstrap)
+    url = broker_url(kafka_server.bootstrap, client=kafka_client)
     out, again, committed = await RUN.kill_and_restart(
         client, workers, url, hits, set(expected), data_dir=str(tmp_path / "data")
     )
     await RUN.check(client, out, expected, hits, again, committed)
-    # Every partition came back from its database, with at most what the killed worker
-    # wrote to the changelog after its last local write to replay.
-    line = re.search(r"tables recovered.* from_local_state=(\d+).* records=(\d+)", RUN.second_err)
-    assert line is not None, RUN.second_err
-    assert int(line[1]) == PARTITIONS, line[0]
-    changelog_records = len(await client.read(CHANGELOG, PARTITIONS))
-    assert int(line[2]) < changelog_records / 2, (line[0], changelog_records)
+    await assert_from_local_state(client, RUN.second_err, CHANGELOG, PARTITIONS)

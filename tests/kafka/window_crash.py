@@ -24,6 +24,7 @@ from flowkit.partitioning import partition_for_key
 from flowkit.records import Message
 from flowkit.transports import TopicSpec
 from tests.kafka.conftest import Client, Spawn, WorkerProcess, latest_by_key, until
+from tests.kafka.disk_crash import start_on_disk
 
 Hit = tuple[str, int, int]  # user, event time (ms), n
 Window = tuple[str, int, int]  # user, start, end
@@ -86,8 +87,9 @@ class Run:
         second one's log."""
 
         def start_worker(workers: Spawn, name: str, app: str, url: str) -> WorkerProcess:
-            local = ("--data-dir", data_dir) if data_dir else ()
-            return workers(name, "worker", app, "--broker", url, *local, "-l", "info")
+            if data_dir:
+                return start_on_disk(workers, name, app, url, data_dir)
+            return workers(name, "worker", app, "--broker", url, "-l", "info")
 
         await client.transport.create_topics([TopicSpec(self.hits, self.partitions)])
         encode = msgspec.json.encode

@@ -3,17 +3,20 @@ flowkit did not write there is dead-lettered, and the table goes on counting."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowkit.state.windowed import wire
 from flowkit.testing import TestDriver
+from tests import test_sliding
 from tests.hostile import hostile_json
 from tests.state.test_future_records import T0, Click, window_app
 
 # Records of the repartition topic's shape that are still not flowkit's.
-ODD = [
+ODD: list[bytes | None] = [
     b'["p", 1]',
     b'["x", 0, 0, "k", 1]',
     b'["p", 0, 7, "k", 1]',  # a source partition the table does not have
@@ -24,10 +27,11 @@ ODD = [
     b"[" * 5000 + b"]" * 5000,
     b"not json",
     b"",
+    None,  # flowkit writes none without a value
 ]
 
 
-async def run(values: list[bytes]) -> None:
+async def run(values: list[bytes | None]) -> None:
     closed: list[tuple[str, int, int]] = []
     t0 = T0 - 600_000
     async with TestDriver(window_app(closed)) as driver:
@@ -41,7 +45,7 @@ async def run(values: list[bytes]) -> None:
         await driver.advance(70)
         letters = await driver.dead_letters()
     assert sorted(closed) == [("c", t0, 2), ("c", t0 + 10_000, 2)]
-    assert sorted(m.value or b"" for m in letters) == sorted(values)
+    assert sorted(m.value or b"" for m in letters) == sorted(v or b"" for v in values)
     for letter in letters:
         headers = dict(letter.headers)
         assert headers["flowkit.error.type"] == b"DecodeError"
@@ -72,3 +76,16 @@ def test_what_flowkit_writes_is_taken() -> None:
     for record in (wire.partial(0, 1, ("a", 1), {"n": 1}), wire.marker(T0, 0)):
         kind, *_ = wire.decode_record(record, sources=2)
         assert kind == msgspec.json.decode(record)[0]
+
+
+async def test_a_record_without_a_value_on_a_sliding_tables_repartition_topic() -> None:
+    closed: list[Any] = []
+    app, hits, _ = test_sliding.sliding_app(closed, [], grace=4, partitions=2)
+    async with TestDriver(app) as driver:
+        await driver.send_raw("sliding-recent-repartition", None, key=b"k", partition=0)
+        t0 = test_sliding.base_ms(driver.clock)  # type: ignore[arg-type]
+        await driver.send(hits, test_sliding.Hit("u", t0), key="u")
+        await driver.run_until_idle()
+        letters = await driver.dead_letters()
+    assert [(m.key, m.value) for m in letters] == [(b"k", None)]
+    assert dict(letters[0].headers)["flowkit.agent"] == b"table:recent"

@@ -35,6 +35,7 @@ from ...codecs import DECODE_FAILURES, StrCodec, decode_error_message
 from ...errors import DecodeError, LateRecord, NotRunningError
 from ...records import Message
 from ...streamtime import FutureGuard
+from ..refusals import keyless
 
 if TYPE_CHECKING:
     from .declaration import StreamJoin
@@ -469,8 +470,9 @@ class JoinStore(FutureGuard):
 
     def _parse(self, m: Message) -> tuple[Any, Any] | None:
         """A changelog record as (TIME_KEY, state or None) or ((side, key, offset), entry
-        or None); None for a record without a key or (in ``rejected``) not this join's."""
+        or None); None for a record (in ``rejected``) without a key or not this join's."""
         if m.key is None:
+            self.rejected.append((m, keyless()))
             return None
         # Checked: anyone who may write the changelog may write anything there, and a
         # record the join cannot hold must not stop its recovery. The worker dead-letters it.

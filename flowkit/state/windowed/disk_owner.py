@@ -20,6 +20,7 @@ from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import WindowSpec
+from ..refusals import valueless
 from . import disk, wire
 from .disk import CLOSED, EMITTED, OWNED, SOURCE_WM, DiskPart
 from .owner import fold_sources
@@ -97,6 +98,7 @@ class DiskOwners(OwnersBase[DiskOwner]):
         touched: dict[tuple[int, Any], None] = {}
         for m in messages:
             if m.value is None:
+                self.rejected.append((m, valueless()))
                 continue
             try:
                 kind, a, src, key, value = wire.decode_record(m.value, sources)

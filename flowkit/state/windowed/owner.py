@@ -26,6 +26,7 @@ from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import WindowSpec
+from ..refusals import valueless
 from . import wire
 from .stages import NONE, Emission, OwnersBase
 
@@ -79,6 +80,7 @@ class Owners(OwnersBase[Owner]):
         touched: dict[tuple[int, Any], None] = {}  # (start, key) whose value changed
         for m in messages:
             if m.value is None:
+                self.rejected.append((m, valueless()))
                 continue
             try:
                 kind, a, src, key, value = wire.decode_record(m.value, sources)

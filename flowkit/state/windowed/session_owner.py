@@ -37,6 +37,7 @@ from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SessionSpec, Window
+from ..refusals import valueless
 from . import wire
 from .session_source import index_of
 from .stages import NONE, Change, Emission, OwnersBase
@@ -122,6 +123,7 @@ class SessionOwners(OwnersBase[SessionOwner]):
         close_time = min(owner.source_wm) - gap  # what ends before it is closed here
         for m in messages:
             if m.value is None:
+                self.rejected.append((m, valueless()))
                 continue
             try:
                 kind, a, src, key, value = wire.decode_record(m.value, len(owner.source_wm))

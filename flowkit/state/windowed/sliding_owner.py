@@ -56,6 +56,7 @@ from ...errors import DecodeError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SlidingSpec, Window
+from ..refusals import valueless
 from . import wire
 from .stages import NONE, Change, Emission, OwnersBase
 
@@ -177,6 +178,7 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         touched: dict[tuple[Any, int], Any] | None = {} if self.updates else None
         for m in messages:
             if m.value is None:
+                self.rejected.append((m, valueless()))
                 continue
             try:
                 kind, ts, src, key, value = wire.decode_record(m.value, self.sources)

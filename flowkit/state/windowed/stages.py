@@ -19,6 +19,7 @@ from ...errors import DecodeError, NotRunningError
 from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import Window, WindowSpec
+from ..refusals import keyless
 from . import wire
 
 if TYPE_CHECKING:
@@ -420,6 +421,7 @@ class TwoStages(Sources[P]):
         stage1, shapes, sources = self.stage1_kinds, self.changelog_shapes, self.partitions
         for m in messages:
             if m.key is None:
+                self.rejected.append((m, keyless()))
                 continue
             try:
                 kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
