@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NotRunningError
 from ..databases import open_rocksdict
 from ..memtables import Unflushed
+from .disktimes import BUCKETS, DiskTimes
 from .layout import (
     MATCHED,
     TIMES,
@@ -70,6 +71,7 @@ class DiskJoinPart(JoinPart):
         "expired",
         "fresh",
         "fresh_low",
+        "on_disk",
         "reader",
         "stamp",
         "started",
@@ -78,10 +80,13 @@ class DiskJoinPart(JoinPart):
         "unflushed",
     )
 
-    def __init__(self, number: int, db: Any, stamp: Stamp) -> None:
+    def __init__(self, number: int, db: Any, stamp: Stamp, buckets: int = BUCKETS) -> None:
         super().__init__(number)
         self.db = db
         self.stamp = stamp
+        # Per side: which keys may have records on disk, from when (a match reads the
+        # database only where they may).
+        self.on_disk = (DiskTimes(buckets), DiskTimes(buckets))
         # Drained to the changelog, written to disk at the next persist: (entry, stored
         # value or None to delete), in drain order; and the fresh entries among them.
         self.encoded: list[tuple[list[Any], bytes | None]] = []
@@ -113,8 +118,11 @@ class DiskJoinStore(JoinStore):
 
     parts: dict[int, DiskJoinPart]  # type: ignore[assignment]
 
-    def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, join: StreamJoin, now_ms: Callable[[], int], *, buckets: int = BUCKETS
+    ) -> None:
         super().__init__(join, now_ms)
+        self.buckets = buckets  # of each side's ``DiskTimes``
         self._rocksdict = open_rocksdict()
         # Per side, read options that end a scan with its time index. They live as long
         # as the store: an iterator refers to its options' bound, it does not copy it.
@@ -140,7 +148,10 @@ class DiskJoinStore(JoinStore):
             if it.valid() and it.key()[:2] == head:
                 first[side] = time_of(it.key())
                 it.seek_for_prev(TIMES + bytes((side + 1,)))
-                last = max(last, time_of(it.key()))
+                latest = time_of(it.key())
+                # Written before this process knew them, or by the changelog: any key's.
+                part.on_disk[side].held(latest)
+                last = max(last, latest)
         del it
         if part.time != NONE and not self.trusts(part.time, part.number):
             # Beyond the guard: it would make every record late. It starts again from
@@ -241,6 +252,21 @@ class DiskJoinStore(JoinStore):
     def _find(self, part: DiskJoinPart, side: int, key: bytes, lo: int, hi: int) -> list[Any]:
         """The entries of ``key``'s records of ``side`` with times in ``[lo, hi]``."""
         found: list[Any] = []
+        if part.on_disk[side].may_hold(key, lo):
+            self._read(part, side, key, lo, hi, found)
+        fresh = part.buffers[side].get(key)
+        if fresh:
+            for e in fresh:
+                if lo <= e[0] <= hi:
+                    found.append(e)
+        return found
+
+    @staticmethod
+    def _read(
+        part: DiskJoinPart, side: int, key: bytes, lo: int, hi: int, found: list[Any]
+    ) -> None:
+        """Add to ``found`` the entries of ``key``'s records of ``side`` on disk with times
+        in ``[lo, hi]`` (one range of the database)."""
         prefix = record_prefix(side, key)
         end = prefix + at(hi + 1)
         cut = len(prefix)
@@ -263,12 +289,6 @@ class DiskJoinStore(JoinStore):
             elif not e[7] & (GONE | OUT):
                 found.append(e)
             it.next()
-        fresh = part.buffers[side].get(key)
-        if fresh:
-            for e in fresh:
-                if lo <= e[0] <= hi:
-                    found.append(e)
-        return found
 
     @staticmethod
     def _buffered(

@@ -27,6 +27,7 @@ from ..databases import LOCK_TRIES, STAMP, open_database
 from ..local import Stamp, partition_dir
 from ..memtables import flush_if_due
 from .disk import DISK, DiskJoinPart, DiskJoinStore
+from .disktimes import BUCKETS
 from .layout import (
     ENDS,
     MATCHED,
@@ -64,8 +65,9 @@ class RocksJoinStore(DiskJoinStore):
         data_dir: Path,
         broker: str,
         lock_tries: int = LOCK_TRIES,
+        buckets: int = BUCKETS,
     ) -> None:
-        super().__init__(join, now_ms)
+        super().__init__(join, now_ms, buckets=buckets)
         self.table = join  # what the worker's state keeper calls a store's declaration
         self.data_dir = data_dir
         self.broker = broker
@@ -94,7 +96,7 @@ class RocksJoinStore(DiskJoinStore):
         db, found = open_database(
             self._rocksdict, path, want, owner=owner, lock_tries=self.lock_tries
         )
-        part = DiskJoinPart(p, db, want if found is None else found)
+        part = DiskJoinPart(p, db, want if found is None else found, self.buckets)
         if found is None:
             return part
         try:
@@ -110,7 +112,7 @@ class RocksJoinStore(DiskJoinStore):
             db.close()
             shutil.rmtree(path, ignore_errors=True)
             db, _ = open_database(self._rocksdict, path, want, owner=owner, lock_tries=1)
-            part = DiskJoinPart(p, db, want)
+            part = DiskJoinPart(p, db, want, self.buckets)
         return part
 
     def _load(self, part: DiskJoinPart) -> None:
@@ -265,6 +267,7 @@ class RocksJoinStore(DiskJoinStore):
         batch = self._rocksdict.WriteBatch(raw_mode=True)
         top = part.top
         put, delete = batch.put, batch.delete
+        wrote = (part.on_disk[0].wrote, part.on_disk[1].wrote)
         for entry, value in part.encoded:  # in drain order: the latest last
             side, offset_ = entry[6], entry[5]
             stored, indexed = both_keys(side, entry[4], entry[0], offset_)
@@ -274,6 +277,7 @@ class RocksJoinStore(DiskJoinStore):
             else:
                 put(stored, value)
                 put(indexed, value[:1])
+                wrote[side](entry[4], entry[0])
                 if offset_ > top[side]:
                     top[side] = offset_
         batch.put(TIME, _encode(part.logged))
