@@ -227,6 +227,12 @@ def test_rocksdb_buffers_give_the_memory_stores_results(
     # The end: every window closed, every record expired.
     assert disk.tick(0, clock + 10_000) == memory.tick(0, clock + 10_000)
     assert isinstance(disk.store, RocksJoinStore)
+    # ... and deleted from disk: those in memory once written, expired by the next time.
+    disk.checkpoint()
+    disk.tick(0, clock + 20_000)
+    disk.checkpoint()
+    db = disk.store.parts[0].db
+    assert [k for k in db.keys(from_key=b"r") if k not in ENDS] == []
     disk.store.aclose()
 
 

@@ -50,12 +50,23 @@ if TYPE_CHECKING:
     from ..local import Stamp
     from .declaration import StreamJoin
 
-__all__ = ["DISK", "DiskJoinPart", "DiskJoinStore"]
+__all__ = ["DISK", "STORED", "DiskJoinPart", "DiskJoinStore", "stored_key"]
 
 # More flags of an entry (see ``store.py``): its record is in the database; an expiry scan
 # took it (settled with the record that did).
 DISK, OUT = 8, 16
+# An entry here has one more field than ``store.py``'s: its record's key in the database
+# (``layout.record_key``), or None until one is needed.
+STORED = 8
 _new = tuple.__new__
+
+
+def stored_key(entry: list[Any]) -> bytes:
+    """The key of ``entry``'s record in the database, kept on the entry once built."""
+    stored: bytes | None = entry[8]
+    if stored is None:
+        stored = entry[8] = record_key(entry[6], entry[4], entry[0], entry[5])
+    return stored
 
 
 class DiskJoinPart(JoinPart):
@@ -65,6 +76,7 @@ class DiskJoinPart(JoinPart):
         "ahead",
         "closed",
         "cursors",
+        "cut",
         "db",
         "encoded",
         "evict",
@@ -98,8 +110,10 @@ class DiskJoinPart(JoinPart):
         self.closed = [NONE, NONE]
         self.ahead = [NEVER, NEVER]
         self.cursors: list[Any] = [None, None]
-        # Per side: the time index below this was scanned for expiry.
+        # Per side: the time index below this was scanned for expiry; and below ``cut``
+        # the next write deletes it whole (what an expiry scan took, all drained since).
         self.expired = [NONE, NONE]
+        self.cut = [NONE, NONE]
         self.reader: Any = None  # an iterator for matches (None: a new one, after a write)
         self.fresh = 0  # records not yet on disk
         self.fresh_low = NEVER  # the oldest fresh record's time
@@ -216,7 +230,7 @@ class DiskJoinStore(JoinStore):
             e = self._buffered(part, side, key, ts, offset)
             if e is not None:  # replayed after a restart: buffered already
                 return self._replayed(part, e, matched, out)
-        entry = [ts, matched, raw, value, key, offset, side, DIRTY]
+        entry = [ts, matched, raw, value, key, offset, side, DIRTY, None]
         mine = part.buffers[side]
         entries = mine.get(key)
         if entries is None:
@@ -284,7 +298,7 @@ class DiskJoinStore(JoinStore):
                 v = it.value()
                 ts = int.from_bytes(stored[cut : cut + 8], "big") - 2**63
                 offset = int.from_bytes(stored[cut + 8 :], "big") - 2**63
-                e = [ts, v[:1] == MATCHED, v[1:], None, key, offset, side, LOGGED | DISK]
+                e = [ts, v[:1] == MATCHED, v[1:], None, key, offset, side, LOGGED | DISK, stored]
                 found.append(e)
             elif not e[7] & (GONE | OUT):
                 found.append(e)
@@ -301,7 +315,7 @@ class DiskJoinStore(JoinStore):
             v = part.db.get(stored)
             if v is None:
                 return None
-            e = [ts, v[:1] == MATCHED, None, None, key, offset, side, LOGGED | DISK]
+            e = [ts, v[:1] == MATCHED, None, None, key, offset, side, LOGGED | DISK, stored]
         elif e[7] & GONE:
             return None
         return e
@@ -319,7 +333,7 @@ class DiskJoinStore(JoinStore):
             entry[7] = flags | DIRTY
             part.dirty.append(entry)
             if flags & DISK:
-                part.touched[record_key(entry[6], entry[4], entry[0], entry[5])] = entry
+                part.touched[stored_key(entry)] = entry
 
     def _close_windows(self, part: JoinPart, time: int) -> list[Joined] | None:
         assert isinstance(part, DiskJoinPart)
@@ -375,7 +389,7 @@ class DiskJoinStore(JoinStore):
                 e = touched.get(rkey)
                 if e is None:
                     _, key, ts, offset = unpack(stored)
-                    e = [ts, False, None, None, key, offset, side, LOGGED | DISK]
+                    e = [ts, False, None, None, key, offset, side, LOGGED | DISK, rkey]
                     e[2] = self._stored(part, e)
                     touched[rkey] = e  # in ``settle``: the one entry of its record
                     taken.append(e)
@@ -420,7 +434,7 @@ class DiskJoinStore(JoinStore):
                 if e is None:
                     _, key, ts, offset = unpack(stored)
                     matched = it.value() == MATCHED
-                    e = [ts, matched, None, None, key, offset, side, LOGGED | DISK | OUT]
+                    e = [ts, matched, None, None, key, offset, side, LOGGED | DISK | OUT, rkey]
                     touched[rkey] = e
                     settle.append(e)
                 elif not e[7] & (GONE | OUT):
@@ -448,7 +462,7 @@ class DiskJoinStore(JoinStore):
 
     def _stored(self, part: DiskJoinPart, entry: list[Any]) -> bytes:
         """The value of ``entry``'s record, as read, from disk."""
-        stored = part.db.get(record_key(entry[6], entry[4], entry[0], entry[5]))
+        stored = part.db.get(stored_key(entry))
         if stored is None:
             raise RuntimeError(
                 f"join {self.join.name!r}: a buffered record of partition {part.number} is "
@@ -488,6 +502,7 @@ class DiskJoinStore(JoinStore):
                 if not entries:
                     del by_key[entry[4]]
         part.encoded, part.evict = [], []
+        part.cut = [NONE, NONE]
         part.forget_cursors()
         for side in (LEFT, RIGHT):  # closing: the written ones from the time index now
             heap = part.late[1 + side]
@@ -514,7 +529,5 @@ class DiskJoinStore(JoinStore):
             part.expire_due = low + self._keep  # written records expire from disk
             part.due = min(part.due, part.expire_due)
         part.touched = {
-            record_key(e[6], e[4], e[0], e[5]): e
-            for e in (*part.settle, *part.dirty)
-            if e[7] & DISK and not e[7] & GONE
+            stored_key(e): e for e in (*part.settle, *part.dirty) if e[7] & DISK and not e[7] & GONE
         }

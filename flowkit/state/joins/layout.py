@@ -33,6 +33,7 @@ __all__ = [
     "record_key_of",
     "record_prefix",
     "side_end",
+    "side_start",
     "side_prefix",
     "time_key",
     "time_of",
@@ -84,6 +85,15 @@ def both_keys(side: int, key: bytes, ts: int, offset: int) -> tuple[bytes, bytes
     """
     s, t, o, n = _SIDES[side], at(ts), at(offset), len(key).to_bytes(4, "big")
     return b"".join((RECORD, s, n, key, t, o)), b"".join((TIMES, s, t, n, key, o))
+
+
+def side_start(side: int) -> bytes:
+    """Before the time index of ``side``: the lower bound of a range of it.
+
+    >>> side_start(1) < time_key(1, b"k", -(2**63), 0)
+    True
+    """
+    return TIMES + _SIDES[side]
 
 
 def side_end(side: int) -> bytes:
