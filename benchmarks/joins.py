@@ -3,6 +3,7 @@
     python -m benchmarks.joins [--orders 200000] [--repeat 5]
     python -m benchmarks.joins --rocksdb   # also the join's buffers on rocksdb://
     python -m benchmarks.joins --instructions --orders 20000   # callgrind counts
+    python -m benchmarks.joins --instructions --breakdown --rocksdb   # + the store alone
     python -m benchmarks.joins --buffered 1000000   # memory of a join holding 1 M records
 
 The data is ``examples/payments.py``'s: N orders, one every 100 ms of event time, and a
@@ -24,6 +25,11 @@ the example's ``PaidOrder`` or ``UnpaidOrder``.
   last checkpoint included), then checked against the hand-written result;
 * with ``--rocksdb``, flowkit again with the join's buffers on ``rocksdb://`` (in a fresh
   data directory each round), in the same rounds, and its rate against the memory store's.
+
+With ``--instructions --breakdown`` the join's store alone is counted too (each record
+decoded and given to it, without a worker), and with ``--rocksdb`` also on ``rocksdb://``,
+with a checkpoint every ``CHECKPOINT_EVERY`` records (the worker checkpoints once a second,
+so the records between two of them depend on its speed).
 
 ``--buffered N`` measures memory instead: the join's store alone (as ``--breakdown``
 counts it) is given N orders and payments of distinct keys, in timestamp order, with a

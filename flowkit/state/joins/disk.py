@@ -23,6 +23,7 @@ its time index is read by one iterator per side.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
@@ -244,6 +245,11 @@ class DiskJoinStore(JoinStore):
         part.fresh += 1
         if ts < part.fresh_low:
             part.fresh_low = ts
+        expiring = part.expiring  # (expired before a checkpoint, it is never written)
+        if expiring and ts < expiring[-1][0]:
+            heappush(part.late[0], (ts, side, offset, entry))
+        else:
+            expiring.append(entry)
         due = ts + self._keep
         if due < part.expire_due:
             part.expire_due = due
@@ -410,14 +416,15 @@ class DiskJoinStore(JoinStore):
         return part.db.iter(self._bounds[side])
 
     def _expire(self, part: JoinPart, time: int) -> None:
-        # The records on disk expired by ``time``: taken once (``OUT``), settled as gone
-        # and deleted at the next checkpoint. Fresh records expire once on disk.
+        # The records expired by ``time``, taken once (``OUT``) and settled as gone: those
+        # on disk are deleted at the next checkpoint; fresh ones leave memory, and were
+        # never written (unless a drain took them before they settled: then as on disk).
         assert isinstance(part, DiskJoinPart)
         limit = time - self._retention
         keep = self._keep
         settle = part.settle
+        due = self._expire_fresh(part, limit)
         touched = part.touched
-        due = NEVER
         for side in (LEFT, RIGHT):
             # From where the last scan stopped: what is before was taken (and deleted, or
             # to be, at a checkpoint: reading through deleted records is slow).
@@ -444,11 +451,39 @@ class DiskJoinStore(JoinStore):
             if it.valid() and time_of(it.key()) + keep < due:
                 due = time_of(it.key()) + keep
             del it
-        # Fresh records not yet due; those that are, the checkpoint that writes them sets due.
-        fresh = part.fresh_low + keep
-        if time < fresh < due:
-            due = fresh
         part.expire_due = due
+
+    def _expire_fresh(self, part: DiskJoinPart, limit: int) -> int:
+        """Take the fresh records older than ``limit`` out of memory; the due time of
+        the oldest left."""
+        expiring, heap, buffers, settle = part.expiring, part.late[0], part.buffers, part.settle
+        while True:
+            if expiring and expiring[0][0] < limit:
+                entry = expiring.popleft()
+            elif heap and heap[0][0] < limit:
+                entry = heappop(heap)[3]
+            else:
+                break
+            if entry[7] & (DISK | OUT):
+                continue  # written since: it expires from disk
+            by_key = buffers[entry[6]]
+            entries = by_key[entry[4]]
+            if len(entries) == 1:
+                del by_key[entry[4]]
+            else:
+                for i, e in enumerate(entries):
+                    if e is entry:
+                        del entries[i]
+                        break
+            entry[7] |= OUT
+            part.fresh -= 1
+            settle.append(entry)
+        due = NEVER
+        if expiring:
+            due = expiring[0][0] + self._keep
+        if heap and heap[0][0] + self._keep < due:
+            due = heap[0][0] + self._keep
+        return due
 
     # -- values ---------------------------------------------------------------------------
 
@@ -481,15 +516,23 @@ class DiskJoinStore(JoinStore):
         moved = 0
         expired = part.expired
         for entry in part.evict:  # (one drained twice is listed twice)
-            if not entry[7] & DISK:
-                entry[7] |= DISK
-                moved += 1
+            flags = entry[7]
+            if not flags & DISK:
+                entry[7] = flags | DISK
+                if not flags & OUT:  # (expired while fresh: counted then)
+                    moved += 1
                 if entry[0] < expired[entry[6]]:  # expires at the next scan
                     expired[entry[6]] = entry[0]
         part.fresh -= moved
         if not part.fresh:  # all of them (the usual): nothing fresh left
             part.buffers = buffers = ({}, {})
+            part.expiring.clear()
+            part.late[0].clear()
         else:
+            part.expiring = deque(e for e in part.expiring if not e[7] & DISK)
+            late = [item for item in part.late[0] if not item[3][7] & DISK]
+            heapify(late)
+            part.late = (late, part.late[1], part.late[2])
             for entry in part.evict:
                 by_key = buffers[entry[6]]
                 entries = by_key.get(entry[4])

@@ -82,8 +82,15 @@ def both_keys(side: int, key: bytes, ts: int, offset: int) -> tuple[bytes, bytes
 
     >>> both_keys(1, b"k", 5, 9) == (record_key(1, b"k", 5, 9), time_key(1, b"k", 5, 9))
     True
+    >>> far = 2**70  # past int64: the end of the range
+    >>> both_keys(0, b"k", far, -1) == (record_key(0, b"k", far, -1), time_key(0, b"k", far, -1))
+    True
     """
-    s, t, o, n = _SIDES[side], at(ts), at(offset), len(key).to_bytes(4, "big")
+    try:  # ``at`` inlined: a checkpoint builds these for every record it writes
+        t, o = (ts + _SHIFT).to_bytes(8, "big"), (offset + _SHIFT).to_bytes(8, "big")
+    except OverflowError:
+        t, o = at(ts), at(offset)
+    s, n = _SIDES[side], len(key).to_bytes(4, "big")
     return b"".join((RECORD, s, n, key, t, o)), b"".join((TIMES, s, t, n, key, o))
 
 

@@ -282,7 +282,7 @@ class RocksJoinStore(DiskJoinStore):
             side, key, ts, offset_, stored = entry[6], entry[4], entry[0], entry[5], entry[8]
             if value is None:
                 delete(stored or record_key(side, key, ts, offset_))
-                if ts >= cut[side]:
+                if ts >= cut[side] or not entry[7] & DISK:  # (the range: scans' records)
                     delete(time_key(side, key, ts, offset_))
                 continue
             if stored is None:
