@@ -243,11 +243,15 @@ def by_partition(data: Data) -> list[tuple[int, int, bytes, bytes, int]]:
 CHECKPOINT_EVERY = 10_000
 
 
-def store_only(records: list[tuple[int, int, bytes, bytes, int]], rocksdb: bool = False) -> int:
+def store_only(
+    records: list[tuple[int, int, bytes, bytes, int]],
+    rocksdb: bool = False,
+    every: int = CHECKPOINT_EVERY,
+) -> int:
     """The join's own work, without a worker: each record (in timestamp order, as the
     merge hands them over) decoded and given to the store; returns the results. With
     ``rocksdb``, the buffers on ``rocksdb://`` (a fresh data directory) and a checkpoint
-    every ``CHECKPOINT_EVERY`` records."""
+    every ``every`` records."""
     from flowkit.state.joins.rocks import RocksJoinStore
 
     app = payments.make_app(generate=False)
@@ -266,14 +270,16 @@ def store_only(records: list[tuple[int, int, bytes, bytes, int]], rocksdb: bool 
     else:
         store = join.new_store(lambda: now_ms)  # type: ignore[attr-defined]
     try:
-        return _feed(store, app, records)
+        return _feed(store, app, records, every)
     finally:
         if data_dir is not None:
             store.aclose()
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _feed(store: Any, app: flowkit.App, records: list[tuple[int, int, bytes, bytes, int]]) -> int:
+def _feed(
+    store: Any, app: flowkit.App, records: list[tuple[int, int, bytes, bytes, int]], every: int
+) -> int:
     from flowkit.state.joins.rocks import RocksJoinStore
 
     store.assign(range(payments.PARTITIONS))
@@ -296,7 +302,7 @@ def _feed(store: Any, app: flowkit.App, records: list[tuple[int, int, bytes, byt
         if on_disk:  # (the memory store's count stays that of process and settle)
             part.high[side] = offset
             part.done = part.time
-            if n % CHECKPOINT_EVERY == 0:
+            if n % every == 0:
                 for q, _, _ in store.drain_changes():
                     changelog[q] += 1
                 store.persist(dict(enumerate(changelog)))
