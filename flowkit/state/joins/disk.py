@@ -467,14 +467,15 @@ class DiskJoinStore(JoinStore):
             if entry[7] & (DISK | OUT):
                 continue  # written since: it expires from disk
             by_key = buffers[entry[6]]
-            entries = by_key[entry[4]]
-            if len(entries) == 1:
-                del by_key[entry[4]]
+            entries: list[list[Any]] = by_key.get(entry[4], [])
+            for i, e in enumerate(entries):  # the oldest of its key, mostly
+                if e is entry:
+                    del entries[i]
+                    break
             else:
-                for i, e in enumerate(entries):
-                    if e is entry:
-                        del entries[i]
-                        break
+                continue  # (not buffered: nothing to take out)
+            if not entries:
+                del by_key[entry[4]]
             entry[7] |= OUT
             part.fresh -= 1
             settle.append(entry)
