@@ -3,6 +3,7 @@
     python -m benchmarks.joins [--orders 200000] [--repeat 5]
     python -m benchmarks.joins --rocksdb   # also the join's buffers on rocksdb://
     python -m benchmarks.joins --instructions --orders 20000   # callgrind counts
+    python -m benchmarks.joins --instructions --breakdown --rocksdb   # + the store alone
     python -m benchmarks.joins --buffered 1000000   # memory of a join holding 1 M records
 
 The data is ``examples/payments.py``'s: N orders, one every 100 ms of event time, and a
@@ -24,6 +25,11 @@ the example's ``PaidOrder`` or ``UnpaidOrder``.
   last checkpoint included), then checked against the hand-written result;
 * with ``--rocksdb``, flowkit again with the join's buffers on ``rocksdb://`` (in a fresh
   data directory each round), in the same rounds, and its rate against the memory store's.
+
+With ``--instructions --breakdown`` the join's store alone is counted too (each record
+decoded and given to it, without a worker), and with ``--rocksdb`` also on ``rocksdb://``,
+with a checkpoint every ``CHECKPOINT_EVERY`` records (the worker checkpoints once a second,
+so the records between two of them depend on its speed).
 
 ``--buffered N`` measures memory instead: the join's store alone (as ``--breakdown``
 counts it) is given N orders and payments of distinct keys, in timestamp order, with a
@@ -233,22 +239,58 @@ def by_partition(data: Data) -> list[tuple[int, int, bytes, bytes, int]]:
     ]
 
 
-def store_only(records: list[tuple[int, int, bytes, bytes, int]]) -> int:
+# ``store_only`` on rocksdb://: records between two checkpoints (drain, then persist).
+CHECKPOINT_EVERY = 10_000
+
+
+def store_only(
+    records: list[tuple[int, int, bytes, bytes, int]],
+    rocksdb: bool = False,
+    every: int = CHECKPOINT_EVERY,
+) -> int:
     """The join's own work, without a worker: each record (in timestamp order, as the
-    merge hands them over) decoded and given to the store; returns the results."""
+    merge hands them over) decoded and given to the store; returns the results. With
+    ``rocksdb``, the buffers on ``rocksdb://`` (a fresh data directory) and a checkpoint
+    every ``every`` records."""
+    from flowkit.state.joins.rocks import RocksJoinStore
+
     app = payments.make_app(generate=False)
     join = app.tables["settled"]
     # The wall clock at the data's end (the records are in timestamp order): no timestamp
     # is beyond the join's max_future.
     now_ms = records[-1][4] if records else START_MS
-    store = join.new_store(lambda: now_ms)  # type: ignore[attr-defined]
+    data_dir = tempfile.mkdtemp(prefix="joins-store-") if rocksdb else None
+    if data_dir is not None:
+        store = RocksJoinStore(
+            join,  # type: ignore[arg-type]
+            lambda: now_ms,
+            data_dir=Path(data_dir),
+            broker="memory://",
+        )
+    else:
+        store = join.new_store(lambda: now_ms)  # type: ignore[attr-defined]
+    try:
+        return _feed(store, app, records, every)
+    finally:
+        if data_dir is not None:
+            store.aclose()
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _feed(
+    store: Any, app: flowkit.App, records: list[tuple[int, int, bytes, bytes, int]], every: int
+) -> int:
+    from flowkit.state.joins.rocks import RocksJoinStore
+
     store.assign(range(payments.PARTITIONS))
     parts = [store.part(p) for p in range(payments.PARTITIONS)]
     decoders = (app.topics["orders"].decoder(), app.topics["payments"].decoder())
     offsets = [0] * (2 * payments.PARTITIONS)
     results = 0
     process, settle = store.process, store.settle
-    for side, p, key, raw, ts in records:
+    on_disk = isinstance(store, RocksJoinStore)
+    changelog = [0] * payments.PARTITIONS
+    for n, (side, p, key, raw, ts) in enumerate(records, 1):
         offset = offsets[2 * p + side]
         offsets[2 * p + side] = offset + 1
         part = parts[p]
@@ -257,6 +299,13 @@ def store_only(records: list[tuple[int, int, bytes, bytes, int]]) -> int:
             results += len(out)
             if part.settle:
                 settle(part)
+        if on_disk:  # (the memory store's count stays that of process and settle)
+            part.high[side] = offset
+            part.done = part.time
+            if n % every == 0:
+                for q, _, _ in store.drain_changes():
+                    changelog[q] += 1
+                store.persist(dict(enumerate(changelog)))
     return results
 
 
@@ -380,7 +429,9 @@ def main() -> None:
         help="measure the memory of a join's store holding N records, on both stores",
     )
     parser.add_argument(
-        "--part", choices=["setup", "hand", "flowkit", "store"], help=argparse.SUPPRESS
+        "--part",
+        choices=["setup", "hand", "flowkit", "store", "store-rocksdb"],
+        help=argparse.SUPPRESS,
     )
     parser.add_argument("--hold", choices=["memory", "rocksdb"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -396,6 +447,10 @@ def main() -> None:
             setup = count("benchmarks.joins", "setup", "--orders", args.orders)
             store = count("benchmarks.joins", "store", "--orders", args.orders) - setup
             print(f"the join's store alone     : {store / args.orders:>10,.0f} per order")
+            if args.rocksdb:
+                disk = count("benchmarks.joins", "store-rocksdb", "--orders", args.orders) - setup
+                print(f"the store alone, rocksdb://: {disk / args.orders:>10,.0f} per order")
+                print(f"memory / rocksdb           : {store / disk:>10.2f}")
         compare("benchmarks.joins", "--orders", args.orders, "order")
         print("(an order is ~1.9 records: the order and, for 90% of them, its payment)")
         return
@@ -406,8 +461,8 @@ def main() -> None:
         asyncio.run(_load_and_maybe_run(data, args.part == "flowkit"))
         if args.part == "hand":
             join(data)
-        elif args.part == "store":
-            store_only(records)
+        elif args.part in ("store", "store-rocksdb"):
+            store_only(records, rocksdb=args.part == "store-rocksdb")
         return
     print(f"{args.orders:,} orders and {len(data) - args.orders:,} payments, left join")
     others = []

@@ -124,6 +124,14 @@ def test_the_benchmark_loop_variants_agree() -> None:
     assert steps.loops("async-generator", raw, messages) == 300
 
 
+def test_the_join_store_alone_gives_as_many_results_on_both_stores() -> None:
+    from benchmarks import joins
+
+    records = joins.by_partition(joins.data_set(1_000))
+    on_disk = joins.store_only(records, rocksdb=True, every=300)
+    assert on_disk == joins.store_only(records) > 900
+
+
 def test_the_formats_benchmark_reads_back_what_each_format_wrote() -> None:
     from benchmarks import formats
 

@@ -23,6 +23,7 @@ its time index is read by one iterator per side.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NotRunningError
 from ..databases import open_rocksdict
 from ..memtables import Unflushed
+from .disktimes import BUCKETS, DiskTimes
 from .layout import (
     MATCHED,
     TIMES,
@@ -49,12 +51,23 @@ if TYPE_CHECKING:
     from ..local import Stamp
     from .declaration import StreamJoin
 
-__all__ = ["DISK", "DiskJoinPart", "DiskJoinStore"]
+__all__ = ["DISK", "STORED", "DiskJoinPart", "DiskJoinStore", "stored_key"]
 
 # More flags of an entry (see ``store.py``): its record is in the database; an expiry scan
 # took it (settled with the record that did).
 DISK, OUT = 8, 16
+# An entry here has one more field than ``store.py``'s: its record's key in the database
+# (``layout.record_key``), or None until one is needed.
+STORED = 8
 _new = tuple.__new__
+
+
+def stored_key(entry: list[Any]) -> bytes:
+    """The key of ``entry``'s record in the database, kept on the entry once built."""
+    stored: bytes | None = entry[8]
+    if stored is None:
+        stored = entry[8] = record_key(entry[6], entry[4], entry[0], entry[5])
+    return stored
 
 
 class DiskJoinPart(JoinPart):
@@ -64,12 +77,14 @@ class DiskJoinPart(JoinPart):
         "ahead",
         "closed",
         "cursors",
+        "cut",
         "db",
         "encoded",
         "evict",
         "expired",
         "fresh",
         "fresh_low",
+        "on_disk",
         "reader",
         "stamp",
         "started",
@@ -78,10 +93,13 @@ class DiskJoinPart(JoinPart):
         "unflushed",
     )
 
-    def __init__(self, number: int, db: Any, stamp: Stamp) -> None:
+    def __init__(self, number: int, db: Any, stamp: Stamp, buckets: int = BUCKETS) -> None:
         super().__init__(number)
         self.db = db
         self.stamp = stamp
+        # Per side: which keys may have records on disk, from when (a match reads the
+        # database only where they may).
+        self.on_disk = (DiskTimes(buckets), DiskTimes(buckets))
         # Drained to the changelog, written to disk at the next persist: (entry, stored
         # value or None to delete), in drain order; and the fresh entries among them.
         self.encoded: list[tuple[list[Any], bytes | None]] = []
@@ -93,8 +111,10 @@ class DiskJoinPart(JoinPart):
         self.closed = [NONE, NONE]
         self.ahead = [NEVER, NEVER]
         self.cursors: list[Any] = [None, None]
-        # Per side: the time index below this was scanned for expiry.
+        # Per side: the time index below this was scanned for expiry; and below ``cut``
+        # the next write deletes it whole (what an expiry scan took, all drained since).
         self.expired = [NONE, NONE]
+        self.cut = [NONE, NONE]
         self.reader: Any = None  # an iterator for matches (None: a new one, after a write)
         self.fresh = 0  # records not yet on disk
         self.fresh_low = NEVER  # the oldest fresh record's time
@@ -113,8 +133,11 @@ class DiskJoinStore(JoinStore):
 
     parts: dict[int, DiskJoinPart]  # type: ignore[assignment]
 
-    def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, join: StreamJoin, now_ms: Callable[[], int], *, buckets: int = BUCKETS
+    ) -> None:
         super().__init__(join, now_ms)
+        self.buckets = buckets  # of each side's ``DiskTimes``
         self._rocksdict = open_rocksdict()
         # Per side, read options that end a scan with its time index. They live as long
         # as the store: an iterator refers to its options' bound, it does not copy it.
@@ -140,7 +163,10 @@ class DiskJoinStore(JoinStore):
             if it.valid() and it.key()[:2] == head:
                 first[side] = time_of(it.key())
                 it.seek_for_prev(TIMES + bytes((side + 1,)))
-                last = max(last, time_of(it.key()))
+                latest = time_of(it.key())
+                # Written before this process knew them, or by the changelog: any key's.
+                part.on_disk[side].held(latest)
+                last = max(last, latest)
         del it
         if part.time != NONE and not self.trusts(part.time, part.number):
             # Beyond the guard: it would make every record late. It starts again from
@@ -205,7 +231,7 @@ class DiskJoinStore(JoinStore):
             e = self._buffered(part, side, key, ts, offset)
             if e is not None:  # replayed after a restart: buffered already
                 return self._replayed(part, e, matched, out)
-        entry = [ts, matched, raw, value, key, offset, side, DIRTY]
+        entry = [ts, matched, raw, value, key, offset, side, DIRTY, None]
         mine = part.buffers[side]
         entries = mine.get(key)
         if entries is None:
@@ -219,6 +245,11 @@ class DiskJoinStore(JoinStore):
         part.fresh += 1
         if ts < part.fresh_low:
             part.fresh_low = ts
+        expiring = part.expiring  # (expired before a checkpoint, it is never written)
+        if expiring and ts < expiring[-1][0]:
+            heappush(part.late[0], (ts, side, offset, entry))
+        else:
+            expiring.append(entry)
         due = ts + self._keep
         if due < part.expire_due:
             part.expire_due = due
@@ -241,6 +272,21 @@ class DiskJoinStore(JoinStore):
     def _find(self, part: DiskJoinPart, side: int, key: bytes, lo: int, hi: int) -> list[Any]:
         """The entries of ``key``'s records of ``side`` with times in ``[lo, hi]``."""
         found: list[Any] = []
+        if part.on_disk[side].may_hold(key, lo):
+            self._read(part, side, key, lo, hi, found)
+        fresh = part.buffers[side].get(key)
+        if fresh:
+            for e in fresh:
+                if lo <= e[0] <= hi:
+                    found.append(e)
+        return found
+
+    @staticmethod
+    def _read(
+        part: DiskJoinPart, side: int, key: bytes, lo: int, hi: int, found: list[Any]
+    ) -> None:
+        """Add to ``found`` the entries of ``key``'s records of ``side`` on disk with times
+        in ``[lo, hi]`` (one range of the database)."""
         prefix = record_prefix(side, key)
         end = prefix + at(hi + 1)
         cut = len(prefix)
@@ -258,17 +304,11 @@ class DiskJoinStore(JoinStore):
                 v = it.value()
                 ts = int.from_bytes(stored[cut : cut + 8], "big") - 2**63
                 offset = int.from_bytes(stored[cut + 8 :], "big") - 2**63
-                e = [ts, v[:1] == MATCHED, v[1:], None, key, offset, side, LOGGED | DISK]
+                e = [ts, v[:1] == MATCHED, v[1:], None, key, offset, side, LOGGED | DISK, stored]
                 found.append(e)
             elif not e[7] & (GONE | OUT):
                 found.append(e)
             it.next()
-        fresh = part.buffers[side].get(key)
-        if fresh:
-            for e in fresh:
-                if lo <= e[0] <= hi:
-                    found.append(e)
-        return found
 
     @staticmethod
     def _buffered(
@@ -281,7 +321,7 @@ class DiskJoinStore(JoinStore):
             v = part.db.get(stored)
             if v is None:
                 return None
-            e = [ts, v[:1] == MATCHED, None, None, key, offset, side, LOGGED | DISK]
+            e = [ts, v[:1] == MATCHED, None, None, key, offset, side, LOGGED | DISK, stored]
         elif e[7] & GONE:
             return None
         return e
@@ -299,7 +339,7 @@ class DiskJoinStore(JoinStore):
             entry[7] = flags | DIRTY
             part.dirty.append(entry)
             if flags & DISK:
-                part.touched[record_key(entry[6], entry[4], entry[0], entry[5])] = entry
+                part.touched[stored_key(entry)] = entry
 
     def _close_windows(self, part: JoinPart, time: int) -> list[Joined] | None:
         assert isinstance(part, DiskJoinPart)
@@ -355,7 +395,7 @@ class DiskJoinStore(JoinStore):
                 e = touched.get(rkey)
                 if e is None:
                     _, key, ts, offset = unpack(stored)
-                    e = [ts, False, None, None, key, offset, side, LOGGED | DISK]
+                    e = [ts, False, None, None, key, offset, side, LOGGED | DISK, rkey]
                     e[2] = self._stored(part, e)
                     touched[rkey] = e  # in ``settle``: the one entry of its record
                     taken.append(e)
@@ -376,14 +416,15 @@ class DiskJoinStore(JoinStore):
         return part.db.iter(self._bounds[side])
 
     def _expire(self, part: JoinPart, time: int) -> None:
-        # The records on disk expired by ``time``: taken once (``OUT``), settled as gone
-        # and deleted at the next checkpoint. Fresh records expire once on disk.
+        # The records expired by ``time``, taken once (``OUT``) and settled as gone: those
+        # on disk are deleted at the next checkpoint; fresh ones leave memory, and were
+        # never written (unless a drain took them before they settled: then as on disk).
         assert isinstance(part, DiskJoinPart)
         limit = time - self._retention
         keep = self._keep
         settle = part.settle
+        due = self._expire_fresh(part, limit)
         touched = part.touched
-        due = NEVER
         for side in (LEFT, RIGHT):
             # From where the last scan stopped: what is before was taken (and deleted, or
             # to be, at a checkpoint: reading through deleted records is slow).
@@ -400,7 +441,7 @@ class DiskJoinStore(JoinStore):
                 if e is None:
                     _, key, ts, offset = unpack(stored)
                     matched = it.value() == MATCHED
-                    e = [ts, matched, None, None, key, offset, side, LOGGED | DISK | OUT]
+                    e = [ts, matched, None, None, key, offset, side, LOGGED | DISK | OUT, rkey]
                     touched[rkey] = e
                     settle.append(e)
                 elif not e[7] & (GONE | OUT):
@@ -410,11 +451,40 @@ class DiskJoinStore(JoinStore):
             if it.valid() and time_of(it.key()) + keep < due:
                 due = time_of(it.key()) + keep
             del it
-        # Fresh records not yet due; those that are, the checkpoint that writes them sets due.
-        fresh = part.fresh_low + keep
-        if time < fresh < due:
-            due = fresh
         part.expire_due = due
+
+    def _expire_fresh(self, part: DiskJoinPart, limit: int) -> int:
+        """Take the fresh records older than ``limit`` out of memory; the due time of
+        the oldest left."""
+        expiring, heap, buffers, settle = part.expiring, part.late[0], part.buffers, part.settle
+        while True:
+            if expiring and expiring[0][0] < limit:
+                entry = expiring.popleft()
+            elif heap and heap[0][0] < limit:
+                entry = heappop(heap)[3]
+            else:
+                break
+            if entry[7] & (DISK | OUT):
+                continue  # written since: it expires from disk
+            by_key = buffers[entry[6]]
+            entries: list[list[Any]] = by_key.get(entry[4], [])
+            for i, e in enumerate(entries):  # the oldest of its key, mostly
+                if e is entry:
+                    del entries[i]
+                    break
+            else:
+                continue  # (not buffered: nothing to take out)
+            if not entries:
+                del by_key[entry[4]]
+            entry[7] |= OUT
+            part.fresh -= 1
+            settle.append(entry)
+        due = NEVER
+        if expiring:
+            due = expiring[0][0] + self._keep
+        if heap and heap[0][0] + self._keep < due:
+            due = heap[0][0] + self._keep
+        return due
 
     # -- values ---------------------------------------------------------------------------
 
@@ -428,7 +498,7 @@ class DiskJoinStore(JoinStore):
 
     def _stored(self, part: DiskJoinPart, entry: list[Any]) -> bytes:
         """The value of ``entry``'s record, as read, from disk."""
-        stored = part.db.get(record_key(entry[6], entry[4], entry[0], entry[5]))
+        stored = part.db.get(stored_key(entry))
         if stored is None:
             raise RuntimeError(
                 f"join {self.join.name!r}: a buffered record of partition {part.number} is "
@@ -447,15 +517,23 @@ class DiskJoinStore(JoinStore):
         moved = 0
         expired = part.expired
         for entry in part.evict:  # (one drained twice is listed twice)
-            if not entry[7] & DISK:
-                entry[7] |= DISK
-                moved += 1
+            flags = entry[7]
+            if not flags & DISK:
+                entry[7] = flags | DISK
+                if not flags & OUT:  # (expired while fresh: counted then)
+                    moved += 1
                 if entry[0] < expired[entry[6]]:  # expires at the next scan
                     expired[entry[6]] = entry[0]
         part.fresh -= moved
         if not part.fresh:  # all of them (the usual): nothing fresh left
             part.buffers = buffers = ({}, {})
+            part.expiring.clear()
+            part.late[0].clear()
         else:
+            part.expiring = deque(e for e in part.expiring if not e[7] & DISK)
+            late = [item for item in part.late[0] if not item[3][7] & DISK]
+            heapify(late)
+            part.late = (late, part.late[1], part.late[2])
             for entry in part.evict:
                 by_key = buffers[entry[6]]
                 entries = by_key.get(entry[4])
@@ -468,6 +546,7 @@ class DiskJoinStore(JoinStore):
                 if not entries:
                     del by_key[entry[4]]
         part.encoded, part.evict = [], []
+        part.cut = [NONE, NONE]
         part.forget_cursors()
         for side in (LEFT, RIGHT):  # closing: the written ones from the time index now
             heap = part.late[1 + side]
@@ -494,7 +573,5 @@ class DiskJoinStore(JoinStore):
             part.expire_due = low + self._keep  # written records expire from disk
             part.due = min(part.due, part.expire_due)
         part.touched = {
-            record_key(e[6], e[4], e[0], e[5]): e
-            for e in (*part.settle, *part.dirty)
-            if e[7] & DISK and not e[7] & GONE
+            stored_key(e): e for e in (*part.settle, *part.dirty) if e[7] & DISK and not e[7] & GONE
         }

@@ -33,6 +33,7 @@ __all__ = [
     "record_key_of",
     "record_prefix",
     "side_end",
+    "side_start",
     "side_prefix",
     "time_key",
     "time_of",
@@ -81,9 +82,25 @@ def both_keys(side: int, key: bytes, ts: int, offset: int) -> tuple[bytes, bytes
 
     >>> both_keys(1, b"k", 5, 9) == (record_key(1, b"k", 5, 9), time_key(1, b"k", 5, 9))
     True
+    >>> far = 2**70  # past int64: the end of the range
+    >>> both_keys(0, b"k", far, -1) == (record_key(0, b"k", far, -1), time_key(0, b"k", far, -1))
+    True
     """
-    s, t, o, n = _SIDES[side], at(ts), at(offset), len(key).to_bytes(4, "big")
+    try:  # ``at`` inlined: a checkpoint builds these for every record it writes
+        t, o = (ts + _SHIFT).to_bytes(8, "big"), (offset + _SHIFT).to_bytes(8, "big")
+    except OverflowError:
+        t, o = at(ts), at(offset)
+    s, n = _SIDES[side], len(key).to_bytes(4, "big")
     return b"".join((RECORD, s, n, key, t, o)), b"".join((TIMES, s, t, n, key, o))
+
+
+def side_start(side: int) -> bytes:
+    """Before the time index of ``side``: the lower bound of a range of it.
+
+    >>> side_start(1) < time_key(1, b"k", -(2**63), 0)
+    True
+    """
+    return TIMES + _SIDES[side]
 
 
 def side_end(side: int) -> bytes:

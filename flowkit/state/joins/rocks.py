@@ -27,6 +27,7 @@ from ..databases import LOCK_TRIES, STAMP, open_database
 from ..local import Stamp, partition_dir
 from ..memtables import flush_if_due
 from .disk import DISK, DiskJoinPart, DiskJoinStore
+from .disktimes import BUCKETS
 from .layout import (
     ENDS,
     MATCHED,
@@ -37,9 +38,11 @@ from .layout import (
     both_keys,
     record_key,
     record_prefix,
+    side_prefix,
+    side_start,
     time_key,
 )
-from .store import GONE, LOGGED, TIME_KEY, _state_decoder
+from .store import GONE, LEFT, LOGGED, NONE, RIGHT, TIME_KEY, _state_decoder
 
 if TYPE_CHECKING:
     from .declaration import StreamJoin
@@ -64,8 +67,9 @@ class RocksJoinStore(DiskJoinStore):
         data_dir: Path,
         broker: str,
         lock_tries: int = LOCK_TRIES,
+        buckets: int = BUCKETS,
     ) -> None:
-        super().__init__(join, now_ms)
+        super().__init__(join, now_ms, buckets=buckets)
         self.table = join  # what the worker's state keeper calls a store's declaration
         self.data_dir = data_dir
         self.broker = broker
@@ -94,7 +98,7 @@ class RocksJoinStore(DiskJoinStore):
         db, found = open_database(
             self._rocksdict, path, want, owner=owner, lock_tries=self.lock_tries
         )
-        part = DiskJoinPart(p, db, want if found is None else found)
+        part = DiskJoinPart(p, db, want if found is None else found, self.buckets)
         if found is None:
             return part
         try:
@@ -110,7 +114,7 @@ class RocksJoinStore(DiskJoinStore):
             db.close()
             shutil.rmtree(path, ignore_errors=True)
             db, _ = open_database(self._rocksdict, path, want, owner=owner, lock_tries=1)
-            part = DiskJoinPart(p, db, want)
+            part = DiskJoinPart(p, db, want, self.buckets)
         return part
 
     def _load(self, part: DiskJoinPart) -> None:
@@ -205,6 +209,7 @@ class RocksJoinStore(DiskJoinStore):
         part.unflushed.wrote(batch.len())  # (flushed at the next checkpoint, if many)
         part.db.write(batch)
         part.forget_cursors()
+        part.cut = [NONE, NONE]  # (what the scans took is settled again, after ``_start``)
         part.started = False  # the due times again, from what is on disk now
 
     @staticmethod
@@ -235,6 +240,10 @@ class RocksJoinStore(DiskJoinStore):
         changes are written to disk at the next ``persist``."""
         for part in self.parts.values():
             encoded, evict = part.encoded, part.evict
+            if not part.settle:
+                # Every record an expiry scan took is settled (its tombstone is drained now
+                # or was before): the time index below where the scans stopped can go whole.
+                part.cut = list(part.expired)
             for entry in part.dirty:
                 flags = entry[7]
                 if flags & GONE:
@@ -263,19 +272,28 @@ class RocksJoinStore(DiskJoinStore):
 
     def _write(self, part: DiskJoinPart, offset: int) -> None:
         batch = self._rocksdict.WriteBatch(raw_mode=True)
-        top = part.top
+        top, cut = part.top, part.cut
+        for side in (LEFT, RIGHT):  # first: a record written below it again stays
+            if cut[side] != NONE:
+                batch.delete_range(side_start(side), side_prefix(side, cut[side]))
         put, delete = batch.put, batch.delete
+        wrote = (part.on_disk[0].wrote, part.on_disk[1].wrote)
         for entry, value in part.encoded:  # in drain order: the latest last
-            side, offset_ = entry[6], entry[5]
-            stored, indexed = both_keys(side, entry[4], entry[0], offset_)
+            side, key, ts, offset_, stored = entry[6], entry[4], entry[0], entry[5], entry[8]
             if value is None:
-                delete(stored)
-                delete(indexed)
+                delete(stored or record_key(side, key, ts, offset_))
+                if ts >= cut[side] or not entry[7] & DISK:  # (the range: scans' records)
+                    delete(time_key(side, key, ts, offset_))
+                continue
+            if stored is None:
+                stored, indexed = both_keys(side, key, ts, offset_)
             else:
-                put(stored, value)
-                put(indexed, value[:1])
-                if offset_ > top[side]:
-                    top[side] = offset_
+                indexed = time_key(side, key, ts, offset_)
+            put(stored, value)
+            put(indexed, value[:1])
+            wrote[side](key, ts)
+            if offset_ > top[side]:
+                top[side] = offset_
         batch.put(TIME, _encode(part.logged))
         self._ends(batch, top)
         part.stamp = part.stamp.with_offset(max(offset, part.stamp.offset))
