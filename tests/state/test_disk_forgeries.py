@@ -180,7 +180,6 @@ REAL: dict[str, list[tuple[bytes | None, bytes | None]]] = {
     "paid": [
         (b'[0,"ejg=",0]', b'[1699999490000,false,"eyJpZCI6Ino4In0="]'),
         (b'["t"]', b"[1699999490000,0,-1]"),
-        (b'[1,"azE=",0]', b'[1699999400900,false,"eyJpZCI6ImUxIn0="]'),
     ],
 }
 # Drawn once, at import (the same for every run of the session): FLOWKIT_TEST_EXAMPLES
