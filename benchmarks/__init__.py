@@ -13,6 +13,7 @@ COMPARISONS = (
     "ysb",
     "ops_overhead",
     "web_flood",
+    "web_flood_split",
     "latency",
     "recovery",
     "state_stores",

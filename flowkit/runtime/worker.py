@@ -255,6 +255,12 @@ class Worker:
         """The fatal error that stopped the worker, if any."""
         return self._error
 
+    def _probes_changed(self) -> None:
+        """``/health`` or ``/ready`` may answer otherwise now: the web gate, which answers
+        them, hears it at once (not at its next look, which a busy loop delays)."""
+        if self.web is not None:
+            self.web.probes_changed()
+
     def _fatal(self, exc: BaseException, task: str) -> None:
         first = self._error is None
         if first:
@@ -262,6 +268,7 @@ class Worker:
                 exc = aborted_in(exc) or exc
             self._error = exc
         self.stop(force=True)  # before the log line, which a broken stderr could fail
+        self._probes_changed()
         if first:
             if isinstance(exc, TransactionAborted) and exc.fenced:
                 _log_fenced(task, exc)
@@ -283,6 +290,7 @@ class Worker:
             await self.aclose()
             raise
         self._phase = "running"
+        self._probes_changed()
         heap.retain()  # what the worker started with lives as long as it: frozen (heap.py)
 
     async def _start(self) -> None:
@@ -405,6 +413,7 @@ class Worker:
             metrics=self.metrics,
             drain_timeout=self.settings.shutdown_timeout,
             forget=self._forget_partitions,
+            changed=self._probes_changed,
         )
         consumer.subscribe(topics, self.assignment)
         return consumer
@@ -448,6 +457,7 @@ class Worker:
         if self._phase == "running":
             heap.release()
         self._phase = "closed"
+        self._probes_changed()
         self._stop.set()
         tasks = self.supervisor
         await tasks.cancel(
@@ -489,6 +499,7 @@ class Worker:
             )
         except FlowkitError as exc:
             self._error = self._error or exc
+            self._probes_changed()
         finally:
             try:
                 await self._disconnect()
@@ -520,6 +531,7 @@ class Worker:
                     # process starts a worker again from the last commit, as when fenced.
                     _log_fenced("abort", exc)
                     self._error = exc
+                    self._probes_changed()
                 else:
                     log.info("the open transaction could not be aborted", error=repr(exc))
         clients = (

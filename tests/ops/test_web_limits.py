@@ -98,7 +98,7 @@ async def test_a_slow_sender_is_closed_after_the_header_timeout() -> None:
         assert await exchange(web.port, b"GET /status HTTP/1.1\r\nHost: 127") == b""
         # an answer, then an idle keep-alive: closed too
         reader, writer = await asyncio.open_connection("127.0.0.1", web.port)
-        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        writer.write(b"GET /graph HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         async with asyncio.timeout(10):
             answer = await reader.read()
         writer.close()

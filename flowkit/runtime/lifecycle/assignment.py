@@ -39,8 +39,10 @@ class Assignment:
         metrics: Metrics,
         drain_timeout: float,
         forget: Callable[[set[TopicPartition]], None] = lambda tps: None,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._forget = forget  # per-partition metric state of revoked partitions
+        self._changed = changed  # told as a rebalance starts and ends (readiness)
         self.state = state
         self.tracker = tracker
         self._checkpoint = checkpoint
@@ -60,20 +62,24 @@ class Assignment:
         log.info("partitions assigned", partitions=_show(assigned))
         # Tables first: no record of a partition is processed before its state is back.
         self.rebalancing += 1
+        self._changed()
         started = time.monotonic()
         try:
             await self.state.recover({tp.partition for tp in assigned})
         finally:
             self.rebalancing -= 1
+            self._changed()
             self._observe("assign", started)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self.rebalancing += 1
+        self._changed()
         started = time.monotonic()
         try:
             await self._revoke(revoked)
         finally:
             self.rebalancing -= 1
+            self._changed()
             self._observe("revoke", started)
 
     def _observe(self, kind: str, started: float) -> None:

@@ -56,8 +56,15 @@ class GroupWebServer(ServedEndpoint):
         limits: WebLimits | None = None,
     ) -> None:
         self.group = group
+        # Its readiness asks the children, in this loop: only /health is the gate's.
         super().__init__(
-            host, port, self._probe, token=token, allowed_hosts=allowed_hosts, limits=limits
+            host,
+            port,
+            self._probe,
+            token=token,
+            allowed_hosts=allowed_hosts,
+            limits=limits,
+            gate_probes=frozenset({"/health"}),
         )
         self.collector = GroupCollector(group)
         self.registry = CollectorRegistry(auto_describe=False)

@@ -11,30 +11,39 @@ and one end of a control socket. The gate:
 
 - accepts every connection as it comes (up to ``HOLD`` at a time past the limit), so
   that the kernel's queue stays short: a probe is read at once, never behind a crowd;
-- passes each connection to the worker while the worker holds fewer than
-  ``max_connections`` (the worker says when one closes);
-- answers a connection past the limit from what it sent already: a probe (``GET
-  /health``, ``GET /ready``) at once, with the answer the worker last gave it (the
-  worker sends its probe answers whenever they change, checking ten times a second, and
-  once a second anyway), anything else with ``503``. An answer not sent again for
-  ``answer_life`` seconds (3) is not given: the worker's loop may be stuck, and its probes
-  then fail past the limit as they do within it. One whose request has not arrived
-  yet gets a quarter of a second for it, while ``max_overflow`` are waiting so (200 a
-  second at most); past that, it is reset;
+- answers a probe (``GET /health``, ``GET /ready``) itself, on every fresh connection,
+  with the answer the worker last pushed: the worker's loop may be busy with records
+  for seconds, and an orchestrator gives a probe one. The worker pushes an answer as
+  soon as it changes (an error, a rebalance), looks ten times a second anyway, and
+  pushes it again once a second; the gate reads what was pushed before it answers. An
+  answer not pushed again for ``answer_life`` seconds (3) is not given: the worker's
+  loop may be stuck, and the probe gets ``503`` saying so. A probe the worker's loop
+  answers itself (a process group's ``/ready``, which asks its children) is pushed
+  marked for the connections past the limit only;
+- passes each other connection to the worker while the worker holds fewer than
+  ``max_connections`` (the worker says when one closes), leaving its request unread
+  for it; one whose request has not said what it is yet is looked at again for a
+  quarter of a second, then passed;
+- answers a connection past the limit from what it sent already: a probe as above,
+  anything else with ``503``. One whose request has not arrived yet gets a quarter of
+  a second for it, while ``max_overflow`` are waiting so (200 a second at most); past
+  that, it is reset;
 - sends at most 2,000 of those ``503`` a second (and answers at most 200 probes a
   second at once): the rest wait for their turn, in arrival order, in the gate, and
   those due within 10 ms go out together (a wakeup for each would cost more than
   its answer);
 - ends when the worker's end of the control socket closes, whether the worker stopped
-  or died, after answering what has come (probes too) and closing the listening
-  socket; it ignores the signals that stop a worker (``SIGINT``, ``SIGTERM``,
-  ``SIGHUP``), which a terminal or a supervisor may send to the whole process group.
+  or died, after answering what has come (probes too, and the connections it could not
+  pass to a worker that was gone) and closing the listening socket; it ignores the
+  signals that stop a worker (``SIGINT``, ``SIGTERM``, ``SIGHUP``), which a terminal or
+  a supervisor may send to the whole process group.
 
 The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
 ``c`` with the file descriptors of the connections accepted in a row (up to ``ACCEPTS``:
 one wakeup of the worker's loop for them all), ``!ERRNO STRERROR`` when accepting failed.
-From the worker: ``-`` once per connection closed (several may come in one message), and
-``aPATH ANSWER``, the whole HTTP answer to a probe past the limit.
+From the worker: ``-`` once per connection closed (several may come in one message),
+``pPATH ANSWER``, the whole HTTP answer to a probe on any connection, and ``aPATH
+ANSWER``, one for the connections past the limit only.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ __all__ = [
     "ACCEPTS",
     "BUSY",
     "HOLD",
+    "STUCK",
     "Gate",
     "Pacer",
     "overflow_answer",
@@ -73,6 +83,7 @@ DRAIN = 0.5  # seconds the gate answers what came after its worker stopped, at m
 ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
 ACCEPTS = 64  # connections accepted in a row before the control socket is read again
+READ_AGAIN = 0.01  # seconds between looks at a request that has not said what it is yet
 
 
 class Pacer:
@@ -115,6 +126,8 @@ def _head(status: int, reason: str, length: int) -> bytes:
 
 _BUSY_BODY = b'{"error": "busy: too many connections"}'
 BUSY = _head(503, "Busy", len(_BUSY_BODY)) + _BUSY_BODY
+_STUCK_BODY = b'{"error": "the worker has not answered lately: its event loop may be stuck"}'
+STUCK = _head(503, "Service Unavailable", len(_STUCK_BODY)) + _STUCK_BODY
 
 
 def probe_answer(status: int, body: bytes) -> bytes:
@@ -182,8 +195,15 @@ class Gate:
         self.hold = hold  # connections past the limit held at a time, at most
         self.held = 0  # connections passed to the worker and not closed yet
         self.refused = 0
-        # path -> the answer to a probe past the limit, and until when it may be given
+        # path -> the answer to a probe, and until when it may be given
         self.answers: dict[str, tuple[bytes, float]] = {}
+        # the probes answered here within the limit too (the worker pushes their answers)
+        self.everywhere: set[str] = set()
+        # connections within the limit whose request has not said yet whether it is one
+        # of those probes: until when they may take to say it
+        self.reading: dict[socket.socket, float] = {}
+        # connections the worker could not be passed (it was gone): answered at the end
+        self.orphans: list[socket.socket] = []
         # connections past the limit given a moment: their deadline and what they sent
         self.waiting: dict[socket.socket, tuple[float, bytearray]] = {}
         # connections past the limit waiting for their turn: when, and their answer
@@ -207,14 +227,14 @@ class Gate:
         while self.open:
             events = self.selector.select(self._timeout())
             ready = {key.fileobj for key, _ in events}
-            if control in ready:  # first: closed connections free places
+            if control in ready:  # first: closed connections free places, answers
                 ready.discard(control)
-                if not self._from_worker():
+                if not self._latest():
                     break
             for conn in ready:
                 if conn is listening:
                     self._accept()
-                else:
+                elif conn in self.waiting:
                     assert isinstance(conn, socket.socket)
                     self._readable(conn)
             self._expire()
@@ -222,26 +242,42 @@ class Gate:
 
     def _timeout(self) -> float | None:
         deadlines = [deadline for deadline, _ in self.waiting.values()]
+        if self.reading:
+            deadlines.append(self.clock() + READ_AGAIN)
         if self.queue:
             deadlines.append(self.queue[0][0])
         if self.resume_at is not None:
             deadlines.append(self.resume_at)
         return max(0.0, min(deadlines) - self.clock()) if deadlines else None
 
-    def _from_worker(self) -> bool:
-        """Read one message from the worker; False once it is gone."""
-        try:
-            message = self.control.recv(65536)
-        except OSError:
-            message = b""
+    def _told(self, message: bytes) -> bool:
         if not message:  # the worker stopped, or died
             return False
-        if message[:1] == b"-":
+        kind = message[:1]
+        if kind == b"-":
             self.held -= len(message)
-        elif message[:1] == b"a":
+        elif kind in b"ap":
             path, _, answer = message[1:].partition(b" ")
-            self.answers[path.decode("latin-1")] = answer, self.clock() + self.answer_life
+            name = path.decode("latin-1")
+            self.answers[name] = answer, self.clock() + self.answer_life
+            if kind == b"p":
+                self.everywhere.add(name)
         return True
+
+    def _latest(self) -> bool:
+        """Read what the worker has sent meanwhile (before answering a probe too: an
+        answer it pushed before the probe came is the one to give); False (and ``open``
+        too) once it is gone."""
+        while self.open:
+            try:
+                message = self.control.recv(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError:
+                message = b""
+            if not self._told(message):
+                self.open = False
+        return self.open
 
     def _accept(self) -> None:
         admitted: list[int] = []
@@ -259,7 +295,10 @@ class Gate:
                     self._pause(ACCEPT_RETRY)
                     return
                 if self.held + len(admitted) < self.max_connections:
-                    admitted.append(fd)
+                    if not self.everywhere:
+                        admitted.append(fd)
+                    elif (kept := self._sort(fd)) is not None:
+                        admitted.append(kept)
                     continue
                 self.refused += 1
                 self._refuse(socket.socket(self.family, socket.SOCK_STREAM, 0, fd))
@@ -267,16 +306,80 @@ class Gate:
             if admitted:
                 self._admit(admitted)
 
+    def _sort(self, fd: int) -> int | None:
+        """A connection within the limit: its descriptor to pass to the worker, or None
+        when a probe's, answered here (or read here until its request says which)."""
+        conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fd)
+        kind, _ = self._peek(conn)
+        if kind == "other":
+            return conn.detach()
+        self.held += 1  # its place, until it is answered here or passed
+        if kind == "probe":
+            self._probe(conn)
+        else:  # its request has not said yet
+            # Looked at again every few milliseconds, not when readable: what it sent is
+            # left unread for the worker, so it would be readable all along.
+            self.reading[conn] = self.clock() + OVERFLOW_TIMEOUT
+        return None
+
+    def _peek(self, conn: socket.socket) -> tuple[str, bytes]:
+        """What a connection's request is, from what it sent so far (left unread): a
+        ``probe`` of those answered here, whole; an ``other`` request; or ``unknown``
+        yet (a probe whose headers are still coming, too)."""
+        try:
+            sent = conn.recv(OVERFLOW_READ, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return "unknown", b""
+        except OSError:
+            return "other", b""  # (the worker's loop sees it fail, and closes it)
+        if not sent:
+            return "other", sent
+        line, complete, _ = sent.partition(b"\r\n")
+        if not complete:
+            return ("unknown" if len(sent) < OVERFLOW_READ else "other"), sent
+        words = line.split(b" ")
+        if len(words) != 3 or words[0] != b"GET":
+            return "other", sent
+        if words[1].split(b"?", 1)[0].decode("latin-1") not in self.everywhere:
+            return "other", sent
+        if b"\r\n\r\n" not in sent and len(sent) < OVERFLOW_READ:
+            return "unknown", sent
+        return "probe", sent
+
+    def _probe(self, conn: socket.socket) -> None:
+        """Answer a probe within the limit here, with the worker's latest answer; its
+        place is free again."""
+        self.held -= 1
+        try:
+            sent = conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT)
+        except OSError:
+            sent = b""
+        self._reply(conn, overflow_answer(sent, self._answer_to) or BUSY)
+
+    def _read_more(self, conn: socket.socket) -> None:
+        """Look again at a connection within the limit whose request had not said what it
+        is: once it says, or its moment is over, pass it or answer it."""
+        kind, sent = self._peek(conn)
+        if kind == "unknown" and self.reading[conn] > self.clock():
+            return
+        del self.reading[conn]
+        if kind == "other" or b"\r\n" not in sent:
+            self.held -= 1  # (its place, taken again as it is passed)
+            self._admit([conn.detach()])  # (the worker's own header timeout applies)
+        else:  # a probe, whole or at its deadline
+            self._probe(conn)
+
     def _admit(self, fds: list[int]) -> None:
         """Pass connections to the worker, in one message (one wakeup of its loop)."""
         try:
             socket.send_fds(self.control, [b"c"], fds)
             self.held += len(fds)
         except OSError:
-            self.open = False  # the worker is gone
-        finally:
-            for fd in fds:
-                os.close(fd)  # (the worker has its own descriptors of them now)
+            self.open = False  # the worker is gone: answered when the gate drains
+            self.orphans += [socket.socket(self.family, socket.SOCK_STREAM, 0, fd) for fd in fds]
+            return
+        for fd in fds:
+            os.close(fd)  # (the worker has its own descriptors of them now)
 
     def _refuse(self, conn: socket.socket) -> None:
         """Answer a connection past the limit, queue its answer, or give it a moment."""
@@ -329,8 +432,13 @@ class Gate:
             self._reply(conn, overflow_answer(bytes(sent), self._answer_to) or BUSY)
 
     def _answer_to(self, path: str) -> bytes | None:
-        answer, until = self.answers.get(path, (None, 0.0))
-        return answer if until > self.clock() else None
+        if path not in self.answers:
+            return None
+        self._latest()
+        answer, until = self.answers[path]
+        if until > self.clock():
+            return answer
+        return STUCK if path in self.everywhere else None
 
     def _expire(self) -> None:
         now = self.clock()
@@ -341,6 +449,8 @@ class Gate:
         for conn in [c for c, (deadline, _) in self.waiting.items() if deadline <= now]:
             self._forget(conn)
             reset(conn)  # no answer: a client that sends nothing reads nothing either
+        for conn in list(self.reading):
+            self._read_more(conn)
         paused = self.resume_at is not None and self.resume_at > now
         if not (self.accepting or paused) and len(queue) + len(self.waiting) < self.hold:
             self._listen(True)
@@ -358,6 +468,20 @@ class Gate:
                 reset(conn)
             else:
                 self._answer(conn, answer)
+        self.orphans += self.reading
+        self.reading.clear()
+        for conn in self.orphans:  # passed to nobody: answered from what they sent
+            try:
+                answer = overflow_answer(
+                    conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT), self._answer_to
+                )
+            except OSError:
+                answer = None
+            if answer is None:
+                reset(conn)
+            else:
+                self._answer(conn, answer)
+        self.orphans.clear()
         while self.queue:
             _, conn, answer = self.queue.popleft()
             self._answer(conn, answer)

@@ -14,8 +14,10 @@ may take, and ``BoundedListener`` holds it to that:
   moment): the rest wait in the kernel's backlog. A worker's endpoint leaves all this
   to its gate, a small process of its own (``web.gate``), so that a crowd connecting
   again and again costs the records nothing; the gate holds the waiting connections
-  itself, so that probes never wait behind them, and answers what has come when the
-  worker stops. Should the gate not start, or stop early, the worker's loop does it;
+  itself, so that probes never wait behind them, answers every probe on a fresh
+  connection from the answers the worker pushes it, and answers what has come when the
+  worker stops. Should the gate not start, or stop early, the worker's loop does it
+  (and answers at its close what the kernel accepted for it);
 - a connection has ``header_timeout`` seconds to send a request's headers, from its
   opening and from the end of the previous answer (keep-alive); a slow sender is closed;
 - a request with a body larger than ``max_body`` is ``413`` (every route is a GET);
@@ -48,6 +50,7 @@ from .gate import (
     ACCEPT_RETRY,
     ACCEPTS,
     BUSY,
+    DRAIN,
     OVERFLOW_READ,
     OVERFLOW_TIMEOUT,
     QUICK_REFUSALS,
@@ -178,13 +181,23 @@ class BoundedListener:
     ``probe(path)`` answers a probe (``/health``, ``/ready``) as (status, JSON body); it
     also answers the connections past the limit. ``middleware`` goes first in the app's.
     With ``gate``, a gate process (``web.gate``) accepts the connections and refuses
-    those past the limit, so that refusing them takes no time from this event loop.
+    those past the limit, so that refusing them takes no time from this event loop; it
+    answers the probes of ``gate_probes`` on every fresh connection, from the answers
+    this process pushes it (``probes_changed`` pushes them at once).
     """
 
-    def __init__(self, limits: WebLimits, probe: Probe, *, gate: bool = False) -> None:
+    def __init__(
+        self,
+        limits: WebLimits,
+        probe: Probe,
+        *,
+        gate: bool = False,
+        gate_probes: frozenset[str] = PROBES,
+    ) -> None:
         self.limits = limits
         self.probe = probe
         self.gate = gate
+        self.gate_probes = gate_probes
         self.max_connections = limits.connections()
         self.max_overflow = max(8, self.max_connections // 2)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -208,6 +221,7 @@ class BoundedListener:
         self._control: socket.socket | None = None
         self._unsent = 0  # closed connections the gate has not been told of yet
         self._answering: asyncio.Task[None] | None = None
+        self._sent: dict[str, tuple[bytes, float]] = {}  # path -> answer pushed, and when
         self._tasks: set[asyncio.Task[None]] = set()
 
     def runner_options(self) -> dict[str, Any]:
@@ -258,6 +272,9 @@ class BoundedListener:
     def _open_gate(self, sock: socket.socket) -> bool:
         """Start the gate on ``sock``; False if it cannot start."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._control = ours  # the first answers wait there for the gate: none goes without
+        self._push(again=0.0)
+        self._control = None
         fds = (sock.fileno(), theirs.fileno())
         command = [sys.executable, "-I", "-S", web_gate.__file__, *map(str, fds)]
         command += [str(self.max_connections), str(self.max_overflow), str(_ANSWER_LIFE)]
@@ -310,20 +327,35 @@ class BoundedListener:
                 self.loop.call_exception_handler(context)
 
     async def _send_answers(self) -> None:
-        # The gate answers the probes past the limit with the worker's latest answers,
-        # for a while (``_ANSWER_LIFE``): sent when they change, and again once a second
-        # by the clock (counting looks instead, a loop slowed by its records would let
-        # the gate's answers expire while it still answers).
-        sent: dict[str, tuple[bytes, float]] = {}
+        # The gate answers the probes with this process's latest answers, for a while
+        # (``_ANSWER_LIFE``): pushed when they change (at once through
+        # ``probes_changed``, else at the next look), and again once a second by the
+        # clock (counting looks instead, a loop slowed by its records would let the
+        # gate's answers expire while it still answers).
         while True:
-            now = time.monotonic()
-            for path in PROBES:
-                answer = probe_answer(*self.probe(path))
-                last, at = sent.get(path, (b"", -math.inf))
-                fresh = answer != last or now - at >= _ANSWERS_AGAIN
-                if fresh and self._tell(b"a" + path.encode() + b" " + answer):
-                    sent[path] = answer, now
+            self._push(again=_ANSWERS_AGAIN)
             await asyncio.sleep(_ANSWERS_EVERY)
+
+    def probes_changed(self) -> None:
+        """What a probe answers may have changed (an error, readiness): push the answers
+        that did to the gate now, so that the next probe it answers says so."""
+        self._push(again=math.inf)
+
+    def _push(self, again: float) -> None:
+        """Tell the gate each probe's answer that changed, or was told ``again`` seconds
+        ago or more: ``p`` those it answers on every connection, ``a`` the others (past
+        the limit only)."""
+        if self._control is None:
+            return
+        now = time.monotonic()
+        for path in PROBES:
+            answer = probe_answer(*self.probe(path))
+            last, at = self._sent.get(path, (b"", -math.inf))
+            if answer == last and now - at < again:
+                continue
+            kind = b"p" if path in self.gate_probes else b"a"
+            if self._tell(kind + path.encode() + b" " + answer):
+                self._sent[path] = answer, now
 
     def released(self) -> None:
         """A connection served is closed: the gate may pass another."""
@@ -355,8 +387,7 @@ class BoundedListener:
 
     def _close_gate(self) -> None:
         if self._answering is not None and self._control is not None:
-            for path in PROBES:  # the last answers, for the connections the gate still has
-                self._tell(b"a" + path.encode() + b" " + probe_answer(*self.probe(path)))
+            self._push(again=0.0)  # the last answers, for the connections the gate has
         if self._answering is not None:
             self._answering.cancel()
             self._answering = None
@@ -454,6 +485,20 @@ class BoundedListener:
         conn.close()
         return True
 
+    def _answer_queued(self, sock: socket.socket) -> None:
+        """Answer here what the kernel accepted and this loop has not (for ``DRAIN``
+        seconds at most), as the gate does when it ends: closing the listening socket
+        would reset them unanswered."""
+        end = time.monotonic() + DRAIN
+        while time.monotonic() < end:
+            try:
+                conn, _ = sock.accept()
+            except OSError:  # (BlockingIOError: none left)
+                return
+            conn.setblocking(False)
+            if not self._answer_now(conn):
+                reset(conn)  # it has sent nothing yet: it reads nothing either
+
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = self.loop.create_task(coroutine)
         self._tasks.add(task)  # (a task nobody holds may be collected while it runs)
@@ -469,6 +514,8 @@ class BoundedListener:
         if self._accepting is not None:
             self._accepting.cancel()
             self._accepting = None
+            if self._socket is not None:
+                self._answer_queued(self._socket)
         for task in list(self._tasks):
             task.cancel()
         if self._control is not None:

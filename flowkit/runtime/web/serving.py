@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ...errors import ConfigurationError
 from ..observe.server_logs import ServerLogs
-from .access import WebAccess, WebToken
+from .access import PROBES, WebAccess, WebToken
 from .limits import BoundedListener, Probe, WebLimits
 
 __all__ = ["ServedEndpoint"]
@@ -29,7 +29,8 @@ class ServedEndpoint:
     ``token`` (a ``WebToken`` or its text) is then needed on every route but the probes;
     ``allowed_hosts`` extends (or, with ``*``, lifts) the Host allow-list; ``limits``
     bounds what the endpoint may take from its process (``WebLimits``); ``probe`` answers
-    ``/health`` and ``/ready``, also to the connections past the limit.
+    ``/health`` and ``/ready``, also to the connections past the limit; its gate answers
+    those of ``gate_probes`` itself, from what ``probe`` said last (``probes_changed``).
     """
 
     def __init__(
@@ -41,12 +42,15 @@ class ServedEndpoint:
         token: WebToken | str | None = None,
         allowed_hosts: list[str] | None = None,
         limits: WebLimits | None = None,
+        gate_probes: frozenset[str] = PROBES,
     ) -> None:
         self.host = host
         self.port = port
         self.access = WebAccess(host, token=token, allowed_hosts=allowed_hosts)
         self.limits = limits or WebLimits()
-        self.listener = BoundedListener(self.limits, probe, gate=self.limits.gate)
+        self.listener = BoundedListener(
+            self.limits, probe, gate=self.limits.gate, gate_probes=gate_probes
+        )
         self._runner: web.AppRunner | None = None
         secrets = [self.access.token.reveal()] if self.access.token else []
         self._logs = ServerLogs(secrets)
@@ -79,6 +83,11 @@ class ServedEndpoint:
         self._logs.install()
         self._runner = runner
         self.port = port
+
+    def probes_changed(self) -> None:
+        """What ``probe`` answers may have changed: the gate has the new answers before
+        it answers another probe."""
+        self.listener.probes_changed()
 
     def bind_error(self, exc: OSError) -> str:
         """The one line that says why the endpoint cannot listen, as the flags that chose
