@@ -126,6 +126,10 @@ class StateKeeper:
             *(t for t in tables if isinstance(t, StreamJoin)),  # the joins' buffers
         ]
         self.repartition = {t.repartition_topic: t for t in self.windowed}
+        # Tables whose owners close windows in steps (on disk), a step per checkpoint;
+        # set while a step is due, so that the checkpoint comes now, not at its interval.
+        self.stepwise = [t for t in self.windowed if self.stores[t].owners.stepwise]
+        self.close_soon = asyncio.Event()
         self.dlq = dead_letter_topic(app.name)  # where failed window results go
         # One flush at a time: a marker sent ahead of the partials drained before it would
         # let an owner close a window without them (sends may suspend, on Kafka).
@@ -236,6 +240,8 @@ class StateKeeper:
         state, and the changelog after it, or from the whole changelog."""
         await self._recover(partitions)
         self._stand_by()
+        if self.closing():  # a close a crash or a revocation interrupted goes on
+            self.close_soon.set()
 
     async def _recover(self, partitions: Iterable[int]) -> None:
         wanted = sorted(set(partitions))
@@ -487,8 +493,40 @@ class StateKeeper:
         self.standbys.aclose()
 
     def has_outbox(self) -> bool:
-        """True while windowed tables have partials or markers to send."""
-        return any(store.has_outbox() for store in self._windowed_stores())
+        """True while windowed tables have partials or markers to send, or windows to
+        close in steps."""
+        return any(store.has_outbox() for store in self._windowed_stores()) or self.closing()
+
+    def closing(self) -> bool:
+        """True while a table that closes windows in steps has a step to take."""
+        return any(self.stores[t].owners.closing() for t in self.stepwise)
+
+    async def close_windows(self) -> None:
+        """One step of each owned partition's close, for the tables that close windows
+        in steps (on disk), run by a checkpoint before it drains the changelogs: the
+        step's cursor is written to the changelog and acknowledged, its results sent,
+        then its changes (final values, partials deleted) join the checkpoint's. While
+        more steps remain, the next checkpoint is asked for at once (``close_soon``)."""
+        for table in self.stepwise:
+            store = self.stores[table]
+            owners = store.owners
+            for q in sorted(owners.owners):
+                step = owners.step(q)
+                if step is None:
+                    continue
+                cursor = owners.cursor_record(step)
+                if cursor is not None:
+                    key, value = cursor
+                    ack = await self._send(table.changelog_topic, value, key=key, partition=q)
+                    if not isinstance(ack, Ack):
+                        await ack
+                if step.again:
+                    await table.emit(store, step.again, self._send, self.dlq, replayed=True)
+                if step.fresh:
+                    await table.emit(store, step.fresh, self._send, self.dlq)
+                owners.stepped(step)
+        if self.closing():
+            self.close_soon.set()
 
     def flush_outbox_soon(self, spawn: Spawn) -> None:
         """Start a flush of the outbox in a task of its own, unless one is under way."""
@@ -622,6 +660,8 @@ class StateKeeper:
         replayed: bool,
     ) -> None:
         emissions = store.receive(q, messages)
+        if store.owners.stepwise and store.owners.closing():
+            self.close_soon.set()  # the close goes in steps, at checkpoints
         await self._dead_letter(table.name, store.owners.take_rejected())
         if store.owners.updates:
             updates = store.owners.take_updates()
