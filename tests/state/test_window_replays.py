@@ -13,6 +13,7 @@ from flowkit.records import Message
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
 from flowkit.windows import Window, WindowResult
+from tests.conftest import WindowStores
 
 # The same suite on each store of windowed tables (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("window_store")
@@ -61,7 +62,9 @@ def results(broker: MemoryBroker) -> list[tuple[int, Any, bool]]:
     return out
 
 
-async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
+async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not(
+    window_store: WindowStores,
+) -> None:
     broker = MemoryBroker()
     clock = FakeClock()
     now = int(clock.time() * 1000) - 600_000
@@ -76,6 +79,14 @@ async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_n
     driver.worker._error = RuntimeError("simulated crash")  # no final commit, no flush
     await driver.aclose()
 
+    if window_store.kind == "rocksdb":
+        # On disk a window closes in steps, each in a checkpoint of its own, at once: the
+        # crash came after that commit, so nothing comes again (tests/state/
+        # test_disk_close.py crashes inside the checkpoint).
+        async with TestDriver(app, broker=broker, clock=clock) as again:
+            await again.run_until_idle()
+            assert results(broker) == [(start, 2, False)]
+        return
     # The successor reads every record again: the first window closes a second time.
     async with TestDriver(app, broker=broker, clock=clock) as again:
         await again.run_until_idle()

@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 import flowkit
 from flowkit.state.databases import open_db, open_rocksdict
 from flowkit.state.windowed import disk
+from flowkit.state.windowed.disk_owner import CloseStep, DiskOwners
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
 from flowkit.windows import Window, WindowResult
@@ -189,3 +190,34 @@ def test_a_windowed_table_on_disk_without_the_extra_says_which_extra(
     app.table("counts", default=int).hopping(10.0, 5.0)
     with pytest.raises(flowkit.ConfigurationError, match=r'pip install "flowkit\[rocksdb\]"'):
         flowkit.Worker(app)
+
+
+async def test_a_window_closes_in_steps_each_a_checkpoint_of_its_own_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two keys a step: the 7 pages of the window close in 4 steps, each sent and written
+    # by a checkpoint that comes at once (the commit interval is an hour, and the fake
+    # clock does not move).
+    monkeypatch.setattr(DiskOwners, "close_chunk", 2)
+    step = DiskOwners.step
+    sizes: list[int] = []
+
+    def counted(self: DiskOwners, q: int) -> CloseStep | None:
+        taken = step(self, q)
+        if taken is not None:
+            sizes.append(len(taken.again) + len(taken.fresh))
+        return taken
+
+    monkeypatch.setattr(DiskOwners, "step", counted)
+    broker, clock = MemoryBroker(), FakeClock()
+    t0 = base(clock)
+    app, clicks, counts = make_app(tmp_path)
+    async with TestDriver(app, broker=broker, clock=clock, commit_interval=3600) as driver:
+        await feed(driver, clicks, [t0 + i for i in range(7)], pages=7)
+        await feed(driver, clicks, [t0 + 10_000])  # closes the window
+        assert sorted(results(broker)) == [(t0, f"/{k}", 1, False) for k in range(7)]
+        assert sizes == [2, 2, 2, 1]
+        store = driver.store(counts)
+        owner = store.owners.owners[0]
+        assert owner.open_starts == set() and owner.closed_starts == {t0}
+        assert counts.windows("/3") == {Window(t0, t0 + 10_000): 1}

@@ -80,6 +80,9 @@ class Checkpointer:
             # buffers: send those, acknowledge everything, then commit.
             await self._flush_sinks()  # may dead-letter: before the acks
             await self.state.flush_outbox()
+            # A step of the windows closing in steps: its results are sent now, so the
+            # acknowledgements below cover them before its changes go to the changelog.
+            await self.state.close_windows()
             # The changelogs say what the records processed so far did; their outputs are
             # stored before the changelogs are sent, so state never runs ahead of output
             # (a join that recovers a record's state does not emit its results again).
@@ -116,6 +119,7 @@ class Checkpointer:
                 offsets = self.tracker.committable()
                 await self._flush_sinks()
                 await self.state.flush_outbox()
+                await self.state.close_windows()  # a step's results and its changes
                 await self.state.send_changelogs(self.state.drain_changelogs())
                 await self.publisher.await_acks()
                 log.debug(
@@ -148,15 +152,33 @@ class Checkpointer:
             self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
 
     async def run(self, interval: float) -> None:
-        """Checkpoint every ``interval`` seconds."""
+        """Checkpoint every ``interval`` seconds, and at once when a window closing in
+        steps has its next step due (``StateKeeper.close_soon``)."""
         while True:
-            await self.clock.sleep(interval)
+            await self._pause(interval)
             try:
                 await self.checkpoint()
             except CommitFailed as exc:
                 # The group is rebalancing: the revocation that follows commits what is
                 # done while we still own it; until then the records stay uncommitted.
                 log.warning("commit refused during a rebalance; retrying later", error=str(exc))
+
+    async def _pause(self, interval: float) -> None:
+        soon = self.state.close_soon
+        if not self.state.stepwise:
+            await self.clock.sleep(interval)
+            return
+        if not soon.is_set():
+            timer = asyncio.ensure_future(self.clock.sleep(interval))
+            woken = asyncio.ensure_future(soon.wait())
+            try:
+                await asyncio.wait((timer, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+                woken.cancel()
+        else:
+            await asyncio.sleep(0)  # the agents run between two steps
+        soon.clear()
 
 
 def _cut(sources: list[StreamSource]) -> dict[TopicPartition, int]:

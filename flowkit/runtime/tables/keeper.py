@@ -20,9 +20,8 @@ replays. Global tables are loaded whole and followed (``flowkit.runtime.tables.g
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from ...clock import Clock
 from ...deadletter import dead_letter_headers, dead_letter_topic
 from ...records import Message, TopicPartition
 from ...redaction import redact_url
-from ...state import GlobalTable, StreamJoin, Table, TableStore, WindowedStore, WindowedTable
+from ...state import GlobalTable, StreamJoin, Table, TableStore, WindowedTable
 from ...state.joins.rocks import RocksJoinStore
 from ...state.joins.store import JoinStore
 from ...state.rocks import RocksTableStore
@@ -41,10 +40,11 @@ from ...state.snapshots import Captured, SnapshotFiles
 from ...state.windowed import SessionTable, SlidingTable
 from ...state.windowed.disk_store import DiskWindowedStore
 from ...state.windowed.session_disk_store import DiskSessionStore
-from ...transports import Ack, OutRecord, TopicSpec, Transport, read_to_end
+from ...transports import OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
 from .standby import Standbys, Taken
+from .windowing import Spawn, WindowedFlow
 
 __all__ = ["StateKeeper"]
 
@@ -60,8 +60,6 @@ Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
 # (A table whose keys expire adds each key's write time: the record's timestamp.)
 
 
-Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
-
 DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
@@ -73,7 +71,7 @@ STANDBY_DIR = "standby"
 """Under the data directory: the standby copies of ``rocksdb://`` tables' partitions."""
 
 
-class StateKeeper:
+class StateKeeper(WindowedFlow):
     """Holds, recovers, flushes and ticks the tables of one worker."""
 
     def __init__(
@@ -125,12 +123,8 @@ class StateKeeper:
             *self.windowed,
             *(t for t in tables if isinstance(t, StreamJoin)),  # the joins' buffers
         ]
-        self.repartition = {t.repartition_topic: t for t in self.windowed}
         self.dlq = dead_letter_topic(app.name)  # where failed window results go
-        # One flush at a time: a marker sent ahead of the partials drained before it would
-        # let an owner close a window without them (sends may suspend, on Kafka).
-        self._outbox_lock = asyncio.Lock()
-        self._outbox_task: asyncio.Task[None] | None = None
+        self.start_windowing()
         self.recovery = RecoveryProgress()  # for metrics and the console
         self.changelog_written: dict[str, int] = {}  # records per table, for metrics
         # Warm copies of the plain tables' partitions owned by other workers.
@@ -178,9 +172,6 @@ class StateKeeper:
     def now_ms(self) -> int:
         """The worker's wall clock, in milliseconds."""
         return int(self.clock.time() * 1000)
-
-    def _windowed_stores(self) -> list[WindowedStore]:
-        return [self.stores[t] for t in self.windowed]
 
     @staticmethod
     def specs_for(app: App) -> list[TopicSpec]:
@@ -236,6 +227,8 @@ class StateKeeper:
         state, and the changelog after it, or from the whole changelog."""
         await self._recover(partitions)
         self._stand_by()
+        if self.closing():  # a close a crash or a revocation interrupted goes on
+            self.close_soon.set()
 
     async def _recover(self, partitions: Iterable[int]) -> None:
         wanted = sorted(set(partitions))
@@ -486,48 +479,6 @@ class StateKeeper:
                 store.aclose()
         self.standbys.aclose()
 
-    def has_outbox(self) -> bool:
-        """True while windowed tables have partials or markers to send."""
-        return any(store.has_outbox() for store in self._windowed_stores())
-
-    def flush_outbox_soon(self, spawn: Spawn) -> None:
-        """Start a flush of the outbox in a task of its own, unless one is under way."""
-        task = self._outbox_task
-        if task is None or task.done():
-            self._outbox_task = spawn(self.flush_outbox(), "outbox")
-
-    async def wait_outbox(self) -> None:
-        """Wait for the flush ``flush_outbox_soon`` started (it is never cancelled: it
-        sends what it drained)."""
-        if self._outbox_task is not None:
-            await asyncio.gather(self._outbox_task, return_exceptions=True)
-
-    async def flush_outbox(self) -> None:
-        """Send windowed tables' partials and watermark markers to their owners, in the
-        order they were made. A store on disk gives a closing window's partials a chunk
-        at a time: the agents run between two chunks."""
-        async with self._outbox_lock:
-            for table in self.windowed:
-                store = self.stores[table]
-                items = store.drain_outbox()
-                while items:
-                    sent = 0
-                    try:
-                        for q, key, value in items:
-                            await self._send(table.repartition_topic, value, key=key, partition=q)
-                            sent += 1
-                    finally:
-                        # Cancelled or failed midway: what was not sent goes back, first in
-                        # line (sending a partial twice is harmless: owners keep one per
-                        # source).
-                        if sent < len(items):
-                            store.requeue_outbox(items[sent:])
-                    items = store.drain_outbox()
-                    if items:
-                        await asyncio.sleep(0)
-                if store.late_out:
-                    await table.deliver_late(store, self._send)
-
     async def flush_changelogs(self) -> None:
         """Send the latest value of every changed key to the changelogs."""
         await self.send_changelogs(self.drain_changelogs())
@@ -600,46 +551,6 @@ class StateKeeper:
                         await self._send_batch(topic, p, records)
             written[name] = written.get(name, 0) + len(changes)
 
-    async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
-        """Apply partials arriving at their owner; emit the windows that close (marked as
-        replayed when an earlier run closed them with the same records)."""
-        table = self.repartition[tp.topic]
-        store = self.stores[table]
-        again = store.owners.replayed(tp.partition, messages)
-        if again:
-            await self._receive(table, store, tp.partition, messages[:again], replayed=True)
-        if again < len(messages):
-            fresh = messages[again:] if again else messages
-            await self._receive(table, store, tp.partition, fresh, replayed=False)
-
-    async def _receive(
-        self,
-        table: WindowedTable[Any, Any],
-        store: WindowedStore,
-        q: int,
-        messages: Sequence[Message],
-        *,
-        replayed: bool,
-    ) -> None:
-        emissions = store.receive(q, messages)
-        await self._dead_letter(table.name, store.owners.take_rejected())
-        if store.owners.updates:
-            updates = store.owners.take_updates()
-            if updates:
-                await table.emit(
-                    store, updates, self._send, self.dlq, final=False, replayed=replayed
-                )
-        if not emissions:
-            return
-        if not replayed and store.owners.marks_replays:
-            # Once per batch that closes windows: the changelog learns it first, so a
-            # restart that closes them again marks the results (see Owners.emitting).
-            key, value = store.owners.emitting(q, messages[-1].offset)
-            ack = await self._send(table.changelog_topic, value, key=key, partition=q)
-            if not isinstance(ack, Ack):
-                await ack
-        await table.emit(store, emissions, self._send, self.dlq, replayed=replayed)
-
     async def _dead_letter(self, table: str, rejected: list[tuple[Message, Exception]]) -> None:
         # Records of a table's own topics (changelog, repartition, a global table's topic)
         # that do not decode: anyone with produce rights can write those topics. Each is a
@@ -673,9 +584,3 @@ class StateKeeper:
                 store.rejected = []
                 owner = store.join if isinstance(store, JoinStore) else store.table
                 await self._dead_letter(owner.name, rejected)
-
-    def tick(self, caught_up: set[int]) -> None:
-        """Let quiet, caught-up partitions move their watermarks."""
-        now = self.clock.monotonic()
-        for table in self.windowed:
-            self.stores[table].tick(now, caught_up, table.idle_timeout)

@@ -9,7 +9,8 @@ that closing a window reads one prefix and expiring it is one range delete:
 * ``p`` + start + key: a stage-1 partial of an open window of this source partition;
 * ``s`` + source: the watermark the owner holds for a source partition;
 * ``w``: this source partition's stream time; ``e``: the last repartition offset whose
-  records closed windows;
+  records closed windows; ``k``: where the owner's close in steps has sent results up
+  to (the start and the ``o`` key of the last one);
 
 with the ``Stamp`` (the changelog offset the data reflects) under the key the plain
 ``rocksdb://`` tables use. Starts are 8 bytes, big-endian and offset by 2**63, so they sort
@@ -45,6 +46,7 @@ PARTIAL = b"p"
 SOURCE_WM = b"s"
 WATERMARK = b"w"
 EMITTED = b"e"
+CURSOR = b"k"
 _WINDOWED = (OWNED, CLOSED, PARTIAL)
 
 FORMAT = 101

@@ -126,7 +126,10 @@ class DiskWindowedStore(PartitionDatabases, WindowedStore, DiskStage1):
         owners = self.owners
         owner = owners.owners.get(self.table.partition_of(key))
         if owner is not None:
+            gone = min(owner.source_wm) - spec.size_ms - spec.expires_ms
             for start in sorted(owner.closed_starts):
+                if start <= gone:
+                    continue  # expired (its keys leave the disk a step at a time)
                 found, value = owners.final_of(owner, start, key)
                 if found:
                     out[spec.window(start)] = value

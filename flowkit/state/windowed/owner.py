@@ -160,13 +160,16 @@ class Owners(OwnersBase[Owner]):
         self._changes = []
 
     def apply_record(self, owner: Owner, kind: str, parts: list[Any], value: Any) -> None:
-        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s", "e" or "c")."""
+        """Apply one decoded changelog record of stage 2 (``kind`` "o", "s", "e", "c" or
+        "k")."""
         if kind == "s":
             owner.source_wm[parts[1]] = value if value is not None else NONE
             return
         if kind == "e":
             self.apply_emitted(owner, value)
             return
+        if kind == "k":
+            return  # the disk store's close in steps: the memory store closes at once
         start, key = parts[1], wire.key_from_json(parts[2])
         if kind == "o":
             if value is None:

@@ -254,6 +254,9 @@ class OwnersBase(Generic[OP]):
     owner made by ``new_owner(sources)``."""
 
     marks_replays = True
+    stepwise = False
+    """True for owners that close windows in steps (``closing``, ``step``, ``stepped``:
+    see ``disk_owner.py``), one per checkpoint; False: ``receive`` closes them at once."""
 
     def __init__(
         self,
@@ -297,6 +300,10 @@ class OwnersBase(Generic[OP]):
     def recovered(self, owner: OP, partition: int) -> None:
         """Tidy ``owner`` after its changelog was applied."""
         raise NotImplementedError
+
+    def closing(self) -> bool:
+        """True while an owned partition has a window to close in steps (``stepwise``)."""
+        return False
 
     def owner_of(self, q: int) -> OP:
         """The state of owner partition ``q``."""

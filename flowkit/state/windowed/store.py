@@ -31,6 +31,7 @@ class WindowedStore(TwoStages[Part], Stage1):
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
         "c": wire.Shape(3, ints=(1,), key=2),
         "e": wire.Shape(1),
+        "k": wire.Shape(1, value=wire.value_of(tuple[int, Any])),
     }
 
     def __init__(self, table: WindowedTable[Any, Any], now_ms: Callable[[], int]) -> None:

@@ -15,7 +15,10 @@ Changelog keys (values are JSON; a None value deletes):
 * ``["c", start, key]``: the final value of a closed window (until it expires);
 * ``["e"]``: the offset of the last repartition record that closed windows, written before
   their results go out: after a crash, the windows that records up to there close again
-  were emitted before (``Owners.replayed``).
+  were emitted before (``Owners.replayed``);
+* ``["k"]``: on disk, ``[start, key]``: the last key of a closing window whose result a
+  step of the owner's close sent, written before the results go out: after a crash, the
+  keys up to there that close again were emitted before (``DiskOwners.step``).
 
 >>> decode(partial(10_000, 2, "camp", 5))
 ['p', 10000, 2, 'camp', 5]
@@ -34,6 +37,7 @@ from ...codecs import DECODE_FAILURES, decode_error_message
 from ...errors import DecodeError
 
 __all__ = [
+    "CURSOR_KEY",
     "EMITTED_KEY",
     "WATERMARK_KEY",
     "Shape",
@@ -85,6 +89,7 @@ def decode_record(data: bytes, sources: int) -> tuple[str, int, int, Any, Any]:
 
 WATERMARK_KEY = b'["w"]'
 EMITTED_KEY = b'["e"]'
+CURSOR_KEY = b'["k"]'
 
 
 def partial(start: int, source: int, key: Any, value: Any) -> bytes:
