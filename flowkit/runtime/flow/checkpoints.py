@@ -86,7 +86,8 @@ class Checkpointer:
             # The changelogs say what the records processed so far did; their outputs are
             # stored before the changelogs are sent, so state never runs ahead of output
             # (a join that recovers a record's state does not emit its results again).
-            changes = self.state.drain_changelogs()
+            async with self.state.emitting:  # no close whose results are not sent yet
+                changes = self.state.drain_changelogs()
             await self.publisher.await_acks()
             await self.state.send_changelogs(changes)
             await self.publisher.await_acks()

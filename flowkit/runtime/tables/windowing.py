@@ -47,6 +47,10 @@ class WindowedFlow:
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
         self._outbox_task: asyncio.Task[None] | None = None
+        # Held from the windows a batch of partials closes until their results are sent
+        # (the acknowledgement between suspends, on Kafka): a checkpoint drains the
+        # changelogs under it, so a close never reaches the changelog ahead of its results.
+        self.emitting = asyncio.Lock()
 
     async def _dead_letter(self, table: str, rejected: list[tuple[Message, Exception]]) -> None:
         raise NotImplementedError  # StateKeeper's
@@ -141,6 +145,18 @@ class WindowedFlow:
             await self._receive(table, store, tp.partition, fresh, replayed=False)
 
     async def _receive(
+        self,
+        table: WindowedTable[Any, Any],
+        store: WindowedStore,
+        q: int,
+        messages: Sequence[Message],
+        *,
+        replayed: bool,
+    ) -> None:
+        async with self.emitting:
+            await self._receive_held(table, store, q, messages, replayed=replayed)
+
+    async def _receive_held(
         self,
         table: WindowedTable[Any, Any],
         store: WindowedStore,
