@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -57,7 +57,7 @@ from ...records import Message
 from ...streamtime import FutureGuard
 from ...windows import SlidingSpec, Window
 from . import wire
-from .stages import NONE, Change, Emission, OwnersBase
+from .stages import INF, NONE, Change, Emission, OwnersBase
 
 __all__ = ["SlidingOwner", "SlidingOwners", "windows_of"]
 
@@ -84,7 +84,8 @@ class SlidingOwner:
     )
 
     def __init__(self, sources: int) -> None:
-        self.records: dict[Any, list[list[Any]]] = {}  # key -> [[time, value], ...] by time
+        # key -> [[time, value], ...] by time (on disk: sliding_disk_owner.DiskRecords)
+        self.records: MutableMapping[Any, list[list[Any]]] = {}
         self.source_wm: list[int] = [NONE] * sources
         self.close_time = NONE  # the least of source_wm: windows ending before it closed
         self.seen: list[int] = [0] * sources  # per source: the last sequence number applied
@@ -181,7 +182,7 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
             try:
                 kind, ts, src, key, value = wire.decode_record(m.value, self.sources)
                 if kind == "p":
-                    amount, wm, seq = _record(value)
+                    amount, wm, seq = _record(ts, value)
                 else:
                     wm = ts
             except DecodeError as exc:
@@ -399,16 +400,19 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         heapq.heapify(owner.expiring)
 
 
-def _record(value: Any) -> tuple[Any, int, int]:
-    # A record's value on the wire is [value, watermark, sequence]; anything else is not one.
+def _record(ts: int, value: Any) -> tuple[Any, int, int]:
+    # A record's value on the wire is [value, watermark, sequence]; anything else is not
+    # one, nor is a record time no event time reaches (2**62 ms: the guard's limit).
     if (
-        not isinstance(value, list)
+        not -INF < ts < INF
+        or not isinstance(value, list)
         or len(value) != 3
         or type(value[1]) is not int
         or type(value[2]) is not int
         or value[2] < 1
     ):
         raise DecodeError(
-            "not a repartition record: a sliding table's record is [value, watermark, sequence]"
+            "not a repartition record: a sliding table's record is [value, watermark, "
+            "sequence], at a time within 2**62 ms of 1970"
         )
     return value[0], value[1], value[2]
