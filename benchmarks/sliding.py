@@ -2,7 +2,7 @@
 
     python -m benchmarks.sliding [--clicks 200000] [--repeat 5] [--rocksdb]
     python -m benchmarks.sliding --instructions --clicks 20000    # callgrind counts
-    python -m benchmarks.sliding --rss --clicks 1000000 --users 500000   # each store's RSS
+    python -m benchmarks.sliding --rss --clicks 400000 --users 100000 --expires 3600
 
 The data: N clicks of 5,000 users, keyed by user on 4 partitions, one every 10 ms of
 event time with up to 200 ms of disorder, so a user clicks every 50 s on average, in
@@ -25,7 +25,8 @@ stream time minus grace passes the window's end.
 the same paired rounds, and prints the ratio of the two stores. ``--rss`` runs flowkit
 once per store, each in a process of its own, and prints how much its peak RSS grew over
 the broker loaded with the data (the changelog's records dropped as they are written);
-``--users`` sets how many keys there are.
+``--users`` and ``--expires`` (how long records stay after their windows closed, so
+readable) set how much state there is.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def hand_written_over_logs(broker: MemoryBroker) -> Seconds:
     return Seconds(time.perf_counter() - start, time.process_time() - cpu)
 
 
-def make_app(closed: Result, data_dir: Path | None = None) -> flowkit.App:
+def make_app(
+    closed: Result, data_dir: Path | None = None, expires: float | None = None
+) -> flowkit.App:
     """The query; with ``data_dir``, its table on ``rocksdb://`` there."""
     on_disk: dict[str, Any] = (
         {} if data_dir is None else {"store": "rocksdb://", "data_dir": data_dir}
@@ -180,6 +183,7 @@ def make_app(closed: Result, data_dir: Path | None = None) -> flowkit.App:
     recent = app.table("recent", default=int).sliding(
         SIZE_MS / 1000,
         grace=GRACE_MS / 1000,
+        expires=expires,
         time=lambda c: c.t,
         on_close=on_close,
         late="drop",
@@ -239,14 +243,14 @@ class _Count(list[Any]):
         self.n += 1
 
 
-async def rss_of(data: Data, store: str) -> None:
+async def rss_of(data: Data, store: str, expires: float | None) -> None:
     """One run on ``store``: prints the peak RSS's growth over the loaded broker (MB),
     the run's seconds and its windows (``--part rss``, in a process of its own)."""
     broker = await loaded_broker(data)
     before = _rss_mb()
     closed = _Count()
     data_dir = Path(tempfile.mkdtemp(prefix="slidingbench-")) if store == "rocksdb" else None
-    app = make_app(closed, data_dir)
+    app = make_app(closed, data_dir, expires)
     forget_changelog(broker, "slidingbench-recent-changelog")
     try:
         elapsed = await run_worker(app, broker, len(data))
@@ -263,6 +267,8 @@ def rss_pair(args: argparse.Namespace) -> None:
     for store in ("memory", "rocksdb"):
         command = [sys.executable, "-m", "benchmarks.sliding", "--part", "rss"]
         command += ["--store", store, "--clicks", str(args.clicks), "--users", str(args.users)]
+        if args.expires is not None:
+            command += ["--expires", str(args.expires)]
         grew, wall, windows = subprocess.run(
             command, capture_output=True, text=True, check=True
         ).stdout.split()
@@ -288,6 +294,7 @@ def main() -> None:
         action="store_true",
         help="compare instruction counts under valgrind (use --clicks 20000)",
     )
+    parser.add_argument("--expires", type=float, default=None, help="seconds (the default's)")
     parser.add_argument("--rss", action="store_true", help="each store's peak RSS growth")
     parser.add_argument("--store", choices=["memory", "rocksdb"], help=argparse.SUPPRESS)
     parser.add_argument(
@@ -299,12 +306,12 @@ def main() -> None:
         compare("benchmarks.sliding", "--clicks", args.clicks, "click")
         return
     if args.rss:
-        print(f"{args.clicks:,} clicks of {args.users:,} users")
+        print(f"{args.clicks:,} clicks of {args.users:,} users, expires {args.expires} s")
         rss_pair(args)
         return
     data = data_set(args.clicks, args.users)
     if args.part == "rss":
-        asyncio.run(rss_of(data, args.store or "memory"))
+        asyncio.run(rss_of(data, args.store or "memory", args.expires))
         return
     if args.part:
         # The broker is loaded in every part, so the differences are the loops alone.
