@@ -400,11 +400,12 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         heapq.heapify(owner.expiring)
 
 
-def _record(ts: int, value: Any) -> tuple[Any, int, int]:
+def _record(ts: int, value: Any, low: int = -INF, high: int = INF) -> tuple[Any, int, int]:
     # A record's value on the wire is [value, watermark, sequence]; anything else is not
-    # one, nor is a record time no event time reaches (2**62 ms: the guard's limit).
+    # one, nor is a record time no event time reaches (2**62 ms: the guard's limit). The
+    # bounds are defaults, so a record reads them as locals.
     if (
-        not -INF < ts < INF
+        not low < ts < high
         or not isinstance(value, list)
         or len(value) != 3
         or type(value[1]) is not int
