@@ -180,9 +180,9 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
             if m.value is None:
                 continue
             try:
-                kind, ts, src, key, value = wire.decode_record(m.value, self.sources)
+                kind, ts, src, key, value = wire.decode_record(m.value, self.sources, _timed)
                 if kind == "p":
-                    amount, wm, seq = _record(ts, value)
+                    amount, wm, seq = _record(value)
                 else:
                     wm = ts
             except DecodeError as exc:
@@ -400,20 +400,21 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
         heapq.heapify(owner.expiring)
 
 
-def _record(ts: int, value: Any, low: int = -INF, high: int = INF) -> tuple[Any, int, int]:
-    # A record's value on the wire is [value, watermark, sequence]; anything else is not
-    # one, nor is a record time no event time reaches (2**62 ms: the guard's limit). The
-    # bounds are defaults, so a record reads them as locals.
+# A repartition record's time is one an event time reaches (within 2**62 ms, the guard's
+# limit): the disk's orders hold no other.
+_timed = wire.record_decoder(-INF, INF)
+
+
+def _record(value: Any) -> tuple[Any, int, int]:
+    # A record's value on the wire is [value, watermark, sequence]; anything else is not one.
     if (
-        not low < ts < high
-        or not isinstance(value, list)
+        not isinstance(value, list)
         or len(value) != 3
         or type(value[1]) is not int
         or type(value[2]) is not int
         or value[2] < 1
     ):
         raise DecodeError(
-            "not a repartition record: a sliding table's record is [value, watermark, "
-            "sequence], at a time within 2**62 ms of 1970"
+            "not a repartition record: a sliding table's record is [value, watermark, sequence]"
         )
     return value[0], value[1], value[2]
