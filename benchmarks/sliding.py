@@ -1,6 +1,8 @@
 """Sliding windows: flowkit against a hand-written loop, same data, same process.
 
-    python -m benchmarks.sliding [--clicks 200000] [--repeat 5]
+    python -m benchmarks.sliding [--clicks 200000] [--repeat 5] [--rocksdb]
+    python -m benchmarks.sliding --instructions --clicks 20000    # callgrind counts
+    python -m benchmarks.sliding --rss --clicks 400000 --users 100000 --expires 3600
 
 The data: N clicks of 5,000 users, keyed by user on 4 partitions, one every 10 ms of
 event time with up to 200 ms of disorder, so a user clicks every 50 s on average, in
@@ -18,6 +20,13 @@ stream time minus grace passes the window's end.
   topic pre-loaded on the memory broker (two phases: every click shipped to its owner,
   changelog included), timed until every record is processed and the worker has stopped;
   its windows are compared with the hand-written loop's.
+
+``--rocksdb`` runs flowkit on ``rocksdb://`` too (a fresh data directory each round), in
+the same paired rounds, and prints the ratio of the two stores. ``--rss`` runs flowkit
+once per store, each in a process of its own, and prints how much its peak RSS grew over
+the broker loaded with the data (the changelog's records dropped as they are written);
+``--users`` and ``--expires`` (how long records stay after their windows closed, so
+readable) set how much state there is.
 """
 
 from __future__ import annotations
@@ -27,13 +36,22 @@ import asyncio
 import bisect
 import heapq
 import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from operator import itemgetter
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
 import flowkit
+from benchmarks.callgrind import compare
 from benchmarks.rounds import against_hand_written
+from benchmarks.window_keys import forget_changelog
 from benchmarks.ysb import Seconds
 from flowkit.logs import configure_logging
 from flowkit.partitioning import partition_for_key
@@ -52,11 +70,11 @@ class Click(msgspec.Struct):
     t: int
 
 
-def data_set(n: int) -> Data:
+def data_set(n: int, n_users: int = USERS) -> Data:
     rng = random.Random(7)
     enc = msgspec.json.Encoder()
-    users = [f"user-{i}" for i in range(USERS)]
-    weights = [1.0 / (1 + i % 50) for i in range(USERS)]  # some users click far more
+    users = [f"user-{i}" for i in range(n_users)]
+    weights = [1.0 / (1 + i % 50) for i in range(n_users)]  # some users click far more
     out: Data = []
     for i, user in enumerate(rng.choices(users, weights, k=n)):
         ts = START_MS + i * 10 - rng.randrange(200)
@@ -149,8 +167,14 @@ def hand_written_over_logs(broker: MemoryBroker) -> Seconds:
     return Seconds(time.perf_counter() - start, time.process_time() - cpu)
 
 
-def make_app(closed: Result) -> flowkit.App:
-    app = flowkit.App("slidingbench", partitions=PARTITIONS)
+def make_app(
+    closed: Result, data_dir: Path | None = None, expires: float | None = None
+) -> flowkit.App:
+    """The query; with ``data_dir``, its table on ``rocksdb://`` there."""
+    on_disk: dict[str, Any] = (
+        {} if data_dir is None else {"store": "rocksdb://", "data_dir": data_dir}
+    )
+    app = flowkit.App("slidingbench", partitions=PARTITIONS, **on_disk)
     clicks: flowkit.Topic[Click] = app.topic("clicks", value_type=Click)
 
     def on_close(user: str, window: flowkit.Window, count: int) -> None:
@@ -159,6 +183,7 @@ def make_app(closed: Result) -> flowkit.App:
     recent = app.table("recent", default=int).sliding(
         SIZE_MS / 1000,
         grace=GRACE_MS / 1000,
+        expires=expires,
         time=lambda c: c.t,
         on_close=on_close,
         late="drop",
@@ -182,32 +207,131 @@ async def loaded_broker(data: Data) -> MemoryBroker:
     return broker
 
 
-async def with_flowkit(data: Data) -> tuple[Seconds, Result, Seconds]:
+async def with_flowkit(data: Data, store: str = "memory") -> tuple[Seconds, Result, Seconds]:
     broker = await loaded_broker(data)
     closed: Result = []
-    app = make_app(closed)
+    data_dir = Path(tempfile.mkdtemp(prefix="slidingbench-")) if store == "rocksdb" else None
+    try:
+        elapsed = await run_worker(make_app(closed, data_dir), broker, len(data))
+    finally:
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    return elapsed, sorted(closed), hand_written_over_logs(broker)
+
+
+async def run_worker(app: flowkit.App, broker: MemoryBroker, n: int) -> Seconds:
     start, cpu = time.perf_counter(), time.process_time()
     worker = flowkit.Worker(app, transport=MemoryTransport(broker))
     async with worker:
         # Polling the worker is the point: it says when every record is processed.
-        while worker.records_in < len(data) or not worker.is_idle():  # noqa: ASYNC110
+        while worker.records_in < n or not worker.is_idle():  # noqa: ASYNC110
             await asyncio.sleep(0.001)
-    elapsed = Seconds(time.perf_counter() - start, time.process_time() - cpu)
-    return elapsed, sorted(closed), hand_written_over_logs(broker)
+    return Seconds(time.perf_counter() - start, time.process_time() - cpu)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+class _Count(list[Any]):
+    """Counts the windows closed, keeping none (their list is not the worker's state)."""
+
+    n = 0
+
+    def append(self, item: Any) -> None:
+        self.n += 1
+
+
+async def rss_of(data: Data, store: str, expires: float | None) -> None:
+    """One run on ``store``: prints the peak RSS's growth over the loaded broker (MB),
+    the run's seconds and its windows (``--part rss``, in a process of its own)."""
+    broker = await loaded_broker(data)
+    before = _rss_mb()
+    closed = _Count()
+    data_dir = Path(tempfile.mkdtemp(prefix="slidingbench-")) if store == "rocksdb" else None
+    app = make_app(closed, data_dir, expires)
+    forget_changelog(broker, "slidingbench-recent-changelog")
+    try:
+        elapsed = await run_worker(app, broker, len(data))
+    finally:
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{peak - before:.1f} {float(elapsed):.3f} {closed.n}")
+
+
+def rss_pair(args: argparse.Namespace) -> None:
+    """Each store's peak RSS growth and seconds, each in a process of its own."""
+    out = {}
+    for store in ("memory", "rocksdb"):
+        command = [sys.executable, "-m", "benchmarks.sliding", "--part", "rss"]
+        command += ["--store", store, "--clicks", str(args.clicks), "--users", str(args.users)]
+        if args.expires is not None:
+            command += ["--expires", str(args.expires)]
+        grew, wall, windows = subprocess.run(
+            command, capture_output=True, text=True, check=True
+        ).stdout.split()
+        out[store] = float(grew), float(wall)
+        print(
+            f"  {store:<8} peak RSS +{float(grew):>7,.0f} MB over the loaded broker, "
+            f"{float(wall):.2f} s, {int(windows):,} windows"
+        )
+    (mem, mem_s), (disk, disk_s) = out["memory"], out["rocksdb"]
+    print(f"rocksdb / memory: RSS growth {disk / mem:.2f}, seconds {disk_s / mem_s:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Sliding windows: flowkit vs by hand")
     parser.add_argument("--clicks", type=int, default=200_000)
+    parser.add_argument("--users", type=int, default=USERS)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--rocksdb", action="store_true", help="flowkit on rocksdb:// too, in the same rounds"
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="compare instruction counts under valgrind (use --clicks 20000)",
+    )
+    parser.add_argument("--expires", type=float, default=None, help="seconds (the default's)")
+    parser.add_argument("--rss", action="store_true", help="each store's peak RSS growth")
+    parser.add_argument("--store", choices=["memory", "rocksdb"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--part", choices=["setup", "hand", "flowkit", "rss"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     configure_logging("warning")
-    data = data_set(args.clicks)
+    if args.instructions:
+        compare("benchmarks.sliding", "--clicks", args.clicks, "click")
+        return
+    if args.rss:
+        print(f"{args.clicks:,} clicks of {args.users:,} users, expires {args.expires} s")
+        rss_pair(args)
+        return
+    data = data_set(args.clicks, args.users)
+    if args.part == "rss":
+        asyncio.run(rss_of(data, args.store or "memory", args.expires))
+        return
+    if args.part:
+        # The broker is loaded in every part, so the differences are the loops alone.
+        if args.part == "flowkit":
+            asyncio.run(with_flowkit(data, args.store or "memory"))
+        else:
+            asyncio.run(loaded_broker(data))
+            if args.part == "hand":
+                hand_written(data)
+        return
     _, expected = hand_written(data)
     print(
-        f"{args.clicks:,} clicks of {USERS:,} users, {len(expected):,} windows "
+        f"{args.clicks:,} clicks of {args.users:,} users, {len(expected):,} windows "
         f"(size {SIZE_MS // 1000} s, grace {GRACE_MS // 1000} s)"
     )
+    others: list[tuple[str, Any]] = []
+    between: list[tuple[str, str, str]] = []
+    if args.rocksdb:
+        others = [("flowkit on rocksdb", lambda: asyncio.run(with_flowkit(data, "rocksdb")))]
+        between = [("rocksdb / memory", "flowkit on rocksdb", "flowkit")]
     against_hand_written(
         args.repeat,
         len(data),
@@ -215,6 +339,8 @@ def main() -> None:
         lambda: hand_written(data),
         lambda: asyncio.run(with_flowkit(data)),
         "flowkit's windows differ from the hand-written loop's",
+        others,
+        between,
     )
     print("windows: identical to the hand-written loop's in every round")
 

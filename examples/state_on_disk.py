@@ -1,17 +1,19 @@
-"""State on local disk: a table, a tumbling table and a join's buffers in RocksDB.
+"""State on local disk: a table, a tumbling table, a sliding table and a join's buffers
+in RocksDB.
 
     pip install -e ".[dev,rocksdb]"
     flowkit dev-broker &      # a Kafka broker for development, on 127.0.0.1:9092
     flowkit worker examples.state_on_disk:app --data-dir state --broker kafka://127.0.0.1:9092
 
 A task generates page views and purchases. One agent counts each user's views (a plain
-table) and the views of each page per 10-second window (a tumbling table); a join pairs
-each purchase with the views of its user in the 30 seconds around it. With
-``store="rocksdb://"`` all three keep their state in ``state/`` (one RocksDB database a
+table), the views of each page per 10-second window (a tumbling table) and each user's
+views over the last 60 seconds at every view (a sliding table); a join pairs each
+purchase with the views of its user in the 30 seconds around it. With
+``store="rocksdb://"`` all four keep their state in ``state/`` (one RocksDB database a
 partition), stamped at each checkpoint with the changelog offset it reflects.
 
 Stop the worker (Ctrl-C) and start it again: its ``tables recovered`` line says
-``from_local_state=12`` (4 partitions of 3 stores) and replays only what the changelogs got
+``from_local_state=16`` (4 partitions of 4 stores) and replays only what the changelogs got
 after the last checkpoint, instead of every change since the first run. On the embedded
 broker (no ``--broker``) it runs as well, but the changelogs go with the process: a restart
 there finds its local state ahead of them, says so for each partition and starts afresh.
@@ -52,6 +54,7 @@ def make_app(*, data_dir: str | None = None, generate: bool = True) -> flowkit.A
     purchases = app.topic("purchases", value_type=Purchase)
     per_user = app.table("views_per_user", default=int)
     per_page = app.table("views_per_page", default=int).tumbling(10.0)
+    last_minute = app.table("views_last_minute", default=int).sliding(60.0)
     bought_after = app.join(purchases, views, within=30.0, name="bought_after")
 
     @app.agent(views)
@@ -59,6 +62,7 @@ def make_app(*, data_dir: str | None = None, generate: bool = True) -> flowkit.A
         async for view in stream:
             per_user[view.user] += 1
             per_page[view.page] += 1
+            last_minute.add(view.user, 1)
 
     @app.agent(bought_after)
     async def report(stream: flowkit.Stream[flowkit.Joined]) -> None:

@@ -129,7 +129,7 @@ async def test_card_spend_flags_the_burst_across_a_minute(
 
 
 async def test_state_on_disk_restarts_from_its_databases(tmp_path: Path) -> None:
-    """A second run takes every partition of its three stores from the data directory and
+    """A second run takes every partition of its four stores from the data directory and
     replays nothing; the tables hold what the first run counted."""
     from examples import state_on_disk as example
 
@@ -149,6 +149,9 @@ async def test_state_on_disk_restarts_from_its_databases(tmp_path: Path) -> None
             per_user = dict(app.tables["views_per_user"].items())
             windows = app.tables["views_per_page"]
             per_page = {page: windows[page].value(now) for page in example.PAGES}
-    assert recovery.from_local == 3 * example.PARTITIONS and recovery.done == 0
+            sliding = app.tables["views_last_minute"]
+            last_minute = {f"u{i}": sliding[f"u{i}"].value(now) for i in range(7)}
+    assert recovery.from_local == 4 * example.PARTITIONS and recovery.done == 0
     assert per_user == {f"u{i}": sum(1 for v in views if v.user == f"u{i}") for i in range(7)}
+    assert last_minute == per_user
     assert per_page == {page: 15 for page in example.PAGES}

@@ -14,9 +14,13 @@ from hypothesis import strategies as st
 
 import flowkit
 from flowkit.runtime.web.status import status
+from flowkit.state.windowed.sliding_disk_store import DiskSlidingStore
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports.memory import MemoryBroker
-from tests.conftest import ALL_CLIENTS, DriverFactory
+from tests.conftest import ALL_CLIENTS, DriverFactory, WindowStores
+
+# The suites run on both stores (``window_store``, tests/conftest.py): each Hypothesis
+# example gets its own local state with ``window_store.fresh()``.
 
 SIZE, SECOND = 10_000, 1000
 Result = tuple[str, int, int, Any]  # key, start, end, value
@@ -150,7 +154,7 @@ streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_si
 @settings(
     max_examples=int(os.environ.get("FLOWKIT_SLIDING_EXAMPLES", "20")),
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(
     stream=streams,
@@ -160,8 +164,14 @@ streams = st.lists(st.tuples(st.sampled_from("ab"), offsets), min_size=1, max_si
     flush_every=st.sampled_from([1, 4, 100]),
 )
 async def test_every_window_emitted_matches_the_reference(
-    stream: list[tuple[str, int]], grace: int, cut: float, emit_on: str, flush_every: int
+    window_store: WindowStores,
+    stream: list[tuple[str, int]],
+    grace: int,
+    cut: float,
+    emit_on: str,
+    flush_every: int,
 ) -> None:
+    window_store.fresh()  # each example's own local state
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
     records = [(user, t0 + ms, [i]) for i, (user, ms) in enumerate(stream)]
@@ -212,6 +222,7 @@ def check_updates(
         last[key, start] = value
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_kafka_streams_own_example() -> None:
     """``KStreamSlidingWindowAggregateTest.testAggregateSmallInput`` with emit-final:
     10 ms windows, 5 ms grace; the windows that have closed at stream time 30 ms."""
@@ -234,6 +245,7 @@ async def test_kafka_streams_own_example() -> None:
     assert closed == kafka
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_the_windows_of_a_few_records() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -267,6 +279,7 @@ async def test_the_windows_of_a_few_records() -> None:
     ]
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_declared_aggregation_over_two_partitions() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -338,14 +351,19 @@ def test_declaration_errors_are_one_line() -> None:
 
 def count_keys(store: Any) -> int:
     """Every reference the store holds to a key: unsent records, held records, and the
-    close and expiry queues."""
+    close and expiry queues (on disk: its records and orders, there and not yet written)."""
     refs = sum(len(part.outbox) for part in store.parts.values())
     for owner in store.owners.owners.values():
         refs += len(owner.records) + len(owner.closing) + len(owner.expiring) + len(owner.dirty)
+        disk = getattr(owner, "disk", None)
+        if disk is not None:
+            refs += sum(1 for prefix in b"Rcx" for _ in disk.items(bytes([prefix])))
     return refs
 
 
-async def test_state_is_empty_once_every_window_closed_and_expired() -> None:
+async def test_state_is_empty_once_every_window_closed_and_expired(
+    window_store: WindowStores,
+) -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
     closed: list[Result] = []
@@ -357,6 +375,7 @@ async def test_state_is_empty_once_every_window_closed_and_expired() -> None:
             await driver.send(hits, Hit(user, t0 + (i * 7 % 150) * SECOND), partition=i % 2)
         await driver.run_until_idle()
         store = driver.store(recent)
+        assert isinstance(store, DiskSlidingStore) == (window_store.kind == "rocksdb")
         assert count_keys(store) > 0
         for _ in range(3):  # quiet partitions: their watermarks move to the wall clock
             await driver.advance(30)
@@ -366,6 +385,7 @@ async def test_state_is_empty_once_every_window_closed_and_expired() -> None:
     assert {key for key, *_ in closed} == {f"u{i}" for i in range(20)}
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_crash_repeats_windows_but_changes_none() -> None:
     """Killed after a checkpoint, with windows closed and emitted since: the successor
     replays from the checkpoint. Every window it emits is one of the reference's, with its
@@ -402,6 +422,7 @@ async def test_a_crash_repeats_windows_but_changes_none() -> None:
     assert all(c in since for c in repeated)
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_not() -> None:
     broker, clock = MemoryBroker(), FakeClock()
     t0 = base_ms(clock)
@@ -452,9 +473,16 @@ async def test_a_window_emitted_again_after_a_crash_is_marked_and_a_new_one_is_n
     assert closed[3:] == [(*c[:4], True) for c in first] + [("a", 20_000, 30_000, 4, False)]
 
 
+@pytest.mark.usefixtures("window_store")
 @pytest.mark.parametrize(
     "record",
-    [b'["p", 0, 0, "a", 5]', b'["p", 0, 0, "a", [[1], 0, 0]]', b'["p", 0, 0, "a", [[1], "x", 1]]'],
+    [
+        b'["p", 0, 0, "a", 5]',
+        b'["p", 0, 0, "a", [[1], 0, 0]]',
+        b'["p", 0, 0, "a", [[1], "x", 1]]',
+        # A record time no event time reaches (on disk, beyond what its orders hold).
+        b'["p", 9223372036854775000, 0, "a", [[1], 0, 1]]',
+    ],
 )
 async def test_a_forged_repartition_record_is_a_dead_letter(record: bytes) -> None:
     clock = FakeClock()
@@ -481,6 +509,7 @@ async def test_a_forged_repartition_record_is_a_dead_letter_on_kafka(
     assert closed == [("a", t0 - SIZE, t0, [1])]
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_a_late_record_is_a_dead_letter_naming_its_window_with_both_ends() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)
@@ -515,6 +544,7 @@ async def forge_and_close(driver: TestDriver, hits: Any, t0: int, record: bytes)
     assert [m.value for m in letters] == [record]
 
 
+@pytest.mark.usefixtures("window_store")
 async def test_current_reads_the_last_size_at_each_record_inside_the_agent() -> None:
     clock = FakeClock()
     t0 = base_ms(clock)

@@ -175,12 +175,6 @@ class Table(TableBase[K, V]):
                 f"table {self.name!r}: windows expire with expires=, not ttl=; "
                 "declare the windowed table without ttl="
             )
-        if self.store_kind == "rocksdb://" and kind is SlidingTable:
-            raise DefinitionError(
-                f"table {self.name!r}: {spec.kind} windows keep their state in memory "
-                "(tumbling, hopping and session windows take the rocksdb:// store); "
-                "declare it without store='rocksdb://'"
-            )
         taken = _window_options()
         for option in options:
             if option not in taken:

@@ -30,9 +30,10 @@ from flowkit.deadletter import DeadLetter
 from flowkit.records import Message
 from flowkit.state.joins import StreamJoin
 from flowkit.state.joins.rocks import RocksJoinStore
-from flowkit.state.windowed import SessionTable
+from flowkit.state.windowed import SessionTable, SlidingTable
 from flowkit.state.windowed.disk_store import DiskWindowedStore
 from flowkit.state.windowed.session_disk_store import DiskSessionStore
+from flowkit.state.windowed.sliding_disk_store import DiskSlidingStore
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
 from tests import test_sessions, test_sliding
@@ -201,11 +202,11 @@ async def test_forged_changelog_records_are_dead_lettered_and_change_nothing(
 
 
 @pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
-@pytest.mark.parametrize("case", CASES[:2], ids=IDS[:2])
+@pytest.mark.parametrize("case", CASES[:3], ids=IDS[:3])
 async def test_forged_changelog_records_change_nothing_on_disk(
     window_store: WindowStores, case: Case
 ) -> None:
-    # The tumbling and session cases again, their tables on rocksdb://: forged records
+    # The tumbling, session and sliding cases again, their tables on rocksdb://: forged records
     # are dead-lettered from the changelog's tail as from the whole of it.
     want, _ = await _twice(case, [])
     window_store.fresh()
@@ -234,6 +235,12 @@ shaped_keys = st.builds(
 json_values = st.recursive(items, lambda inner: st.lists(inner, max_size=4), max_leaves=12)
 values = st.none() | json_values.map(lambda v: json.dumps(v).encode()) | hostile_json
 keys = shaped_keys | hostile_json | st.binary(max_size=12)
+# A sliding owner's records, at any time (on disk, a time is 8 bytes of its orders).
+record_keys = st.builds(
+    lambda key, ts: json.dumps(["R", key, ts]).encode(),
+    st.sampled_from(["a", "b", 1]),
+    st.one_of(st.integers(-3, 30), st.integers(), st.sampled_from([2**62, -(2**62), 2**63])),
+)
 
 
 def _stores() -> list[Any]:
@@ -278,18 +285,20 @@ def test_any_changelog_record_is_applied_or_refused(
 
 
 def test_any_changelog_record_on_disk_is_applied_or_refused(tmp_path: Path) -> None:
-    # Tumbling, hopping and session tables on rocksdb://: one database each for every
-    # example (opening one takes about 50 ms), so what earlier examples applied stays.
-    tumbling, hopping, session, *_ = _stores()
+    # Tumbling, hopping, session and sliding tables on rocksdb://: one database each for
+    # every example (opening one takes about 50 ms), so what earlier examples applied stays.
+    tumbling, hopping, session, sliding, _ = _stores()
     assert isinstance(session, SessionTable)
+    assert isinstance(sliding, SlidingTable)
     stores: list[Any] = [
         DiskWindowedStore(t, lambda: 0, data_dir=tmp_path, broker="memory://")
         for t in (tumbling, hopping)
     ]
     stores.append(DiskSessionStore(session, lambda: 0, data_dir=tmp_path, broker="memory://"))
+    stores.append(DiskSlidingStore(sliding, lambda: 0, data_dir=tmp_path, broker="memory://"))
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(records=st.lists(st.tuples(keys, values), min_size=1, max_size=6))
+    @given(records=st.lists(st.tuples(keys | record_keys, values), min_size=1, max_size=6))
     def applied_or_refused(records: list[tuple[bytes, bytes | None]]) -> None:
         messages = [Message("c", 0, i, 0, k, v) for i, (k, v) in enumerate(records)]
         for store in stores:

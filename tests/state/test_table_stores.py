@@ -213,10 +213,10 @@ async def test_a_partition_that_moves_away_and_back_is_not_counted_twice(
         assert a.worker.state.recovery.from_local == 1
 
 
-def test_sliding_tables_on_the_disk_store_are_refused() -> None:
+def test_every_windowed_table_takes_the_disk_store() -> None:
     app = flowkit.App("shop")
-    with pytest.raises(flowkit.DefinitionError, match="sliding windows keep their state"):
-        app.table("w", store="rocksdb://").sliding(10.0)
+    recent = app.table("w", store="rocksdb://").sliding(10.0)
+    assert recent.store_kind == "rocksdb://"
     counts = app.table("counts", default=int, store="rocksdb://").tumbling(10.0)
     assert counts.store_kind == "rocksdb://"
     visits = app.table("s", store="rocksdb://").session(10.0, combine=max)

@@ -40,6 +40,7 @@ from ...state.snapshots import Captured, SnapshotFiles
 from ...state.windowed import SessionTable, SlidingTable
 from ...state.windowed.disk_store import DiskWindowedStore
 from ...state.windowed.session_disk_store import DiskSessionStore
+from ...state.windowed.sliding_disk_store import DiskSlidingStore
 from ...transports import OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
@@ -64,7 +65,7 @@ DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
 
-OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore, DiskSessionStore)
+OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore, DiskSessionStore, DiskSlidingStore)
 """The stores whose partitions are databases stamped with their changelog offset."""
 
 STANDBY_DIR = "standby"
@@ -144,8 +145,11 @@ class StateKeeper(WindowedFlow):
         if on_disk and isinstance(table, SessionTable):
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             return DiskSessionStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
+        if on_disk and isinstance(table, SlidingTable):
+            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+            return DiskSlidingStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
         if on_disk and isinstance(table, WindowedTable) and not isinstance(table, SlidingTable):
-            # Tumbling and hopping windows (sliding ones stay in memory).
+            # Tumbling and hopping windows.
             data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
             return DiskWindowedStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
         if isinstance(table, Table) and on_disk:

@@ -1,6 +1,7 @@
 """What the windowed stores on disk (tumbling and hopping, ``disk_store.py``; sessions,
-``session_disk_store.py``) do alike with their partitions' databases: where each lives,
-the stamp it must carry, and closing, wiping and reading the offset of one."""
+``session_disk_store.py``; sliding, ``sliding_disk_store.py``) do alike with their
+partitions' databases: where each lives, the stamp it must carry, and closing, wiping and
+reading the offset of one."""
 
 from __future__ import annotations
 

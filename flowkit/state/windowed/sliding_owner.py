@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -58,7 +58,7 @@ from ...streamtime import FutureGuard
 from ...windows import SlidingSpec, Window
 from ..refusals import valueless
 from . import wire
-from .stages import NONE, Change, Emission, OwnersBase
+from .stages import INF, NONE, Change, Emission, OwnersBase
 
 __all__ = ["SlidingOwner", "SlidingOwners", "windows_of"]
 
@@ -85,7 +85,8 @@ class SlidingOwner:
     )
 
     def __init__(self, sources: int) -> None:
-        self.records: dict[Any, list[list[Any]]] = {}  # key -> [[time, value], ...] by time
+        # key -> [[time, value], ...] by time (on disk: sliding_disk_owner.DiskRecords)
+        self.records: MutableMapping[Any, list[list[Any]]] = {}
         self.source_wm: list[int] = [NONE] * sources
         self.close_time = NONE  # the least of source_wm: windows ending before it closed
         self.seen: list[int] = [0] * sources  # per source: the last sequence number applied
@@ -181,7 +182,7 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
                 self.rejected.append((m, valueless()))
                 continue
             try:
-                kind, ts, src, key, value = wire.decode_record(m.value, self.sources)
+                kind, ts, src, key, value = wire.decode_record(m.value, self.sources, _timed)
                 if kind == "p":
                     amount, wm, seq = _record(value)
                 else:
@@ -399,6 +400,11 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
             (records[0][0] + self.keep, next(n), key) for key, records in owner.records.items()
         ]
         heapq.heapify(owner.expiring)
+
+
+# A repartition record's time is one an event time reaches (within 2**62 ms, the guard's
+# limit): the disk's orders hold no other.
+_timed = wire.record_decoder(-INF, INF)
 
 
 def _record(value: Any) -> tuple[Any, int, int]:

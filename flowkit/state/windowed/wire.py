@@ -29,7 +29,7 @@ Changelog keys (values are JSON; a None value deletes):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -64,7 +64,16 @@ _REFUSED: tuple[type[Exception], ...] = (
 _record = msgspec.json.Decoder(tuple[Literal["p", "w"], int, int, Any, Any]).decode
 
 
-def decode_record(data: bytes, sources: int) -> tuple[str, int, int, Any, Any]:
+def record_decoder(low: int, high: int) -> Callable[[bytes], Any]:
+    """A decoder for ``decode_record`` whose records' times must lie strictly between
+    ``low`` and ``high`` (checked as it decodes)."""
+    timed = Annotated[int, msgspec.Meta(gt=low, lt=high)]
+    return msgspec.json.Decoder(tuple[Literal["p", "w"], timed, int, Any, Any]).decode
+
+
+def decode_record(
+    data: bytes, sources: int, decode: Callable[[bytes], Any] = _record
+) -> tuple[str, int, int, Any, Any]:
     """A repartition record, checked: anyone who may write the topic may write anything
     there, so a record that is not a partial or marker of ``sources`` source partitions
     with a usable key raises ``DecodeError`` (the worker dead-letters it and goes on).
@@ -77,7 +86,7 @@ def decode_record(data: bytes, sources: int) -> tuple[str, int, int, Any, Any]:
     flowkit.errors.DecodeError: not a repartition record: source partition 7 of 2
     """
     try:
-        kind, a, source, key, value = _record(data)
+        kind, a, source, key, value = decode(data)
         key = key_from_json(key)
         hash(key)  # a table key: a list inside a list is not one
     except _REFUSED as exc:

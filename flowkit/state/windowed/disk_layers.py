@@ -1,0 +1,215 @@
+"""One partition's database of a windowed store on disk whose changes wait in memory until
+the changelog has them (session tables, ``session_disk.py``; sliding tables,
+``sliding_disk.py``), with time orders kept as keys of the database.
+
+Changes wait in two layers: ``pending`` (since the last drain) and ``draining`` (drained:
+sent to the changelog, not yet acknowledged); ``persist`` writes the drained layer with
+the ``Stamp`` offset it reflects, in one atomic batch, once the changelog has it; reads
+look at the layers first.
+
+A time order is the keys of one prefix: prefix + a time (8 bytes, big-endian and offset
+by 2**63, so they sort in time order) + what the entry stands for. The entries due first
+are the first keys of the prefix; those not on disk yet wait in a heap per layer, so
+taking the due entries reads the disk only when one there may be due.
+
+>>> entry = b"x" + at(10_000) + b'"a"'
+>>> entry_time(entry), entry[9:]
+(10000, b'"a"')
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from ...errors import DecodeError
+from ..databases import STAMP, open_database
+from ..local import Stamp
+from ..memtables import Unflushed, flush_if_due
+
+__all__ = ["LayeredDatabase", "at", "entry_time"]
+
+_MISSING: Any = object()
+_INF = 2**63
+
+D = TypeVar("D", bound="LayeredDatabase")
+
+
+def at(ms: int) -> bytes:
+    """A time as 8 bytes that sort in time order; ``DecodeError`` for one outside int64
+    (anyone may write the changelog)."""
+    try:
+        return (ms + _INF).to_bytes(8, "big")
+    except OverflowError:
+        raise DecodeError(f"a time beyond 64 bits: {ms}") from None
+
+
+def entry_time(entry: bytes) -> int:
+    """The time an entry of a time order is due."""
+    return int.from_bytes(entry[1:9], "big") - _INF
+
+
+class _Order:
+    """Where the entries of one time order are: those not on disk yet, in a heap per
+    layer; on disk, none before ``disk_from`` is live and none is due before
+    ``disk_due``."""
+
+    __slots__ = ("disk_due", "disk_from", "draining", "pending")
+
+    def __init__(self, prefix: bytes) -> None:
+        self.pending: list[bytes] = []
+        self.draining: list[bytes] = []
+        self.disk_from = prefix
+        self.disk_due = -_INF
+
+
+class LayeredDatabase:
+    """One partition's database, its stamp, its layers of unwritten changes and its time
+    orders (one per prefix of ``order_prefixes``)."""
+
+    __slots__ = ("db", "draining", "orders", "pending", "rocksdict", "stamp", "unflushed")
+
+    order_prefixes: ClassVar[tuple[bytes, ...]] = ()
+
+    def __init__(self, rocksdict: Any, db: Any, stamp: Stamp) -> None:
+        self.rocksdict = rocksdict
+        self.db = db
+        self.stamp = stamp
+        self.pending: dict[bytes, bytes | None] = {}
+        self.draining: dict[bytes, bytes | None] = {}
+        self.orders = {prefix: _Order(prefix) for prefix in self.order_prefixes}
+        self.unflushed = Unflushed()  # entries in the memtable (and the log) only
+
+    @classmethod
+    def open(
+        cls: type[D], rocksdict: Any, path: Path, want: Stamp, table: str, lock_tries: int
+    ) -> D:
+        """The partition's database at ``path``: its own (same stamp), else a fresh one
+        (one log line says why the one there is not used)."""
+        db, found = open_database(
+            rocksdict, path, want, owner=f"table {table!r}", lock_tries=lock_tries
+        )
+        return cls(rocksdict, db, want if found is None else found)
+
+    # -- reads and writes -----------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``: the newest layer's, else the disk's."""
+        value = self.pending.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.draining.get(key, _MISSING)
+            if value is _MISSING:
+                found: bytes | None = self.db.get(key)
+                return found
+        return value  # type: ignore[no-any-return]
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Set (or, with None, delete) ``key`` at the next persist after a drain."""
+        self.pending[key] = value
+
+    def items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every live key that begins with ``prefix``, in key order (the
+        layers' changes over the disk's; a restart's and a listing's, not a record's)."""
+        overlay = {k: v for k, v in self.draining.items() if k.startswith(prefix)}
+        overlay.update((k, v) for k, v in self.pending.items() if k.startswith(prefix))
+        merged: dict[bytes, bytes | None] = {}
+        for key, value in self.db.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            merged[key] = value
+        merged.update(overlay)
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
+
+    # -- time orders ----------------------------------------------------------------------
+
+    def add_due(self, entry: bytes) -> None:
+        """Add ``entry`` (a prefix of an order, a time, then what it stands for)."""
+        self.pending[entry] = b""
+        heapq.heappush(self.orders[entry[:1]].pending, entry)
+
+    def take_due(self, prefix: bytes, before: int) -> list[bytes]:
+        """Take out of the order ``prefix`` the live entries due before ``before``, in key
+        order (by time first). An entry deleted (``put(entry, None)``) is not live."""
+        order = self.orders[prefix]
+        heaps = (order.pending, order.draining)
+        if before <= min([order.disk_due, *(entry_time(h[0]) for h in heaps if h)]):
+            return []
+        limit = prefix + at(max(-_INF, min(before, _INF - 1)))
+        due: list[bytes] = []
+        for h in heaps:
+            while h and h[0] < limit:
+                due.append(heapq.heappop(h))
+        order.disk_due = _INF
+        for key in self.db.keys(from_key=order.disk_from):
+            if key >= limit or not key.startswith(prefix):
+                if key.startswith(prefix):
+                    order.disk_due = entry_time(key)
+                break
+            due.append(key)
+            order.disk_from = key
+        out: list[bytes] = []
+        for entry in sorted(set(due)):
+            value = self.pending.get(entry, _MISSING)
+            if value is _MISSING:
+                value = self.draining.get(entry, _MISSING)
+            if value is None:
+                continue  # taken, or deleted, since
+            self.pending[entry] = None
+            out.append(entry)
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """What changed so far goes with the changes drained for the changelog."""
+        if self.pending:
+            if self.draining:
+                self.draining.update(self.pending)
+            else:
+                self.draining = self.pending
+            self.pending = {}
+        for order in self.orders.values():
+            if order.pending:
+                order.draining.extend(order.pending)
+                heapq.heapify(order.draining)
+                order.pending = []
+
+    def persist(self, offset: int) -> None:
+        """Write the drained changes, stamped with the changelog offset they reflect, in
+        one atomic batch."""
+        if not self.draining and offset == self.stamp.offset:
+            return
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        for key, value in self.draining.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self.stamp = self.stamp.with_offset(max(offset, self.stamp.offset))
+        batch.put(STAMP, self.stamp.encode())
+        self.unflushed.wrote(batch.len())
+        self.db.write(batch)
+        flush_if_due(self.db, self.unflushed)
+        self.draining = {}
+        for order in self.orders.values():
+            if order.draining:
+                # Now on disk: the disk's order holds them.
+                first = min(order.draining)
+                order.disk_due = min(order.disk_due, entry_time(first))
+                order.disk_from = min(order.disk_from, first)
+                order.draining = []
+
+    def write_now(self, offset: int) -> None:
+        """Write every change (a recovery's: nothing else touched the partition), with
+        ``offset``."""
+        self.drain()
+        self.persist(offset)
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
