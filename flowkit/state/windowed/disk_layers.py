@@ -29,7 +29,11 @@ from ..databases import STAMP, open_database
 from ..local import Stamp
 from ..memtables import Unflushed, flush_if_due
 
-__all__ = ["LayeredDatabase", "at", "entry_time"]
+__all__ = ["MIRROR", "LayeredDatabase", "at", "entry_time"]
+
+MIRROR = b"k"
+"""The prefix under which a store keeps a copy of a changelog record of what it holds in
+memory (``disk_mirrored.py``), in a partition's database: ``MIRROR`` + the record's key."""
 
 _MISSING: Any = object()
 _INF = 2**63

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..databases import open_rocksdict
 from ..local import Stamp, partition_dir
 
 __all__ = ["PartitionDatabases"]
@@ -23,12 +24,23 @@ class PartitionDatabases:
     table: Any
     data_dir: Path
     broker: str
+    lock_tries: int
+    _rocksdict: Any
     _disks: dict[int, Any]
 
     if TYPE_CHECKING:  # (the store's own, which close the databases they give up)
 
         def assign(self, partitions: Iterable[int]) -> None: ...
         def revoke(self, partitions: Iterable[int]) -> None: ...
+
+    def start_databases(self, data_dir: Path, broker: str, lock_tries: int) -> None:
+        """Keep the partitions' databases under ``data_dir``, stamped for ``broker``;
+        none is open yet. (``rocksdict`` is imported now: a missing extra is one line.)"""
+        self.data_dir = data_dir
+        self.broker = broker
+        self.lock_tries = lock_tries
+        self._rocksdict = open_rocksdict()
+        self._disks = {}
 
     def stamp(self, partition: int) -> Stamp:
         """The stamp this worker's state of ``partition`` must carry."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...records import Message
 from ...windows import Window
-from ..databases import LOCK_TRIES, open_rocksdict
+from ..databases import LOCK_TRIES
 from . import disk, wire
 from .disk import CLOSED, OWNED, WATERMARK, DiskPart
 from .disk_owner import DiskOwner, DiskOwners
@@ -59,11 +59,8 @@ class DiskWindowedStore(PartitionDatabases, WindowedStore, DiskStage1):
             guard=self,
             updates=table.emit_on == "update",
         )
-        self.data_dir = data_dir
-        self.broker = broker
-        self.lock_tries = lock_tries
-        self._rocksdict = open_rocksdict()
-        self._disks: dict[int, DiskPart] = {}
+        self.start_databases(data_dir, broker, lock_tries)
+        self._disks: dict[int, DiskPart]
         self.start_disk_stage1(self._disks, table.combine)
 
     # -- partitions -----------------------------------------------------------------------

@@ -28,11 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import wire
-from .disk_layers import LayeredDatabase, at
+from .disk_layers import MIRROR, LayeredDatabase, at
 
 __all__ = ["CLOSED", "EXPIRY", "MIRROR", "SessionDisk", "at", "expiry_key", "parse_expiry"]
 
-MIRROR = b"k"
 CLOSED = b"C"
 EXPIRY = b"x"
 

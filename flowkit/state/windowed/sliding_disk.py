@@ -25,7 +25,7 @@ them, and ``c`` and ``x`` are time orders of the database (``disk_layers.py``).
 
 from __future__ import annotations
 
-from .disk_layers import LayeredDatabase, at, entry_time
+from .disk_layers import MIRROR, LayeredDatabase, at, entry_time
 
 __all__ = [
     "CLOSING",
@@ -42,7 +42,6 @@ __all__ = [
 RECORDS = b"R"
 CLOSING = b"c"
 EXPIRING = b"x"
-MIRROR = b"k"
 COUNT = b"n"
 
 FORMAT = 104
