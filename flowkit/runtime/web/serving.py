@@ -14,6 +14,7 @@ import errno
 import socket
 
 from aiohttp import web
+from aiohttp import web_app as _aiohttp_app
 
 from ...errors import ConfigurationError
 from ..observe.server_logs import ServerLogs
@@ -107,3 +108,14 @@ class ServedEndpoint:
             await self.listener.aclose()
             await runner.cleanup()
             self._logs.uninstall()
+            _forget_middleware_chains()
+
+
+def _forget_middleware_chains() -> None:
+    # aiohttp keeps the middleware chain it built for each handler and application in a
+    # module-wide cache (up to 1,024 of them), and so this endpoint's routes and the
+    # worker behind them, long after it stopped: a process that starts a worker again
+    # would keep every one. The cache is aiohttp's own; without it the chains are rebuilt.
+    cache = getattr(_aiohttp_app, "_cached_build_middleware", None)
+    if cache is not None and hasattr(cache, "cache_clear"):
+        cache.cache_clear()
