@@ -1,6 +1,6 @@
 """An HTTP flood: YSB with 2,000 clients on the web endpoint versus the same worker quiet.
 
-    python -m benchmarks.web_flood [--events 1000000] [--clients 2000] [--repeat 5]
+    python -m benchmarks.web_flood [--events 10000000] [--clients 2000] [--repeat 5]
 
 Each round runs the YSB app (``examples/ysb.py``) over the same events on the memory
 broker twice, with the web endpoint on (``flowkit.runtime.web.server``, default limits): once
@@ -156,7 +156,7 @@ async def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="records/s with and without an HTTP flood")
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--clients", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--max-seconds", type=float, default=30.0)
