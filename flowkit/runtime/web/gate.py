@@ -463,24 +463,11 @@ class Gate:
         for conn in list(self.waiting):
             _, sent = self.waiting[conn]
             self._forget(conn)
-            answer = overflow_answer(bytes(sent), self._answer_to)
-            if answer is None:
-                reset(conn)
-            else:
-                self._answer(conn, answer)
+            self._answer_or_reset(conn, bytes(sent))
         self.orphans += self.reading
         self.reading.clear()
         for conn in self.orphans:  # passed to nobody: answered from what they sent
-            try:
-                answer = overflow_answer(
-                    conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT), self._answer_to
-                )
-            except OSError:
-                answer = None
-            if answer is None:
-                reset(conn)
-            else:
-                self._answer(conn, answer)
+            self._answer_or_reset(conn, None)
         self.orphans.clear()
         while self.queue:
             _, conn, answer = self.queue.popleft()
@@ -492,17 +479,23 @@ class Gate:
             except OSError:  # (BlockingIOError: nothing more has come)
                 break
             conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fd)
-            try:
-                answer = overflow_answer(
-                    conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT), self._answer_to
-                )
-            except OSError:
-                answer = None
-            if answer is None:
-                reset(conn)
-            else:
-                self._answer(conn, answer)
+            self._answer_or_reset(conn, None)
         self.listening.close()
+
+    def _answer_or_reset(self, conn: socket.socket, sent: bytes | None) -> None:
+        """At the end: answer ``conn`` at once from what it sent (read now if ``None``),
+        or reset it if that says nothing answerable."""
+        answer = None
+        try:
+            if sent is None:
+                sent = conn.recv(OVERFLOW_READ, socket.MSG_DONTWAIT)
+            answer = overflow_answer(sent, self._answer_to)
+        except OSError:
+            pass
+        if answer is None:
+            reset(conn)
+        else:
+            self._answer(conn, answer)
 
     def _forget(self, conn: socket.socket) -> None:
         del self.waiting[conn]
