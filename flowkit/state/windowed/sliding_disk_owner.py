@@ -34,7 +34,7 @@ from .sliding_disk import (
     at,
     parse_closing,
 )
-from .sliding_owner import SlidingOwner, SlidingOwners, fold
+from .sliding_owner import SlidingOwner, SlidingOwners, fold, start_after
 from .stages import INF, Emission
 
 __all__ = ["DiskRecords", "DiskSlidingOwner", "DiskSlidingOwners"]
@@ -175,18 +175,12 @@ class DiskSlidingOwners(SlidingOwners):
             records = records_of.get(key)
             if not records:
                 continue
-            if end == ts:
+            if end == ts:  # the window ending at its record
                 start = ts - size
+            elif (after := start_after(records, end, ts)) is not None:
+                start = after
             else:
-                # The window just after ``ts`` exists when a record follows within it,
-                # and is its own unless that record is at its very end.
-                start = ts + 1
-                j = bisect.bisect_right(records, ts, key=_TS)
-                if j == len(records) or records[j][0] > end:
-                    continue
-                k = bisect.bisect_left(records, end, key=_TS)
-                if k < len(records) and records[k][0] == end:
-                    continue  # the window ending at the record at ``end``: closed by it
+                continue
             out.append((key, Window(start, end), fold(records, start, end, combine)))
             self.closed_windows += 1
         keep = self.keep

@@ -118,6 +118,20 @@ def fold(records: list[list[Any]], start: int, end: int, combine: Callable[..., 
     return total
 
 
+def start_after(records: list[list[Any]], end: int, ts: int) -> int | None:
+    """The start of the window just after a record at ``ts`` (queued to close at ``end``),
+    as ``records`` (by time) stand now: it exists when a record follows within it, and is
+    its own unless that record is at its very end. None when it is not there, or is the
+    window of the record at ``end``, closed by that one."""
+    j = bisect.bisect_right(records, ts, key=_TS)
+    if j == len(records) or records[j][0] > end:
+        return None
+    k = bisect.bisect_left(records, end, key=_TS)
+    if k < len(records) and records[k][0] == end:
+        return None
+    return ts + 1
+
+
 def _before(records: list[list[Any]], start: int, end: int, combine: Callable[..., Any]) -> Any:
     """The value of window ``[start, end]`` as ``records`` (by time) define it, or _NEW
     when they do not make it: no record at its end, nor one just before its start with a
@@ -299,18 +313,12 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
             records = owner.records.get(key)
             if not records:
                 continue
-            if end == ts:
+            if end == ts:  # the window ending at its record
                 start = ts - size
+            elif (after := start_after(records, end, ts)) is not None:
+                start = after
             else:
-                # The window just after ``ts`` exists when a record follows within it,
-                # and is its own unless that record is at its very end.
-                start = ts + 1
-                j = bisect.bisect_right(records, ts, key=_TS)
-                if j == len(records) or records[j][0] > end:
-                    continue
-                k = bisect.bisect_left(records, end, key=_TS)
-                if k < len(records) and records[k][0] == end:
-                    continue  # the window ending at the record at ``end``: closed by it
+                continue
             out.append((key, Window(start, end), fold(records, start, end, combine)))
             self.closed_windows += 1
         expiring = owner.expiring
