@@ -83,22 +83,12 @@ class CodecFormat(Protocol):
     def for_topic(self, topic: str, type_: Any, /, *, key: bool = False) -> Codec[Any]: ...
 
 
-class JsonCodec(Generic[T]):
-    """JSON through msgspec, validated against ``type``.
+class _MsgspecCodec(Generic[T]):
+    """What the msgspec codecs share: an encoder and a decoder built once (by the codec's
+    ``__init__``), and the decoder's errors mapped to ``DecodeError``."""
 
-    >>> JsonCodec(int).decode(b"42")
-    42
-    >>> JsonCodec(list).decode(b"[" * 10_000)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    flowkit.errors.DecodeError: RecursionError: maximum recursion depth exceeded...
-    """
-
-    name = "json"
-
-    def __init__(self, type: type[T] | Any = Any) -> None:
-        self.type = type
-        self._encoder = msgspec.json.Encoder()
-        self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type)
+    _encoder: msgspec.json.Encoder | msgspec.msgpack.Encoder
+    _decoder: msgspec.json.Decoder[T] | msgspec.msgpack.Decoder[T]
 
     def encode(self, value: T, /) -> bytes:
         return self._encoder.encode(value)
@@ -116,7 +106,25 @@ class JsonCodec(Generic[T]):
         return self._decoder.decode
 
 
-class MsgpackCodec(Generic[T]):
+class JsonCodec(_MsgspecCodec[T]):
+    """JSON through msgspec, validated against ``type``.
+
+    >>> JsonCodec(int).decode(b"42")
+    42
+    >>> JsonCodec(list).decode(b"[" * 10_000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    flowkit.errors.DecodeError: RecursionError: maximum recursion depth exceeded...
+    """
+
+    name = "json"
+
+    def __init__(self, type: type[T] | Any = Any) -> None:
+        self.type = type
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(type)
+
+
+class MsgpackCodec(_MsgspecCodec[T]):
     """MessagePack through msgspec, validated against ``type``."""
 
     name = "msgpack"
@@ -124,21 +132,7 @@ class MsgpackCodec(Generic[T]):
     def __init__(self, type: type[T] | Any = Any) -> None:
         self.type = type
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type)
-
-    def encode(self, value: T, /) -> bytes:
-        return self._encoder.encode(value)
-
-    def decode(self, data: bytes, /) -> T:
-        try:
-            return self._decoder.decode(data)
-        except DECODE_FAILURES as exc:
-            raise DecodeError(decode_error_message(exc)) from None
-
-    @property
-    def raw_decode(self) -> Callable[[bytes], T]:
-        """msgspec's own ``decode``, without the error mapping (see ``JsonCodec``)."""
-        return self._decoder.decode
+        self._decoder = msgspec.msgpack.Decoder(type)
 
 
 class RawCodec:

@@ -1,5 +1,5 @@
 """The gate reads the start of every new connection's request to answer the probes itself
-(``Gate._peek``), leaving it unread for the worker otherwise. Whatever a client sends:
+(``gate.sniffing.peek``), leaving it unread for the worker otherwise. Whatever a client sends:
 looking never fails nor consumes a byte, and a connection taken for a probe is answered
 as one, never with ``503``."""
 
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flowkit.runtime.web.gate import BUSY, OVERFLOW_READ, Gate, overflow_answer
+from flowkit.runtime.web.gate.sniffing import peek
 
 PROBES = {"/health": b"health", "/ready": b"ready"}
 
@@ -43,7 +44,7 @@ def test_any_request_is_sorted_without_being_read(sent: bytes) -> None:
         try:
             if sent:
                 client.sendall(sent)
-            kind, _ = gate._peek(conn)
+            kind, _ = peek(conn, gate.everywhere)
             assert kind in ("probe", "other", "unknown")
             conn.setblocking(False)
             left = b""
@@ -69,7 +70,7 @@ def test_an_example_of_each_kind() -> None:
         for sent in (b"GET /ready HTTP/1.1\r\n\r\n", b"GET /status HTTP/1.1\r\n", b"GET /hea"):
             client, conn = socket.socketpair()
             client.sendall(sent)
-            seen.add(gate._peek(conn)[0])
+            seen.add(peek(conn, gate.everywhere)[0])
             client.close()
             conn.close()
         ours.close()

@@ -3,6 +3,7 @@ ends with its worker however the worker ends, and if it dies the worker's loop t
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from flowkit.runtime.web import gate as web_gate
 from flowkit.runtime.web import limits as web_limits
 from flowkit.runtime.web.gate import Gate
 from flowkit.runtime.web.limits import WebLimits
@@ -200,3 +202,19 @@ def test_a_probe_is_answered_before_the_crowd_ahead_of_it_and_all_when_the_worke
         assert listening.fileno() == -1
         for conn in (theirs, late, *crowd):
             conn.close()
+
+
+def test_the_gate_imports_the_standard_library_and_itself_only() -> None:
+    # It runs as a script under ``python -I -S``: flowkit and the app are not importable
+    # there, and importing them would cost the gate its quick start.
+    folder = Path(web_gate.__file__).parent
+    for module in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue  # its own modules
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top == "__future__", (module, name)

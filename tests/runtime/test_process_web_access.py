@@ -34,7 +34,7 @@ def environ(pid: int) -> bytes:
 
 def gates(pid: int) -> list[int]:
     """The web gates among ``pid``'s children."""
-    gate = b"/runtime/web/gate.py"
+    gate = b"/runtime/web/gate/__main__.py"
     own = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
            for child in (task / "children").read_text().split()]  # fmt: skip
     return [child for child in own if gate in Path(f"/proc/{child}/cmdline").read_bytes()]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -118,14 +119,45 @@ offsets = st.lists(
 )
 
 
-examples = given(
-    window=windows,
-    grace=st.sampled_from([0, 2, 10]),
-    steps=offsets,
-    keys=st.lists(st.sampled_from("ab"), min_size=40, max_size=40),
-    values=st.lists(st.integers(-5, 5), min_size=40, max_size=40),
-    batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
-    restart=st.integers(0, 4),
+graces = st.sampled_from([0, 2, 10])
+
+
+@dataclass(frozen=True)
+class Example:
+    """One drawn stream: the windows (size, step) and grace in seconds, the records' time
+    steps (``offsets``), keys and values, how many go before each wait for the worker,
+    and the wait before which a new worker takes over (0: none)."""
+
+    window: tuple[int, int]
+    grace: int
+    steps: list[int]
+    keys: list[str]
+    values: list[int]
+    batches: list[int]
+    restart: int
+
+
+def examples(keys: str = "ab", restart: bool = True) -> st.SearchStrategy[Example]:
+    """Streams of records with ``keys``, and a restart in the middle or not."""
+    return st.builds(
+        Example,
+        window=windows,
+        grace=graces,
+        steps=offsets,
+        keys=st.lists(st.sampled_from(keys), min_size=40, max_size=40),
+        values=st.lists(st.integers(-5, 5), min_size=40, max_size=40),
+        batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
+        restart=st.integers(0, 4) if restart else st.just(0),
+    )
+
+
+# On rocksdb:// each example opens a database per table and partition (16 here, about
+# 50 ms each): fewer examples in CI, more with FLOWKIT_WINDOW_EXAMPLES_DISK.
+on_disk = pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
+disk_examples = settings(
+    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
 
@@ -134,73 +166,32 @@ examples = given(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@examples
-def test_every_result_matches_the_reference(
-    window: tuple[int, int],
-    grace: int,
-    steps: list[int],
-    keys: list[str],
-    values: list[int],
-    batches: list[int],
-    restart: int,
-) -> None:
-    run_example(window, grace, steps, keys, values, batches, restart)
+@given(example=examples())
+def test_every_result_matches_the_reference(example: Example) -> None:
+    run_example(example)
 
 
-# On rocksdb:// each example opens a database per table and partition (16 here, about
-# 50 ms each): fewer examples in CI, more with FLOWKIT_WINDOW_EXAMPLES_DISK.
-@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
-@settings(
-    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@examples
+@on_disk
+@disk_examples
+@given(example=examples())
 def test_every_result_matches_the_reference_on_disk(
-    window_store: WindowStores,
-    window: tuple[int, int],
-    grace: int,
-    steps: list[int],
-    keys: list[str],
-    values: list[int],
-    batches: list[int],
-    restart: int,
+    window_store: WindowStores, example: Example
 ) -> None:
     window_store.fresh()  # each example's own local state
-    run_example(window, grace, steps, keys, values, batches, restart)
+    run_example(example)
 
 
 # Many keys a window on rocksdb://, shipped a partial at a time (DiskStage1.chunk = 1): every
 # close crosses chunk boundaries, and the agents and checkpoints run between the chunks.
-@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
-@settings(
-    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(
-    window=windows,
-    grace=st.sampled_from([0, 2, 10]),
-    steps=offsets,
-    keys=st.lists(st.sampled_from("abcdefgh"), min_size=40, max_size=40),
-    values=st.lists(st.integers(-5, 5), min_size=40, max_size=40),
-    batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
-    restart=st.integers(0, 4),
-)
+@on_disk
+@disk_examples
+@given(example=examples("abcdefgh"))
 def test_every_result_matches_the_reference_on_disk_a_partial_at_a_time(
-    window_store: WindowStores,
-    monkeypatch: pytest.MonkeyPatch,
-    window: tuple[int, int],
-    grace: int,
-    steps: list[int],
-    keys: list[str],
-    values: list[int],
-    batches: list[int],
-    restart: int,
+    window_store: WindowStores, monkeypatch: pytest.MonkeyPatch, example: Example
 ) -> None:
     window_store.fresh()
     monkeypatch.setattr(DiskStage1, "chunk", 1)
-    run_example(window, grace, steps, keys, values, batches, restart)
+    run_example(example)
 
 
 class Crash(Exception):
@@ -213,31 +204,11 @@ STEPPED = DiskOwners.stepped  # (the examples patch it, each on the original)
 # On rocksdb://, the owner's close a key at a time, and a crash after the results of the
 # ``crash``-th step (of any table) went out and before its changes went anywhere: the
 # next worker goes on with the half-closed windows.
-@pytest.mark.parametrize("window_store", ["rocksdb"], indirect=True)
-@settings(
-    max_examples=int(os.environ.get("FLOWKIT_WINDOW_EXAMPLES_DISK", "2")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(
-    window=windows,
-    grace=st.sampled_from([0, 2, 10]),
-    steps=offsets,
-    keys=st.lists(st.sampled_from("abcdefgh"), min_size=40, max_size=40),
-    values=st.lists(st.integers(-5, 5), min_size=40, max_size=40),
-    batches=st.lists(st.integers(1, 8), min_size=2, max_size=20),
-    crash=st.integers(1, 40),
-)
+@on_disk
+@disk_examples
+@given(example=examples("abcdefgh", restart=False), crash=st.integers(1, 40))
 def test_every_result_matches_the_reference_on_disk_over_a_crash_mid_close(
-    window_store: WindowStores,
-    monkeypatch: pytest.MonkeyPatch,
-    window: tuple[int, int],
-    grace: int,
-    steps: list[int],
-    keys: list[str],
-    values: list[int],
-    batches: list[int],
-    crash: int,
+    window_store: WindowStores, monkeypatch: pytest.MonkeyPatch, example: Example, crash: int
 ) -> None:
     window_store.fresh()
     monkeypatch.setattr(DiskOwners, "close_chunk", 1)
@@ -250,20 +221,12 @@ def test_every_result_matches_the_reference_on_disk_over_a_crash_mid_close(
         STEPPED(self, step)
 
     monkeypatch.setattr(DiskOwners, "stepped", crashing)
-    run_example(window, grace, steps, keys, values, batches, restart=0, crashes=True)
+    run_example(example, crashes=True)
 
 
-def run_example(
-    window: tuple[int, int],
-    grace: int,
-    steps: list[int],
-    keys: list[str],
-    values: list[int],
-    batches: list[int],
-    restart: int,
-    crashes: bool = False,
-) -> None:
-    size, step = window
+def run_example(example: Example, crashes: bool = False) -> None:
+    (size, step), grace, steps = example.window, example.grace, example.steps
+    keys, values, batches = example.keys, example.values, example.batches
     clock = FakeClock()
     now = int(clock.time() * 1000) - 600_000
     start = now - now % 60_000
@@ -284,7 +247,7 @@ def run_example(
         chunks.append(min(chunks[-1] + n, len(events)))
     if chunks[-1] < len(events):
         chunks.append(len(events))
-    asyncio.run(_run(size, step, grace, clock, events, chunks, restart, crashes))
+    asyncio.run(_run(size, step, grace, clock, events, chunks, example.restart, crashes))
 
 
 async def _run(

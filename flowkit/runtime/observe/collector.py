@@ -149,17 +149,11 @@ class WorkerCollector(Collector):
                 if table.ttl_ms is not None:
                     expired.add_metric([table.name], store.expired)
             elif isinstance(table, WindowedTable) and isinstance(
-                store, WindowedStore | SessionStore
+                store, WindowedStore | SessionStore | SlidingStore
             ):
                 closed.add_metric([table.name], store.closed_windows)
-                parts: dict[int, Any] = store.parts  # a window's or a session's partitions
+                parts: dict[int, Any] = store.parts  # a window kind's source partitions
                 for p, part in sorted(parts.items()):
-                    if part.wm != NONE:
-                        watermark.add_metric([table.name, str(p)], part.wm / 1000)
-                    keys.add_metric([table.name, str(p)], sum(map(len, part.partials.values())))
-            elif isinstance(table, WindowedTable) and isinstance(store, SlidingStore):
-                closed.add_metric([table.name], store.closed_windows)
-                for p, part in sorted(store.parts.items()):
                     if part.wm != NONE:
                         watermark.add_metric([table.name, str(p)], part.wm / 1000)
                     keys.add_metric([table.name, str(p)], store.keys_held(p))

@@ -276,7 +276,7 @@ class BoundedListener:
         self._push(again=0.0)
         self._control = None
         fds = (sock.fileno(), theirs.fileno())
-        command = [sys.executable, "-I", "-S", web_gate.__file__, *map(str, fds)]
+        command = [sys.executable, "-I", "-S", str(web_gate.SCRIPT), *map(str, fds)]
         command += [str(self.max_connections), str(self.max_overflow), str(_ANSWER_LIFE)]
         try:
             self._gate = subprocess.Popen(

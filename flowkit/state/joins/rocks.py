@@ -8,14 +8,18 @@ a time index), written in one atomic batch at each checkpoint with the changelog
 reflects (``b"\\x00stamp"``), so a restart replays only the changelog after it.
 
 The join works on the database (``disk.py``): a record is matched by a range read of its
-key, windows close and records expire by scans of the time index. What stays in memory is
+key, windows close and records expire by scans of the time index (``diskscans.py``); the
+checkpoints are here (``drain_changes``, ``persist``, then ``_written``: the fresh records
+leave memory). What stays in memory is
 what changed since the last checkpoint, so memory does not grow with the records buffered.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heapify
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +30,8 @@ from ...records import Message
 from ..databases import LOCK_TRIES, STAMP, open_database
 from ..local import Stamp, partition_dir
 from ..memtables import flush_if_due
-from .disk import DISK, DiskJoinPart, DiskJoinStore
+from .disk import DiskJoinStore
+from .diskpart import DISK, OUT, DiskJoinPart, stored_key
 from .disktimes import BUCKETS
 from .layout import (
     ENDS,
@@ -42,7 +47,7 @@ from .layout import (
     side_start,
     time_key,
 )
-from .store import GONE, LEFT, LOGGED, NONE, RIGHT, TIME_KEY, _state_decoder
+from .store import GONE, LEFT, LOGGED, NEVER, NONE, RIGHT, TIME_KEY, _state_decoder
 
 if TYPE_CHECKING:
     from .declaration import StreamJoin
@@ -301,3 +306,71 @@ class RocksJoinStore(DiskJoinStore):
         part.unflushed.wrote(batch.len())
         part.db.write(batch)
         self._written(part)
+
+    def _written(self, part: DiskJoinPart) -> None:
+        """What the last drain held is on disk now: fresh records leave memory."""
+        for entry, _ in part.encoded:
+            entry[2] = entry[3] = None
+        buffers = part.buffers
+        low = part.fresh_low
+        moved = 0
+        expired = part.expired
+        for entry in part.evict:  # (one drained twice is listed twice)
+            flags = entry[7]
+            if not flags & DISK:
+                entry[7] = flags | DISK
+                if not flags & OUT:  # (expired while fresh: counted then)
+                    moved += 1
+                if entry[0] < expired[entry[6]]:  # expires at the next scan
+                    expired[entry[6]] = entry[0]
+        part.fresh -= moved
+        if not part.fresh:  # all of them (the usual): nothing fresh left
+            part.buffers = buffers = ({}, {})
+            part.expiring.clear()
+            part.late[0].clear()
+        else:
+            part.expiring = deque(e for e in part.expiring if not e[7] & DISK)
+            late = [item for item in part.late[0] if not item[3][7] & DISK]
+            heapify(late)
+            part.late = (late, part.late[1], part.late[2])
+            for entry in part.evict:
+                by_key = buffers[entry[6]]
+                entries = by_key.get(entry[4])
+                if entries is None:
+                    continue  # listed twice: gone already
+                for i, e in enumerate(entries):
+                    if e is entry:
+                        del entries[i]
+                        break
+                if not entries:
+                    del by_key[entry[4]]
+        part.encoded, part.evict = [], []
+        part.cut = [NONE, NONE]
+        part.forget_cursors()
+        for side in (LEFT, RIGHT):  # closing: the written ones from the time index now
+            heap = part.late[1 + side]
+            if heap:
+                kept = []
+                for item in heap:
+                    if item[2][7] & DISK:
+                        if item[0] < part.ahead[side]:
+                            part.ahead[side] = item[0]
+                    else:
+                        kept.append(item)
+                heapify(kept)
+                part.late = (
+                    (part.late[0], kept, part.late[2])
+                    if side == LEFT
+                    else (part.late[0], part.late[1], kept)
+                )
+        part.fresh_low = (
+            min((e[0] for by_key in buffers for es in by_key.values() for e in es), default=NEVER)
+            if part.fresh
+            else NEVER
+        )
+        if low != NEVER and low + self._keep < part.expire_due:
+            part.expire_due = low + self._keep  # written records expire from disk
+            part.due = min(part.due, part.expire_due)
+        part.touched = {
+            stored_key(e): e for e in (*part.settle, *part.dirty) if e[7] & DISK and not e[7] & GONE
+        }

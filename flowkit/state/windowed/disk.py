@@ -22,6 +22,10 @@ and ``draining`` (drained: sent to the changelog, not yet acknowledged). ``persi
 writes the drained layer with the offset it reflects, in one atomic batch, once the
 changelog has it; reads look at the layers first, then at the disk.
 
+How many stage-1 partials each window holds (``partials_held``, for the metric of the
+keys a table holds) is counted on disk the first time it is asked after the database
+opens or takes changelog records, and kept up to date by the drains from then on.
+
 >>> start(0).hex(), start(-1) < start(0) < start(10_000)
 ('8000000000000000', True)
 """
@@ -29,7 +33,7 @@ changelog has it; reads look at the layers first, then at the disk.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +127,13 @@ class Layer:
 class DiskPart:
     """One partition's database, its stamp and its layers of unwritten changes."""
 
-    __slots__ = ("db", "draining", "pending", "rocksdict", "stamp", "unflushed")
+    __slots__ = ("counts", "db", "draining", "pending", "rocksdict", "stamp", "unflushed")
 
     def __init__(self, rocksdict: Any, db: Any, stamp: Stamp) -> None:
         self.unflushed = Unflushed()  # entries in the memtable (and the log) only
+        # window start -> its stage-1 partials, in the layers and on disk (None: not
+        # counted since the database opened or took changelog records)
+        self.counts: dict[int, int] | None = None
         self.rocksdict = rocksdict
         self.db = db
         self.stamp = stamp
@@ -200,6 +207,27 @@ class DiskPart:
             found.add(start_of(first[0]))
             at = _after(first[0][:9])
 
+    def partials_held(self, starts: Iterable[int]) -> int:
+        """How many stage-1 partials the windows ``starts`` hold: counted on disk the first
+        time after the database opens or takes changelog records, then kept up to date."""
+        counts = self.counts
+        if counts is None:
+            counts = self.counts = {}
+            for key, _ in self.scan(PARTIAL):
+                at = start_of(key)
+                counts[at] = counts.get(at, 0) + 1
+        return sum(counts.get(at, 0) for at in starts)
+
+    def added_partials(self, start: int, n: int) -> None:
+        """``n`` stage-1 partials of the window ``start`` are new (``put`` since)."""
+        counts = self.counts
+        if counts is not None and n:
+            counts[start] = counts.get(start, 0) + n
+
+    def forget_counts(self) -> None:
+        """Changes not counted went in (a changelog's): count again when asked."""
+        self.counts = None
+
     # -- writes ---------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes | None) -> None:
@@ -209,6 +237,8 @@ class DiskPart:
     def drop(self, group: bytes) -> None:
         """Delete a whole window of one kind at the next persist after a drain."""
         self.pending.drop(group)
+        if group[:1] == PARTIAL and self.counts is not None:
+            self.counts.pop(start_of(group), None)
 
     def drain(self) -> None:
         """What changed so far goes with the changes drained for the changelog."""

@@ -250,15 +250,21 @@ class DiskStage1(Stage1):
         at = disk.start(start)
         head = b'["p",%d,' % start
         written: dict[Any, tuple[bytes, Any]] = {}
+        new = 0
         for key, change in changes.items():
             kj = _encode(key)
             dk = PARTIAL + at + kj
             raw = part_disk.get(dk)
-            value = change if raw is None else combine(_decode(raw), change)
+            if raw is None:
+                value = change
+                new += 1
+            else:
+                value = combine(_decode(raw), change)
             encoded = _encode(value)
             part_disk.put(dk, encoded)
             out.append((p, head + kj + b"]", encoded))
             written[key] = (dk, value)
+        part_disk.added_partials(start, new)
         return written
 
     def apply_record(self, part: Part, kind: str, parts: list[Any], value: Any) -> None:

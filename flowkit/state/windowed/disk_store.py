@@ -93,7 +93,9 @@ class DiskWindowedStore(PartitionDatabases, WindowedStore, DiskStage1):
         messages = list(messages)
         super().apply_changelog(partition, messages)
         if messages:
-            self._disks[partition].write_now(messages[-1].offset + 1)
+            part_disk = self._disks[partition]
+            part_disk.forget_counts()  # (a record's key may be on disk already, or not)
+            part_disk.write_now(messages[-1].offset + 1)
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """Changelog records since the last drain; the same changes go to disk at the
@@ -116,6 +118,15 @@ class DiskWindowedStore(PartitionDatabases, WindowedStore, DiskStage1):
                 part_disk.persist(offset)
 
     # -- reads ----------------------------------------------------------------------------
+
+    def keys_held(self, partition: int) -> int:
+        """Partials of the windows open on source partition ``partition`` (a key in each
+        window it is in), as the memory store counts them: those on disk, which the
+        drains keep counted (keys new since the last checkpoint count from the next)."""
+        part = self.parts.get(partition)
+        if part is None:
+            return 0
+        return self._disks[partition].partials_held(part.partials)
 
     def _owned(self, key: Any, local: dict[int, dict[int, Any]]) -> dict[Window, Any]:
         spec, combine = self.spec, self.table.combine

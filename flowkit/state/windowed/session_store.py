@@ -69,6 +69,12 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
 
     # -- reads ----------------------------------------------------------------------------
 
+    def keys_held(self, partition: int) -> int:
+        """Sessions open on source partition ``partition`` (a key in each session it is
+        in), for metrics: in memory on either store."""
+        part = self.parts.get(partition)
+        return 0 if part is None else sum(map(len, part.partials.values()))
+
     def windows(self, key: Any) -> dict[Window, Any]:
         """The sessions this worker knows for ``key``: closed (until they expire) and open,
         those of several partitions within ``gap`` of each other shown merged."""

@@ -58,6 +58,12 @@ class WindowedStore(TwoStages[Part], Stage1):
 
     # -- reads ----------------------------------------------------------------------------
 
+    def keys_held(self, partition: int) -> int:
+        """Partials of the windows open on source partition ``partition`` (a key in each
+        window it is in), for metrics."""
+        part = self.parts.get(partition)
+        return 0 if part is None else sum(map(len, part.partials.values()))
+
     def windows(self, key: Any) -> dict[Window, Any]:
         """Every window this worker knows for ``key``, open and closed (until expiry)."""
         spec = self.spec

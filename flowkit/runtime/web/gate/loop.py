@@ -1,79 +1,32 @@
-"""The gate of a worker's web endpoint: a small process that accepts its connections,
-hands the worker those within its limit, and answers the rest itself.
-
-A crowd that connects again and again must not cost the worker's records their time.
-Accepting, reading and answering a refused connection is Python work, and a thread
-would do it under the same interpreter lock as the records; so it is done in a process
-of its own. ``BoundedListener`` (``web.limits``) binds the socket, then starts this
-module as a script (``python -I -S gate.py``: standard library only, so it starts in
-milliseconds and loads nothing of flowkit or the app), giving it the listening socket
-and one end of a control socket. The gate:
-
-- accepts every connection as it comes (up to ``HOLD`` at a time past the limit), so
-  that the kernel's queue stays short: a probe is read at once, never behind a crowd;
-- answers a probe (``GET /health``, ``GET /ready``) itself, on every fresh connection,
-  with the answer the worker last pushed: the worker's loop may be busy with records
-  for seconds, and an orchestrator gives a probe one. The worker pushes an answer as
-  soon as it changes (an error, a rebalance), looks ten times a second anyway, and
-  pushes it again once a second; the gate reads what was pushed before it answers. An
-  answer not pushed again for ``answer_life`` seconds (3) is not given: the worker's
-  loop may be stuck, and the probe gets ``503`` saying so. A probe the worker's loop
-  answers itself (a process group's ``/ready``, which asks its children) is pushed
-  marked for the connections past the limit only;
-- passes each other connection to the worker while the worker holds fewer than
-  ``max_connections`` (the worker says when one closes), leaving its request unread
-  for it; one whose request has not said what it is yet is looked at again for a
-  quarter of a second, then passed;
-- answers a connection past the limit from what it sent already: a probe as above,
-  anything else with ``503``. One whose request has not arrived yet gets a quarter of
-  a second for it, while ``max_overflow`` are waiting so (200 a second at most); past
-  that, it is reset;
-- sends at most 2,000 of those ``503`` a second (and answers at most 200 probes a
-  second at once): the rest wait for their turn, in arrival order, in the gate, and
-  those due within 10 ms go out together (a wakeup for each would cost more than
-  its answer);
-- ends when the worker's end of the control socket closes, whether the worker stopped
-  or died, after answering what has come (probes too, and the connections it could not
-  pass to a worker that was gone) and closing the listening socket; it ignores the
-  signals that stop a worker (``SIGINT``, ``SIGTERM``, ``SIGHUP``), which a terminal or
-  a supervisor may send to the whole process group.
-
-The control socket carries one message per send (``SOCK_SEQPACKET``). From the gate:
-``c`` with the file descriptors of the connections accepted in a row (up to ``ACCEPTS``:
-one wakeup of the worker's loop for them all), ``!ERRNO STRERROR`` when accepting failed.
-From the worker: ``-`` once per connection closed (several may come in one message),
-``pPATH ANSWER``, the whole HTTP answer to a probe on any connection, and ``aPATH
-ANSWER``, one for the connections past the limit only.
-"""
+"""The gate's loop: accepting the connections, passing those within the limit to the worker,
+answering the probes and the connections past the limit (see the package's docstring)."""
 
 from __future__ import annotations
 
 import math
 import os
-import resource
 import selectors
-import signal
 import socket
-import struct
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 
+from .answers import BUSY, STUCK, overflow_answer, reset
+from .pacer import Pacer
+from .sniffing import OVERFLOW_READ, peek
+
 __all__ = [
+    "ACCEPT_RETRY",
     "ACCEPTS",
-    "BUSY",
+    "DRAIN",
     "HOLD",
-    "STUCK",
+    "OVERFLOW_TIMEOUT",
+    "QUICK_REFUSALS",
+    "REFUSALS",
     "Gate",
-    "Pacer",
-    "overflow_answer",
-    "probe_answer",
-    "yield_to_worker",
 ]
 
-OVERFLOW_READ = 4096  # bytes a connection past the limit may send before its answer
-OVERFLOW_TIMEOUT = 0.25  # seconds it has to send them (a client sends at once)
+OVERFLOW_TIMEOUT = 0.25  # seconds one past the limit has for its request (sent at once)
 REFUSALS = 200  # connections past the limit given a moment per second, at most
 QUICK_REFUSALS = 2000  # 503s sent per second, at most (the rest wait their turn)
 PROBE_ANSWERS = 200  # probes past the limit answered at once per second, at most
@@ -81,96 +34,12 @@ TOGETHER = 0.01  # seconds: 503s due within this go out together (one wakeup for
 HOLD = 4096  # connections past the limit held at a time, at most (then the kernel's queue)
 DRAIN = 0.5  # seconds the gate answers what came after its worker stopped, at most
 ACCEPT_RETRY = 0.1  # seconds before accepting again after a failure (no descriptors)
-RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, no TIME_WAIT
 ACCEPTS = 64  # connections accepted in a row before the control socket is read again
 READ_AGAIN = 0.01  # seconds between looks at a request that has not said what it is yet
 
 
-class Pacer:
-    """At most ``rate`` starts per second after a burst of ``burst``, in arrival order
-    (the generic cell rate algorithm: one number, the theoretical arrival time).
-
-    >>> now = [0.0]
-    >>> pacer = Pacer(rate=10.0, burst=2, max_wait=0.15, clock=lambda: now[0])
-    >>> [pacer.delay() for _ in range(4)]
-    [0.0, 0.0, 0.1, None]
-    """
-
-    def __init__(
-        self, rate: float, burst: int, max_wait: float, clock: Callable[[], float]
-    ) -> None:
-        self.interval = 1.0 / rate
-        self.tolerance = (burst - 1) * self.interval
-        self.max_wait = max_wait
-        self.clock = clock
-        self._tat = 0.0
-
-    def delay(self) -> float | None:
-        """Seconds the next start must wait (taking its place), or None: it would wait
-        more than ``max_wait`` (and takes no place)."""
-        now = self.clock()
-        tat = max(self._tat, now)
-        wait = max(0.0, tat - now - self.tolerance)
-        if wait > self.max_wait:
-            return None
-        self._tat = tat + self.interval
-        return round(wait, 9)
-
-
-def _head(status: int, reason: str, length: int) -> bytes:
-    return (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-    ).encode()
-
-
-_BUSY_BODY = b'{"error": "busy: too many connections"}'
-BUSY = _head(503, "Busy", len(_BUSY_BODY)) + _BUSY_BODY
-_STUCK_BODY = b'{"error": "the worker has not answered lately: its event loop may be stuck"}'
-STUCK = _head(503, "Service Unavailable", len(_STUCK_BODY)) + _STUCK_BODY
-
-
-def probe_answer(status: int, body: bytes) -> bytes:
-    """The whole HTTP answer to a probe past the limit.
-
-    >>> probe_answer(200, b"{}").split(b"\\r\\n")[0]
-    b'HTTP/1.1 200 OK'
-    """
-    reason = "OK" if status == 200 else "Service Unavailable"
-    return _head(status, reason, len(body)) + body
-
-
-def overflow_answer(request: bytes, answer: Callable[[str], bytes | None]) -> bytes | None:
-    """The whole answer to a connection past the limit, from what it sent so far (None
-    while its request line is not complete): ``answer(path)`` for a ``GET``, else (or
-    when that is None) ``503``.
-
-    >>> overflow_answer(b"GET /health?x HTTP/1.1\\r\\n", {"/health": b"ok"}.get)
-    b'ok'
-    >>> overflow_answer(b"GET /status HTTP/1.1\\r\\n", {}.get) == BUSY
-    True
-    >>> overflow_answer(b"GET /hea", {}.get) is None
-    True
-    """
-    if b"\r\n" not in request:
-        return None
-    line = request.split(b"\r\n", 1)[0].split(b" ")
-    if len(line) != 3 or line[0] != b"GET":
-        return BUSY
-    return answer(line[1].split(b"?", 1)[0].decode("latin-1")) or BUSY
-
-
-def reset(conn: socket.socket) -> None:
-    """Close with a reset: nothing more is read or sent, and no TIME_WAIT is left."""
-    try:
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
-    except OSError:
-        pass
-    conn.close()
-
-
 class Gate:
-    """The gate's loop over ``listening`` and ``control`` (see the module's docstring)."""
+    """The gate's loop over ``listening`` and ``control`` (see the package's docstring)."""
 
     def __init__(
         self,
@@ -310,7 +179,7 @@ class Gate:
         """A connection within the limit: its descriptor to pass to the worker, or None
         when a probe's, answered here (or read here until its request says which)."""
         conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fd)
-        kind, _ = self._peek(conn)
+        kind, _ = peek(conn, self.everywhere)
         if kind == "other":
             return conn.detach()
         self.held += 1  # its place, until it is answered here or passed
@@ -321,30 +190,6 @@ class Gate:
             # left unread for the worker, so it would be readable all along.
             self.reading[conn] = self.clock() + OVERFLOW_TIMEOUT
         return None
-
-    def _peek(self, conn: socket.socket) -> tuple[str, bytes]:
-        """What a connection's request is, from what it sent so far (left unread): a
-        ``probe`` of those answered here, whole; an ``other`` request; or ``unknown``
-        yet (a probe whose headers are still coming, too)."""
-        try:
-            sent = conn.recv(OVERFLOW_READ, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return "unknown", b""
-        except OSError:
-            return "other", b""  # (the worker's loop sees it fail, and closes it)
-        if not sent:
-            return "other", sent
-        line, complete, _ = sent.partition(b"\r\n")
-        if not complete:
-            return ("unknown" if len(sent) < OVERFLOW_READ else "other"), sent
-        words = line.split(b" ")
-        if len(words) != 3 or words[0] != b"GET":
-            return "other", sent
-        if words[1].split(b"?", 1)[0].decode("latin-1") not in self.everywhere:
-            return "other", sent
-        if b"\r\n\r\n" not in sent and len(sent) < OVERFLOW_READ:
-            return "unknown", sent
-        return "probe", sent
 
     def _probe(self, conn: socket.socket) -> None:
         """Answer a probe within the limit here, with the worker's latest answer; its
@@ -359,7 +204,7 @@ class Gate:
     def _read_more(self, conn: socket.socket) -> None:
         """Look again at a connection within the limit whose request had not said what it
         is: once it says, or its moment is over, pass it or answer it."""
-        kind, sent = self._peek(conn)
+        kind, sent = peek(conn, self.everywhere)
         if kind == "unknown" and self.reading[conn] > self.clock():
             return
         del self.reading[conn]
@@ -531,60 +376,3 @@ class Gate:
             pass
         except OSError:
             self.open = False
-
-
-def yield_to_worker() -> None:
-    """Where there is one (Linux), take the batch policy: waking up, the gate does not take
-    the CPU from a running worker, but waits for the end of its time slice (milliseconds),
-    so that a crowd's connections do not cut into the records' work at every arrival. Its
-    priority stays the worker's: a lower one starves it on a busy machine, and then the
-    probes past the limit wait for seconds."""
-    if hasattr(os, "SCHED_BATCH"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        except OSError:  # not allowed here: the gate works as well without
-            pass
-
-
-def _descriptors(wanted: int) -> int:
-    """Raise this process's soft limit of file descriptors as far as allowed, and how
-    many of them the connections past the limit may take (``wanted`` at most)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            target = wanted + 64 if hard == resource.RLIM_INFINITY else min(hard, wanted + 64)
-            if soft != resource.RLIM_INFINITY and target > soft:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                soft = target
-    except (OSError, ValueError):
-        pass
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return max(1, min(wanted, soft - 64))
-
-
-def main(argv: list[str]) -> None:
-    """``gate.py LISTENING_FD CONTROL_FD MAX_CONNECTIONS MAX_OVERFLOW ANSWER_LIFE``."""
-    # Ctrl+C, or a signal sent to the whole process group, is the worker's to act on: the
-    # gate ends when the worker closes the control socket (or exits, which closes it).
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_IGN)
-    yield_to_worker()
-    listening_fd, control_fd, max_connections, max_overflow = (int(arg) for arg in argv[:4])
-    answer_life = float(argv[4])
-    listening = socket.socket(fileno=listening_fd)
-    control = socket.socket(fileno=control_fd)
-    try:
-        gate = Gate(listening, control, max_connections, max_overflow, answer_life)
-        gate.hold = _descriptors(HOLD)
-        gate.run()
-    except Exception as exc:  # one line in the worker's log, not a traceback on stderr
-        try:
-            control.send(f"!0 the web gate stopped: {exc!r}".encode())
-        except OSError:
-            pass
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
