@@ -147,14 +147,20 @@ class Standbys:
         owner.checkpoint(partition, copy.path(partition))
 
     def take(self, table: Any, partition: int, into: Store | None = None) -> Taken | None:
-        """Hand the warm copy of ``partition`` over (this worker now owns it), or None.
-        A memory store's copy moves into ``into``, the owner's store; one on disk is
-        closed, at ``path``, for the owner to move."""
+        """Hand the warm copy of ``partition`` over (this worker now owns it), or None:
+        none, or one that has read nothing (dropped). A memory store's copy moves into
+        ``into``, the owner's store; one on disk is closed, at ``path``, for the owner to
+        move."""
         tp = TopicPartition(table.changelog_topic, partition)
         store = self.stores.get(table)
         if store is None or tp not in self.positions:
             return None
-        at = self.positions.pop(tp)
+        at = self.positions[tp]
+        if at == 0 and not isinstance(store, OnDisk):
+            self._drop(tp)  # nothing to hand over: the owner replays from the start
+            self._changed.set()
+            return None
+        del self.positions[tp]
         self._seek.discard(tp)
         if into is not None and not isinstance(store, OnDisk):
             store.hand_over(partition, into)
