@@ -3,7 +3,7 @@
     python -m benchmarks.state_stores [--keys 1000000] [--repeat 3] [--brokers memory,tansu]
     python -m benchmarks.state_stores --throughput [--keys 200000] [--repeat 3]
     python -m benchmarks.state_stores --rss --keys 10000000   # opt-in: a long run
-    python -m benchmarks.state_stores --takeover [--keys 200000] [--repeat 3]
+    python -m benchmarks.state_stores --takeover [--windowed] [--keys 200000] [--repeat 3]
 
 A counting table (``counts[key] += 1``) over 4 partitions:
 
@@ -36,7 +36,8 @@ A counting table (``counts[key] += 1``) over 4 partitions:
   the other is ready holding every partition, in paired rounds, on ``memory://`` and on
   ``rocksdb://`` (each worker with a data directory of its own): with standby replicas
   (``App(standby_replicas=1)``: the gap only) against without (the partitions' whole
-  changelogs). The counts are checked.
+  changelogs). The counts are checked. ``--windowed``: the table is a tumbling windowed
+  table of one hour (every key's partial open in stage 1), not a plain one.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ PARTITIONS = 4
 
 
 def make_app(
-    store: str, data_dir: Path | None, standby_replicas: int = 0
+    store: str, data_dir: Path | None, standby_replicas: int = 0, *, windowed: bool = False
 ) -> tuple[flowkit.App, Any, Any]:
-    """A counting agent on ``store``."""
+    """A counting agent on ``store``; ``windowed``: into windows of an hour (by the
+    records' timestamps), not a plain table."""
     app = flowkit.App(
         APP,
         partitions=PARTITIONS,
@@ -81,7 +83,9 @@ def make_app(
         standby_replicas=standby_replicas,
     )
     keys = app.topic(f"{APP}-keys", value_type=str)
-    counts = app.table("counts", default=int, value_type=int)
+    counts: Any = app.table("counts", default=int, value_type=int)
+    if windowed:
+        counts = counts.tumbling(3600.0, idle_timeout=None)
 
     @app.agent(keys)
     async def count(stream: flowkit.Stream[str]) -> None:
@@ -332,13 +336,15 @@ def report_restarts(rounds: list[dict[str, tuple[float, float]]]) -> None:
 TAKEOVER_STORES = ("memory://", "rocksdb://")
 
 
-async def takeover(keys: list[str], store: str, standby_replicas: int, work: Path) -> float:
+async def takeover(
+    keys: list[str], store: str, standby_replicas: int, work: Path, *, windowed: bool = False
+) -> float:
     """Seconds from one of two workers leaving until the other is ready with its
     partitions; the counts are checked. Each worker has a data directory of its own
     under ``work`` (the memory store's is not used: it has no snapshot interval)."""
     broker = MemoryBroker(retention_records=None)
     load_keys(broker, keys)
-    app, _, counts = make_app(store, None, standby_replicas)
+    app, _, counts = make_app(store, None, standby_replicas, windowed=windowed)
     data = None if store == "memory://" else (work / "staying", work / "leaving")
     staying = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data and data[0])
     leaving = flowkit.Worker(app, transport=MemoryTransport(broker), data_dir=data and data[1])
@@ -371,13 +377,17 @@ async def takeover(keys: list[str], store: str, standby_replicas: int, work: Pat
             wait("the partitions were not taken over")
             await asyncio.sleep(0.0005)
         elapsed = time.perf_counter() - started
-        table = dict(staying.state.stores[counts].items())
+        held = staying.state.stores[counts]
+        if windowed:
+            table = {key: sum(held.windows(key).values()) for key in keys}
+        else:
+            table = dict(held.items())
     if table != {key: 1 for key in keys}:
         raise SystemExit(f"{store}, standby_replicas={standby_replicas}: the counts are wrong")
     return elapsed
 
 
-def takeover_round(keys: list[str]) -> dict[str, float]:
+def takeover_round(keys: list[str], *, windowed: bool = False) -> dict[str, float]:
     """One paired round of the takeover comparison, on each store."""
     out: dict[str, float] = {}
     for store in TAKEOVER_STORES:
@@ -385,7 +395,9 @@ def takeover_round(keys: list[str]) -> dict[str, float]:
             work = Path(tempfile.mkdtemp(prefix="flowkit-bench-"))
             try:
                 gc.collect()
-                out[f"{store} {label}"] = asyncio.run(takeover(keys, store, replicas, work))
+                out[f"{store} {label}"] = asyncio.run(
+                    takeover(keys, store, replicas, work, windowed=windowed)
+                )
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     return out
@@ -513,6 +525,9 @@ def main() -> None:
         "--takeover", action="store_true", help="a takeover with a standby against without"
     )
     parser.add_argument(
+        "--windowed", action="store_true", help="--takeover: of a tumbling windowed table"
+    )
+    parser.add_argument(
         "--brokers",
         default="memory,tansu",
         help="the restart's brokers, of memory and tansu (default: both)",
@@ -545,8 +560,9 @@ def main() -> None:
         asyncio.run(first_run(args.url, broker, args.first_run, Path(args.data_dir)))
         return
     if args.takeover:
-        print(f"takeover of a worker's partitions, {args.keys:,} keys: left to ready")
-        rounds = [takeover_round(keys) for _ in range(args.repeat)]
+        what = "a windowed table" if args.windowed else "a table"
+        print(f"takeover of a worker's partitions of {what}, {args.keys:,} keys: left to ready")
+        rounds = [takeover_round(keys, windowed=args.windowed) for _ in range(args.repeat)]
         report(
             rounds,
             args.keys,

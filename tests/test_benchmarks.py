@@ -96,6 +96,15 @@ async def test_the_takeover_benchmark_checks_the_counts_taken_over(
 
 
 @pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_the_takeover_benchmark_checks_the_windows_taken_over(
+    store: str, tmp_path: Path
+) -> None:
+    keys = [f"user-{i}" for i in range(400)]
+    seconds = await state_stores.takeover(keys, store, 1, tmp_path, windowed=True)
+    assert seconds > 0  # (SystemExit if a count is wrong)
+
+
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
 async def test_the_window_keys_benchmark_checks_every_closed_key(
     store: str, tmp_path: Path
 ) -> None:

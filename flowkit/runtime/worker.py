@@ -62,7 +62,8 @@ from .observe.collector import WorkerCollector
 from .observe.console import Console
 from .output.latency import LatencyProbes, LatencyTracker
 from .output.publisher import Publisher
-from .tables.keeper import DEFAULT_DATA_DIR, OnDisk, StateKeeper
+from .tables.keeper import DEFAULT_DATA_DIR, StateKeeper
+from .tables.standby import OnDisk
 
 if TYPE_CHECKING:
     from .web.access import WebToken

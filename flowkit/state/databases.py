@@ -25,7 +25,14 @@ import structlog
 from ..errors import ConfigurationError
 from .local import Stamp
 
-__all__ = ["LOCK_TRIES", "STAMP", "open_database", "open_db", "open_rocksdict"]
+__all__ = [
+    "LOCK_TRIES",
+    "STAMP",
+    "open_database",
+    "open_db",
+    "open_rocksdict",
+    "write_checkpoint",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +55,14 @@ def open_rocksdict() -> Any:
             'the rocksdb:// store needs the rocksdb extra: pip install "flowkit[rocksdb]"'
         ) from None
     return rocksdict
+
+
+def write_checkpoint(rocksdict: Any, db: Any, dest: Path) -> None:
+    """Write a copy of the open database ``db``, as on disk now (stamp included), to
+    ``dest`` (replaced): RocksDB's checkpoint, hard links to the same files where it can."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    rocksdict.Checkpoint(db).create_checkpoint(str(dest))
 
 
 def open_database(

@@ -30,7 +30,7 @@ import structlog
 from ..errors import DecodeError, NotRunningError
 from ..records import Message
 from ..streamtime import FutureGuard
-from .databases import LOCK_TRIES, STAMP, open_database, open_rocksdict
+from .databases import LOCK_TRIES, STAMP, open_database, open_rocksdict, write_checkpoint
 from .local import Stamp, partition_dir
 from .memtables import Unflushed, flush_if_due
 from .refusals import keyless
@@ -308,10 +308,7 @@ class RocksTableStore(Generic[K, V]):
     def checkpoint(self, partition: int, dest: Path) -> None:
         """Write a copy of ``partition``'s database, as on disk now (stamp included), to
         ``dest``: RocksDB's checkpoint, hard links to the same files where it can."""
-        part = self._parts[partition]
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self._rocksdict.Checkpoint(part.db).create_checkpoint(str(dest))
+        write_checkpoint(self._rocksdict, self._parts[partition].db, dest)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""

@@ -196,6 +196,16 @@ class TableStore(Generic[K, V]):
         self._data[partition] = data
         self._dirty.pop(partition, None)
 
+    def hand_over(self, partition: int, to: TableStore[K, V]) -> None:
+        """Move ``partition``'s state (its dict, and its keys' write times) to ``to``, a
+        store of the same table: a standby copy becomes the owner's state, not copied."""
+        to._data[partition] = self._data.pop(partition, {})
+        to._dirty.pop(partition, None)
+        self._dirty.pop(partition, None)
+        _move(self._written, to._written, partition)
+        _move(self._index, to._index, partition)
+        _move(self._clock, to._clock, partition)
+
     def reset(self, partition: int) -> None:
         """Empty ``partition`` (it is rebuilt from the changelog)."""
         self._data[partition] = {}
@@ -426,3 +436,14 @@ class GlobalStore(Generic[K, V]):
         decode = topic.decode
         key_decode = topic.decode_key
         _apply(data, messages, key_decode, decode, self.rejected)
+
+
+T = TypeVar("T")
+
+
+def _move(mine: dict[int, T], theirs: dict[int, T], partition: int) -> None:
+    """``partition``'s entry moves from ``mine`` to ``theirs`` (or leaves ``theirs``)."""
+    if partition in mine:
+        theirs[partition] = mine.pop(partition)
+    else:
+        theirs.pop(partition, None)

@@ -1,7 +1,9 @@
 """Standby replicas over a kill -9 on the test broker: the surviving worker, which kept
 warm copies of the killed owner's table partitions, takes them over replaying only the
 changelog its copies had not read (the gap), and the counts stay exact; for a table in
-memory and one in RocksDB (its copies are databases in the survivor's data directory)."""
+memory, one in RocksDB (its copies are databases in the survivor's data directory) and a
+tumbling windowed table (its open windows' partials and its owners' state taken warm:
+every window closed after the kill counts exactly)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ import time
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 
 from flowkit.partitioning import partition_for_key
 from flowkit.transports import OutRecord
+from flowkit.windows import WindowResult
 from tests.kafka.conftest import (
     ON_TANSU,
     Client,
@@ -34,6 +38,7 @@ APP = "tests.kafka.apps.standby_app:app"
 GROUP = "tally"
 KEYS_TOPIC = "tally-keys"
 CHANGELOGS = ["tally-counts-changelog", "tally-disk-changelog"]
+TABLES = 3  # with the windowed table
 PARTITIONS = 4
 KEYS = 20_000
 RECOVERED = re.compile(
@@ -62,7 +67,7 @@ async def produce(client: Client, first: int, count: int) -> dict[int, int]:
 
 
 async def copies_caught_up(url: str, deadline: float) -> None:
-    """Until the worker's /status says its copies (2 partitions of 2 tables) read all."""
+    """Until the worker's /status says its copies (2 partitions of 3 tables) read all."""
     end = time.monotonic() + deadline
     async with aiohttp.ClientSession() as http:
         standby = None
@@ -72,7 +77,7 @@ async def copies_caught_up(url: str, deadline: float) -> None:
                     standby = (await response.json())["standby"]
             except aiohttp.ClientConnectionError:
                 pass  # not listening yet
-            if standby == {"partitions": 4, "lag": 0}:
+            if standby == {"partitions": 2 * TABLES, "lag": 0}:
                 return
             assert time.monotonic() < end, f"standby copies not caught up: {standby}"
             await asyncio.sleep(0.1)
@@ -110,7 +115,7 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     def sharing() -> bool:
         return all(
             w.assigned()
-            and len(w.assigned()[-1]) == 2
+            and len({a for a in w.assigned()[-1] if a.startswith(KEYS_TOPIC)}) == 2
             and len(RECOVERED.findall(w.err)) == len(w.assigned())
             for w in (owner, standby)
         )
@@ -135,10 +140,10 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     # read when the group moved the partitions (nothing, normally: the killed owner was
     # idle, and the copies read on until the takeover). Without copies, the whole
     # changelog of the killed owner's partitions, about KEYS / 2 records, would replay.
-    # Both tables count per partition; a rocksdb:// partition this worker owned before
-    # the rebalance comes from its own local state, as far as its copy.
-    assert from_local + from_standby == 2 * len(partitions), line[0]
-    assert from_standby >= 4 and from_local <= 2, line[0]
+    # Every table counts per partition; a rocksdb:// partition this worker owned before
+    # the rebalance comes from its own local state, as far as its copy (two tables).
+    assert from_local + from_standby == TABLES * len(partitions), line[0]
+    assert from_standby >= 2 * TABLES and from_local <= 4, line[0]
     assert replayed < KEYS // 10, line[0]
 
     more = await produce(client, KEYS - 100, 200)  # 100 keys again, 100 new ones
@@ -150,3 +155,12 @@ async def test_a_standby_takes_over_a_killed_owner_replaying_only_the_gap(
     for changelog in CHANGELOGS:
         table = latest_by_key(await client.read(changelog, PARTITIONS))
         assert table == want, (changelog, sum(1 for k in want if table.get(k) != want[k]))
+    # Every window of a second up to k19999 closed (k20000.. opened the next), each key
+    # counted once, the 100 sent again twice: those open at the kill were taken warm.
+    results: dict[tuple[str, int], int] = {}
+    for m in await client.read("tally-windows", PARTITIONS):
+        result = msgspec.json.decode(m.value or b"", type=WindowResult)
+        results[(str(result.key), result.start)] = int(str(result.value))
+    closed = {(f"k{i}", i // 1000 * 1000): 1 for i in range(KEYS)}
+    closed |= {(f"k{i}", i // 1000 * 1000): 2 for i in range(KEYS - 100, KEYS)}
+    assert results == closed, sum(1 for k in closed if results.get(k) != closed[k])

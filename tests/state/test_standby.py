@@ -5,6 +5,7 @@ changelog its copy had not read (the gap), with the same state as a full replay.
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from flowkit.runtime.tables.keeper import StateKeeper
 from flowkit.runtime.web.status import status
 from flowkit.testing import FakeClock, TestDriver
 from flowkit.transports import MemoryBroker, MemoryTransport
+from flowkit.windows import Window
 from tests.state.test_table_stores import snapshot_files
 
 
@@ -188,10 +190,10 @@ async def test_workers_hand_partitions_over_warm_and_counts_stay_exact(
         assert a.worker.state.standbys.partitions() == 0
 
 
-async def test_a_rebalance_passes_over_the_stores_that_have_no_standby() -> None:
-    """Only plain tables have standby copies: a worker with a stream-stream join and a
-    windowed table beside one gives partitions up and takes them back (a join's store
-    once stopped the worker there with AttributeError)."""
+async def test_a_rebalance_passes_over_every_kind_of_store() -> None:
+    """A worker with a stream-stream join and a windowed table beside a plain one gives
+    partitions up and takes them back (a join's store once stopped the worker there with
+    AttributeError)."""
     broker = MemoryBroker()
     app, orders, totals = counting_app(1)
     refunds = app.topic("refunds", value_type=Order)
@@ -223,6 +225,96 @@ async def test_a_rebalance_passes_over_the_stores_that_have_no_standby() -> None
         assert a.worker.error is None
         assert a.store(totals).held() == {0, 1}
         assert sum(v for _, v in a.store(totals).items()) == 20
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_workers_trade_window_and_join_partitions_warm_and_windows_stay_exact(
+    store: str, tmp_path: Path
+) -> None:
+    broker = MemoryBroker()
+    app = flowkit.App("shop", partitions=2, standby_replicas=1, store=store)
+    orders = app.topic("orders", value_type=Order)
+    refunds = app.topic("refunds", value_type=Order)
+    per_window = app.table("per-window", default=int).tumbling(
+        10.0, grace=0, expires=600.0, idle_timeout=None
+    )
+    visits = app.table("visits", default=int).session(
+        30.0, grace=0, expires=600.0, combine=operator.add, idle_timeout=None
+    )
+    recent = app.table("recent", default=int).sliding(
+        10.0, grace=0, combine=operator.add, idle_timeout=None
+    )
+    paid = app.join(orders, refunds, within=60.0, name="refunded")
+    matched: list[str] = []
+
+    @app.agent(orders)
+    async def count(stream: flowkit.Stream[Order]) -> None:
+        async for order in stream:
+            per_window[order.customer] += order.amount
+            visits.add(order.customer, order.amount)
+            recent.add(order.customer, order.amount)
+
+    @app.agent(paid)
+    async def match(stream: flowkit.Stream[flowkit.Joined]) -> None:
+        async for joined in stream:
+            matched.append(joined.left.customer)
+
+    customers = [f"c{k}" for k in range(12)]
+    sent: list[tuple[str, int]] = []  # (customer, time ms)
+    clock = [1_000_000]
+
+    async def feed(driver: TestDriver, rounds: int) -> None:
+        for _ in range(rounds):
+            for c in customers:
+                clock[0] += 700  # windows close as time goes on
+                sent.append((c, clock[0]))
+                await driver.send(orders, Order(c, 1), key=c, timestamp_ms=clock[0])
+        await driver.run_until_idle()
+
+    tables = (per_window, visits, recent, paid)
+    async with TestDriver(app, broker=broker, data_dir=tmp_path / "a") as a:
+        await feed(a, 3)
+        async with TestDriver(app, broker=broker, data_dir=tmp_path / "b") as b:
+            for _ in range(3):  # the group gives b one partition, a keeps the other
+                await a.run_until_idle()
+                await b.run_until_idle()
+            held = [d.store(per_window).held() for d in (a, b)]
+            assert held[0] and held[1] and not held[0] & held[1]
+            await feed(a, 4)
+            refunded = clock[0]
+            await b.send(refunds, Order("c3", 1), key="c3", timestamp_ms=refunded)
+            await b.run_until_idle()
+            await a.run_until_idle()
+            await wait_caught_up(a.worker.state)
+            # a follows b's partition of every table kind, as /status says.
+            assert status(a.worker)["standby"] == {"partitions": len(tables), "lag": 0}
+            read, warm = a.worker.state.recovery.done, a.worker.state.recovery.from_standby
+            await b.aclose()  # b leaves: a owns both again
+            for _ in range(3):
+                await a.run_until_idle()
+        assert all(a.store(t).held() == {0, 1} for t in tables)
+        # b's partitions came from a's copies, caught up: nothing left to replay (the
+        # figures of the "tables recovered" line: from_standby=4, records=0).
+        assert a.worker.state.recovery.from_standby - warm == len(tables)
+        assert a.worker.state.recovery.done == read
+        await feed(a, 2)
+        assert a.worker.state.standbys.partitions() == 0
+        for c in customers:
+            times = [t for k, t in sent if k == c]
+            want: dict[Window, int] = {}
+            for t in times:
+                w = Window(t - t % 10_000, t - t % 10_000 + 10_000)
+                want[w] = want.get(w, 0) + 1
+            assert a.store(per_window).windows(c) == want, c
+            assert a.store(recent).latest(c, times[-1]) == sum(
+                1 for t in times if times[-1] - 10_000 <= t
+            )
+            assert sum(a.store(visits).windows(c).values()) == len(times)
+        # The refund pairs with every order of its customer within 60 s, once (those after
+        # the takeover with the refund a's copy of the join's buffers held).
+        near = [t for k, t in sent if k == "c3" and abs(t - refunded) <= 60_000]
+        assert any(t > refunded for t in near)
+        assert matched == ["c3"] * len(near)
 
 
 def test_standby_replicas_other_than_0_or_1_are_refused_in_one_line() -> None:

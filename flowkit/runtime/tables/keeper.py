@@ -13,13 +13,15 @@ store always has one): each partition's state carries the changelog offset it re
 state that is not this partition's, or that the changelog does not reach (a new broker,
 a deleted topic), is dropped with one log line and the partition rebuilt from the start.
 
-With standby replicas (``flowkit.runtime.tables.standby``), a partition this worker followed
-while another owned it is taken warm: only the changelog after the copy's position
-replays. Global tables are loaded whole and followed (``flowkit.runtime.tables.globals``).
+With standby replicas (``flowkit.runtime.tables.standby``), a partition of any partitioned
+table (plain, windowed, session, sliding, a join's buffers) this worker followed while
+another owned it is taken warm: only the changelog after the copy's position replays.
+Global tables are loaded whole and followed (``flowkit.runtime.tables.globals``).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -44,7 +46,7 @@ from ...state.windowed.sliding_disk_store import DiskSlidingStore
 from ...transports import OutRecord, TopicSpec, Transport, read_to_end
 from .globals import GlobalTables
 from .recovery import RecoveryProgress
-from .standby import Standbys, Taken
+from .standby import OnDisk, Standbys, Taken
 from .windowing import Spawn, WindowedFlow
 
 __all__ = ["StateKeeper"]
@@ -64,9 +66,6 @@ Change = tuple[int, bytes, bytes | None]  # (partition, key, value or None)
 DEFAULT_DATA_DIR = "flowkit-data"
 """Where the ``rocksdb://`` store keeps its databases when no data directory is given
 (relative to the working directory)."""
-
-OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore, DiskSessionStore, DiskSlidingStore)
-"""The stores whose partitions are databases stamped with their changelog offset."""
 
 STANDBY_DIR = "standby"
 """Under the data directory: the standby copies of ``rocksdb://`` tables' partitions."""
@@ -128,9 +127,9 @@ class StateKeeper(WindowedFlow):
         self.start_windowing()
         self.recovery = RecoveryProgress()  # for metrics and the console
         self.changelog_written: dict[str, int] = {}  # records per table, for metrics
-        # Warm copies of the plain tables' partitions owned by other workers.
+        # Warm copies of the partitioned tables' partitions owned by other workers.
         replicas = app.standby_replicas if standby_replicas is None else standby_replicas
-        followed = [t for t in tables if isinstance(t, Table)] if replicas else []
+        followed = self.partitioned if replicas else []
         self.standbys = Standbys(
             transport,
             {t: self._new_store(app, t, standby=True) for t in followed},
@@ -139,30 +138,24 @@ class StateKeeper(WindowedFlow):
 
     def _new_store(self, app: App, table: Any, *, standby: bool = False) -> Any:
         on_disk = (getattr(table, "store_kind", None) or app.store) == "rocksdb://"
-        if on_disk and isinstance(table, StreamJoin):
-            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
-            return RocksJoinStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if on_disk and isinstance(table, SessionTable):
-            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
-            return DiskSessionStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if on_disk and isinstance(table, SlidingTable):
-            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
-            return DiskSlidingStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if on_disk and isinstance(table, WindowedTable) and not isinstance(table, SlidingTable):
-            # Tumbling and hopping windows.
-            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
-            return DiskWindowedStore(table, self.now_ms, data_dir=data_dir, broker=self.broker)
-        if isinstance(table, Table) and on_disk:
-            data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
-            if standby:  # copies beside the owned partitions, never in their place
-                return RocksTableStore(
-                    table,
-                    data_dir=data_dir / STANDBY_DIR,
-                    broker=self.broker,
-                    now_ms=self.now_ms,
-                    lock_tries=1,  # held by another process here: that one has the copy
-                )
-            return RocksTableStore(table, data_dir=data_dir, broker=self.broker, now_ms=self.now_ms)
+        if not on_disk:
+            return table.new_store(self.now_ms)
+        data_dir = (self.data_dir or Path(DEFAULT_DATA_DIR)).absolute()
+        # A standby copy lives beside the owned partitions, never in their place; one
+        # another process here holds is not waited for: that process has the copy.
+        where: dict[str, Any] = {"data_dir": data_dir, "broker": self.broker}
+        if standby:
+            where = {"data_dir": data_dir / STANDBY_DIR, "broker": self.broker, "lock_tries": 1}
+        if isinstance(table, StreamJoin):
+            return RocksJoinStore(table, self.now_ms, **where)
+        if isinstance(table, SessionTable):
+            return DiskSessionStore(table, self.now_ms, **where)
+        if isinstance(table, SlidingTable):
+            return DiskSlidingStore(table, self.now_ms, **where)
+        if isinstance(table, WindowedTable):  # tumbling and hopping windows
+            return DiskWindowedStore(table, self.now_ms, **where)
+        if isinstance(table, Table):
+            return RocksTableStore(table, now_ms=self.now_ms, **where)
         return table.new_store(self.now_ms)
 
     def _local(self, store: Any) -> bool:
@@ -295,38 +288,45 @@ class StateKeeper(WindowedFlow):
     def _take_standby(self, store: Any, partition: int) -> int | None:
         """The changelog offset of the standby copy of ``partition``, now the store's
         state, or None: no copy (or, on disk, none newer than the owner's own state)."""
-        if not self._standing_by(store):
+        if store.table not in self.standbys.stores:
             return None
-        taken = self.standbys.take(store.table, partition)
+        on_disk = isinstance(store, OnDisk)
+        taken = self.standbys.take(store.table, partition, into=None if on_disk else store)
         if taken is None:
             return None
-        data, offset, refused = taken
+        offset, refused = taken
         store.rejected.extend(refused)  # dead-lettered after the gap, as a replay would
-        if isinstance(store, RocksTableStore):
-            copy = self.standbys.stores[store.table]
-            assert isinstance(copy, RocksTableStore)
+        if on_disk:
             own = store.local_offset(partition)
             if own is not None and own >= offset:
                 return None  # this worker's own local state is as far: it is used
-            store.replace(partition, copy.path(partition))
+            self._move_copy(store, partition)
             found = store.local_offset(partition)  # the stamp, checked as on any open
             if found is None:
                 return None
             offset = found
-        else:
-            store.adopt(partition, data or {})
         self.offsets[(store.table, partition)] = offset
         return offset
+
+    def _move_copy(self, store: Any, partition: int) -> None:
+        """Make the closed standby copy of ``partition`` (a database stamped for it) the
+        state of ``partition`` in ``store``: moved, not copied; opened as on assignment."""
+        source = self.standbys.stores[store.table].path(partition)
+        store.revoke([partition])
+        target = store.path(partition)
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
+        store.assign([partition])
 
     def _place_standbys(self, store: Any, partitions: Sequence[int]) -> dict[int, Taken]:
         """Move the ``rocksdb://`` standby copies of those ``partitions`` this worker keeps
         no local state of into their place, before the partitions are opened (side by side):
         each is opened once, as the owner's database."""
         placed: dict[int, Taken] = {}
-        if not isinstance(store, RocksTableStore) or not self._standing_by(store):
+        if not isinstance(store, OnDisk) or store.table not in self.standbys.stores:
             return placed
         copy = self.standbys.stores[store.table]
-        assert isinstance(copy, RocksTableStore)
         for p in partitions:
             target, source = store.path(p), copy.path(p)
             if target.exists():
@@ -343,7 +343,7 @@ class StateKeeper(WindowedFlow):
     def _placed(self, store: Any, partition: int, taken: Taken) -> int | None:
         """The changelog offset of a standby copy ``_place_standbys`` moved into place, as
         its stamp says once opened (None: it did not open, and was rebuilt empty)."""
-        store.rejected.extend(taken[2])  # dead-lettered after the gap, as a replay would
+        store.rejected.extend(taken[1])  # dead-lettered after the gap, as a replay would
         offset: int | None = store.local_offset(partition)
         if offset is not None:
             self.offsets[(store.table, partition)] = offset
@@ -437,25 +437,19 @@ class StateKeeper(WindowedFlow):
                 self.offsets.pop((table, p), None)
         self._stand_by()
 
-    def _standing_by(self, store: Any) -> bool:
-        # Only plain tables have standby copies (a join's or a window's store has none,
-        # on either store: a join's partition taken over replays its changelog, or the
-        # tail after its own local state).
-        return isinstance(store, TableStore | RocksTableStore) and (
-            store.table in self.standbys.stores
-        )
-
     def _keep_standby(self, store: Any, partitions: Iterable[int]) -> None:
         # As for a snapshot: only a partition with nothing changed since its checkpoint
-        # is exactly the changelog up to the offset; another one is followed from scratch.
-        if not self._standing_by(store):
+        # is exactly the changelog up to the offset; another one is followed from scratch
+        # (as is a windowed table's or a join's in memory: its live objects are not what
+        # a replay builds, whatever the offset).
+        if store.table not in self.standbys.stores:
             return
-        if isinstance(store, RocksTableStore):  # its database, as written at the checkpoint
+        if isinstance(store, OnDisk):  # its database, as written at the checkpoint
             for p in partitions:
                 if p in store.held():
                     self.standbys.keep_database(store, p)
             return
-        if self._ahead:
+        if self._ahead or not isinstance(store, TableStore):
             return  # a failed checkpoint's changes are in the dicts, not in the changelog
         for p in partitions:
             offset = self.offsets.get((store.table, p))

@@ -1,20 +1,24 @@
 """Standby replicas: warm copies of the table partitions this worker does not own.
 
 With ``App(standby_replicas=1)`` a worker follows the changelogs of every partition of
-its plain tables that the group did not give it, with a consumer of its own (no group,
-partitions assigned by hand), and applies them to stores of its own. When the group
-gives it one of those partitions, ``StateKeeper.recover`` takes the warm copy (``take``)
-and replays only the changelog after the copy's position: the gap.
+its partitioned tables (plain, windowed, session and sliding tables, and joins' buffers)
+that the group did not give it, with a consumer of its own (no group, partitions
+assigned by hand), and applies them to a store of its own per table, of the table's kind
+and store: the same ``apply_changelog`` a recovery runs. When the group gives it one of
+those partitions, ``StateKeeper.recover`` takes the warm copy (``take``) and replays only
+the changelog after the copy's position: the gap.
 
-A memory-store table's copy is a dict; a partition this worker gives up is kept as a
-standby from the state it had (``keep``), so a rebalance that moves every partition away
-and back replays nothing again. A ``rocksdb://`` table's copy is a database of its own,
-under ``<data_dir>/standby/``, stamped with its changelog offset as the owner's is (each
-batch applied writes both atomically): a copy outlives a restart of the worker and is
-followed on from its stamp; a partition given up is followed from a checkpoint of its
-database (``keep_database``), and a takeover moves the copy's directory into the owner's
-place, unless the owner's own local state is as far. A copy that another process on this
-machine holds (workers sharing a data directory) is not kept: that process has it.
+A memory-store copy's state moves into the owner's store (``hand_over``: the objects,
+not a copy of them). A plain table's partition this worker gives up is kept as a standby
+from the state it had (``keep``), so a rebalance that moves every partition away and back
+replays nothing again; a windowed table's or a join's is followed from the changelog's
+start. A ``rocksdb://`` copy is a database of its own, under ``<data_dir>/standby/``,
+stamped with its changelog offset as the owner's is (each batch applied writes both
+atomically): a copy outlives a restart of the worker and is followed on from its stamp;
+a partition given up is followed from a checkpoint of its database (``keep_database``),
+and a takeover moves the copy's directory into the owner's place, unless the owner's own
+local state is as far. A copy that another process on this machine holds (workers
+sharing a data directory) is not kept: that process has it.
 
 The rule is every partition not owned, not ``n`` copies spread over the group: the
 group's membership is not known to a worker, and with a handful of workers each one
@@ -36,20 +40,29 @@ import structlog
 
 from ...errors import ConfigurationError
 from ...records import Message, TopicPartition
-from ...state import Table, TableStore
+from ...state import TableStore
+from ...state.joins.rocks import RocksJoinStore
 from ...state.rocks import RocksTableStore
+from ...state.windowed.disk_store import DiskWindowedStore
+from ...state.windowed.session_disk_store import DiskSessionStore
+from ...state.windowed.sliding_disk_store import DiskSlidingStore
 from ...transports import Consumer, Transport
 
-__all__ = ["Standbys", "Taken"]
+__all__ = ["OnDisk", "Standbys", "Taken"]
 
 log = structlog.get_logger(__name__)
 
-Taken = tuple[dict[Any, Any] | None, int, list[tuple[Message, Exception]]]
-"""A warm copy handed over: the partition's dict (None for a ``rocksdb://`` copy, closed,
-at ``RocksTableStore.path``), the changelog offset it reflects, and the changelog records
+OnDisk = (RocksTableStore, RocksJoinStore, DiskWindowedStore, DiskSessionStore, DiskSlidingStore)
+"""The stores whose partitions are databases stamped with their changelog offset."""
+
+Taken = tuple[int, list[tuple[Message, Exception]]]
+"""A warm copy handed over: the changelog offset it reflects, and the changelog records
 it refused (the new owner dead-letters them, as a replay would)."""
 
-Store = TableStore[Any, Any] | RocksTableStore[Any, Any]
+Store = Any
+"""A partitioned table's store, of any kind (``assign``, ``revoke``, ``reset``,
+``apply_changelog``, ``rejected``; on disk, ``path``, ``local_offset``, ``checkpoint``;
+in memory, ``hand_over``)."""
 
 _POLL = 0.2  # seconds a fetch waits when the changelogs are quiet
 _MAX_RECORDS = 10_000
@@ -61,13 +74,13 @@ class Standbys:
     def __init__(
         self,
         transport: Transport,
-        stores: Mapping[Table[Any, Any], Store],
+        stores: Mapping[Any, Store],
         *,
         client_id: str,
     ) -> None:
         self.transport = transport
         self.client_id = client_id
-        self.stores: dict[Table[Any, Any], Store] = dict(stores)
+        self.stores: dict[Any, Store] = dict(stores)  # per table declaration: its copy
         self._by_topic = {t.changelog_topic: self.stores[t] for t in self.stores}
         # Per followed changelog partition: the offset of the next record to apply.
         self.positions: dict[TopicPartition, int] = {}
@@ -79,7 +92,7 @@ class Standbys:
     def __bool__(self) -> bool:
         return bool(self.stores)
 
-    def follow(self, owned: Mapping[Table[Any, Any], set[int]]) -> None:
+    def follow(self, owned: Mapping[Any, set[int]]) -> None:
         """Follow every partition of the tables except ``owned`` ones (per table)."""
         wanted: set[TopicPartition] = set()
         for table in self.stores:
@@ -101,13 +114,13 @@ class Standbys:
                 )
                 continue
             # A rocksdb:// copy resumes from the offset stamped on it.
-            at = store.local_offset(tp.partition) if isinstance(store, RocksTableStore) else None
+            at = store.local_offset(tp.partition) if isinstance(store, OnDisk) else None
             self.positions[tp] = at or 0
             self._seek.add(tp)
             self._behind = True
         self._changed.set()
 
-    def keep(self, table: Table[Any, Any], partition: int, data: dict[Any, Any], at: int) -> None:
+    def keep(self, table: Any, partition: int, data: dict[Any, Any], at: int) -> None:
         """Follow ``partition`` from ``data``, the state it had at changelog offset ``at``
         (a partition this worker gave up, everything it changed acknowledged)."""
         store = self.stores.get(table)
@@ -119,11 +132,12 @@ class Standbys:
         self._seek.add(tp)
         self._changed.set()
 
-    def keep_database(self, owner: RocksTableStore[Any, Any], partition: int) -> None:
-        """Follow ``partition`` from a checkpoint of ``owner``'s database, the state this
-        worker is giving up (still open; hard links, not a copy of the data)."""
+    def keep_database(self, owner: Store, partition: int) -> None:
+        """Follow ``partition`` from a checkpoint of ``owner``'s database (a store on
+        disk), the state this worker is giving up (still open; hard links, not a copy of
+        the data): what a restart would open, stamped with the offset it reflects."""
         copy = self.stores.get(owner.table)
-        if not isinstance(copy, RocksTableStore):
+        if not isinstance(copy, OnDisk):
             return
         try:
             copy.assign([partition])  # held by another process here: not copied
@@ -132,22 +146,30 @@ class Standbys:
         copy.revoke([partition])
         owner.checkpoint(partition, copy.path(partition))
 
-    def take(self, table: Table[Any, Any], partition: int) -> Taken | None:
-        """Hand the warm copy of ``partition`` over (this worker now owns it), or None."""
+    def take(self, table: Any, partition: int, into: Store | None = None) -> Taken | None:
+        """Hand the warm copy of ``partition`` over (this worker now owns it), or None:
+        none, or one that has read nothing (dropped). A memory store's copy moves into
+        ``into``, the owner's store; one on disk is closed, at ``path``, for the owner to
+        move."""
         tp = TopicPartition(table.changelog_topic, partition)
         store = self.stores.get(table)
         if store is None or tp not in self.positions:
             return None
-        # A rocksdb:// copy is closed (revoke, below): the new owner moves it.
-        data = (store.partition_data(partition) or {}) if isinstance(store, TableStore) else None
-        at = self.positions.pop(tp)
+        at = self.positions[tp]
+        if at == 0 and not isinstance(store, OnDisk):
+            self._drop(tp)  # nothing to hand over: the owner replays from the start
+            self._changed.set()
+            return None
+        del self.positions[tp]
         self._seek.discard(tp)
+        if into is not None and not isinstance(store, OnDisk):
+            store.hand_over(partition, into)
         store.revoke([partition])
         refused = [r for r in store.rejected if r[0].partition == partition]
         if refused:
             store.rejected = [r for r in store.rejected if r[0].partition != partition]
         self._changed.set()
-        return data, at, refused
+        return at, refused
 
     def _drop(self, tp: TopicPartition) -> None:
         store = self._by_topic[tp.topic]
@@ -159,7 +181,7 @@ class Standbys:
     def aclose(self) -> None:
         """Close the copies' databases (``rocksdb://`` tables): once ``run`` has ended."""
         for store in self.stores.values():
-            if isinstance(store, RocksTableStore):
+            if isinstance(store, OnDisk):
                 store.aclose()
 
     def lag(self) -> int | None:

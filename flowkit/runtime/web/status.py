@@ -108,8 +108,10 @@ def _tables(worker: Worker) -> dict[str, dict[str, Any]]:
                 "watermark": min(marks) if marks else None,
                 "closed_windows": store.closed_windows,
             }
-        else:
+        elif hasattr(store, "__len__"):
             out[table.name] = {"keys": len(store)}
+        else:  # a join's buffers: records, not keys
+            out[table.name] = {}
     return out
 
 

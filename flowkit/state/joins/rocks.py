@@ -27,7 +27,7 @@ import msgspec
 import structlog
 
 from ...records import Message
-from ..databases import LOCK_TRIES, STAMP, open_database
+from ..databases import LOCK_TRIES, STAMP, open_database, write_checkpoint
 from ..local import Stamp, partition_dir
 from ..memtables import flush_if_due
 from .disk import DiskJoinStore
@@ -75,7 +75,6 @@ class RocksJoinStore(DiskJoinStore):
         buckets: int = BUCKETS,
     ) -> None:
         super().__init__(join, now_ms, buckets=buckets)
-        self.table = join  # what the worker's state keeper calls a store's declaration
         self.data_dir = data_dir
         self.broker = broker
         self.lock_tries = lock_tries
@@ -153,6 +152,11 @@ class RocksJoinStore(DiskJoinStore):
         self.revoke([partition])
         shutil.rmtree(self.path(partition), ignore_errors=True)
         self.assign([partition])
+
+    def checkpoint(self, partition: int, dest: Path) -> None:
+        """Write a copy of ``partition``'s database, as on disk now (stamp included), to
+        ``dest``: RocksDB's checkpoint, hard links to the same files where it can."""
+        write_checkpoint(self._rocksdict, self.parts[partition].db, dest)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""

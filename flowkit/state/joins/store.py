@@ -142,6 +142,7 @@ class JoinStore(FutureGuard):
     def __init__(self, join: StreamJoin, now_ms: Callable[[], int]) -> None:
         super().__init__(join.max_future_ms, now_ms=now_ms, owner=f"join {join.name!r}")
         self.join = join
+        self.table = join  # what the worker's state keeper calls a store's declaration
         self.parts: dict[int, JoinPart] = {}
         self.late_records = 0
         # Changelog records that are not this join's: the worker dead-letters them.
@@ -416,6 +417,16 @@ class JoinStore(FutureGuard):
     def held(self) -> set[int]:
         """Partitions this worker holds."""
         return set(self.parts)
+
+    def hand_over(self, partition: int, to: JoinStore) -> None:
+        """Move ``partition``'s buffers to ``to``, a store of the same join: a standby
+        copy becomes the owner's state (the objects, not a copy of them)."""
+        to.parts[partition] = self.parts.pop(partition)
+
+    def reset(self, partition: int) -> None:
+        """Forget ``partition``'s buffers (they are rebuilt from the changelog)."""
+        self.revoke([partition])
+        self.assign([partition])
 
     def drain_changes(self) -> list[tuple[int, bytes, bytes | None]]:
         """Changelog records since the last drain: (partition, key, value or None)."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..databases import open_rocksdict
+from ..databases import open_rocksdict, write_checkpoint
 from ..local import Stamp, partition_dir
 
 __all__ = ["PartitionDatabases"]
@@ -49,6 +49,11 @@ class PartitionDatabases:
     def path(self, partition: int) -> Path:
         """The directory of ``partition``'s database."""
         return partition_dir(self.data_dir, self.table.app_name, self.table.name, partition)
+
+    def checkpoint(self, partition: int, dest: Path) -> None:
+        """Write a copy of ``partition``'s database, as on disk now (stamp included), to
+        ``dest``: RocksDB's checkpoint, hard links to the same files where it can."""
+        write_checkpoint(self._rocksdict, self._disks[partition].db, dest)
 
     def close_disks(self, partitions: Iterable[int]) -> None:
         """Close these partitions' databases (after the final checkpoint wrote them)."""

@@ -12,6 +12,7 @@ here, for tumbling, hopping and session tables alike:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -407,6 +408,23 @@ class TwoStages(Sources[P]):
     def held(self) -> set[int]:
         """Partitions this worker holds."""
         return set(self.parts)
+
+    def hand_over(self, partition: int, to: TwoStages[P]) -> None:
+        """Move ``partition``'s state, both stages, to ``to``, a store of the same table:
+        a standby copy becomes the owner's state (the objects, not a copy of them)."""
+        to.parts[partition] = self.parts.pop(partition)
+        to.owners.owners[partition] = self.owners.owners.pop(partition)
+        # Heaps order entries of one time by a counter: the taker's goes on after the
+        # giver's, so what it adds sorts after what came, as in one store's replay.
+        for giver, taker in ((self, to), (self.owners, to.owners)):
+            mine, theirs = getattr(giver, "_n", None), getattr(taker, "_n", None)
+            if mine is not None and theirs is not None:
+                setattr(taker, "_n", itertools.count(max(next(mine), next(theirs))))  # noqa: B010
+
+    def reset(self, partition: int) -> None:
+        """Forget ``partition``'s state, both stages (it is rebuilt from the changelog)."""
+        self.revoke([partition])
+        self.assign([partition])
 
     def receive(self, q: int, messages: Sequence[Message]) -> list[Emission]:
         """What arrived at owner partition ``q``; the windows that closed there."""
