@@ -59,6 +59,21 @@ def test_the_time_orders_match_a_model(rocksdict: Any, tmp_path: Path) -> None:
     # An entry dropped (a record deleted by the changelog) is not due, whether it is in
     # the layers or on disk.
     @example(ops=[("add", CLOSING, 3), ("drop", CLOSING, 3), ("take", CLOSING, 5)])
+    # Added and taken between two drains: nothing to write. Added again while on disk:
+    # taking it must still delete the disk's copy.
+    @example(ops=[("add", CLOSING, 3), ("take", CLOSING, 5), ("drain",), ("persist",)])
+    @example(
+        ops=[
+            ("add", CLOSING, 3),
+            ("drain",),
+            ("persist",),
+            ("add", CLOSING, 3),
+            ("take", CLOSING, 5),
+            ("drain",),
+            ("persist",),
+            ("reopen",),
+        ]
+    )
     @example(
         ops=[
             ("add", EXPIRING, 3),
@@ -111,6 +126,10 @@ def test_the_time_orders_match_a_model(rocksdict: Any, tmp_path: Path) -> None:
                     disk = SlidingDisk(rocksdict, open_db(rocksdict, path), stamp)
                     live = set(persisted)
                     pending, draining = [], []
+                # An entry added and gone again since the last drain is in no layer: no
+                # tombstone is written for what neither the disk nor the drained layer has.
+                below = persisted | {e for what, e in draining if what == "add"}
+                assert {k for k, v in disk.pending.items() if v is None} <= below
             for prefix in (CLOSING, EXPIRING):
                 assert disk.take_due(prefix, 10**6) == sorted(e for e in live if e[:1] == prefix)
         finally:

@@ -24,7 +24,7 @@ from ..databases import LOCK_TRIES
 from . import sliding_disk
 from .disk_mirrored import MirroredStages
 from .sliding_disk import SlidingDisk
-from .sliding_disk_owner import DiskRecords, DiskSlidingOwners
+from .sliding_disk_owner import DiskSlidingOwner, DiskSlidingOwners
 from .sliding_owner import SlidingOwners
 from .sliding_source import SlidingSource
 from .sliding_store import SlidingStore
@@ -76,9 +76,9 @@ class DiskSlidingStore(MirroredStages, SlidingStore):
     # -- the changelog --------------------------------------------------------------------
 
     def flush_owner(self, partition: int) -> None:
-        """Hand the owner's records changed since the last drain to the database's layers."""
+        """Hand the owner's records changed since the last drain, and the windows of the
+        records added since, to the database's layers."""
         owner = self.owners.owners.get(partition)
         if owner is not None:
-            records = owner.records
-            assert isinstance(records, DiskRecords)
-            records.flush()
+            assert isinstance(owner, DiskSlidingOwner)
+            owner.flush()
