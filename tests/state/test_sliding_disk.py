@@ -258,6 +258,7 @@ async def test_memory_holds_only_the_keys_touched_since_the_last_checkpoint(
         assert isinstance(records, DiskRecords)
         assert (records.cache, records.changed, owner.dirty) == ({}, set(), set())
         assert (owner.closing, owner.expiring, len(records)) == ([], [], 200)
+        assert owner.young == []  # the windows of the records added: on disk now
         disk = owner.disk
         assert (disk.pending, disk.draining) == ({}, {})
         # Records that close no window (stream time stays): the owner reads and holds
@@ -265,5 +266,10 @@ async def test_memory_holds_only_the_keys_touched_since_the_last_checkpoint(
         await feed(driver, hits, [("u7", base + 50, [7]), ("new", base + 60, [8])])
         assert records.changed == set(records.cache) == {"u7", "new"}
         assert len(records) == 201
+        # (Their own windows closed already: only those just after them are to come.)
+        assert sorted((e[4], e[0] - e[1]) for e in owner.young) == [
+            ("new", SIZE + 1),
+            ("u7", SIZE + 1),
+        ]
         await driver.worker.checkpoint()
-        assert (records.cache, disk.pending, disk.draining) == ({}, {}, {})
+        assert (records.cache, disk.pending, disk.draining, owner.young) == ({}, {}, {}, [])
