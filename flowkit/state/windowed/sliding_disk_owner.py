@@ -121,7 +121,7 @@ class DiskSlidingOwner(SlidingOwner):
     the windows of the records added since the last checkpoint (its ``closing`` and
     ``expiring`` stay empty)."""
 
-    __slots__ = ("disk", "young")
+    __slots__ = ("disk", "young", "young_expiring")
 
     def __init__(self, sources: int, disk: SlidingDisk) -> None:
         super().__init__(sources)
@@ -130,13 +130,18 @@ class DiskSlidingOwner(SlidingOwner):
         # (end, record time, key as JSON, n, key), a heap in the disk's close order: the
         # windows of the records added since the last checkpoint, not on disk yet.
         self.young: list[tuple[int, int, bytes, int, Any]] = []
+        # (when, key as JSON, n, key): the expiry entries added since then, likewise.
+        self.young_expiring: list[tuple[int, bytes, int, Any]] = []
 
     def flush(self) -> None:
-        """Hand the records changed, and the young windows, to the disk's layers."""
+        """Hand the records changed, and the young entries, to the disk's layers."""
         disk = self.disk
         for end, ts, kj, _, _ in self.young:
             disk.add_due(CLOSING + at(end) + at(ts) + kj)
+        for when, kj, _, _ in self.young_expiring:
+            disk.add_due(EXPIRING + at(when) + kj)
         self.young = []
+        self.young_expiring = []
         cast(DiskRecords, self.records).flush()
 
 
@@ -157,14 +162,14 @@ class DiskSlidingOwners(SlidingOwners):
 
     def _insert(self, owner: SlidingOwner, key: Any, ts: int, amount: Any) -> None:
         records_of = _records(owner)
-        disk = _disk(owner)
+        held = cast(DiskSlidingOwner, owner)
         kj = _encode(key)
         records = records_of.cache.get(key, _MISSING)  # (read since the checkpoint)
         if records is _MISSING:
             records = records_of.get(key)
         if records is None:
             records = records_of[key] = []
-            disk.add_due(EXPIRING + at(ts + self.keep) + kj)
+            heapq.heappush(held.young_expiring, (ts + self.keep, kj, next(self._n), key))
         records_of.changed.add(key)
         owner.dirty.add((key, ts))
         if not records or records[-1][0] < ts:  # the common case: time moves forward
@@ -177,12 +182,11 @@ class DiskSlidingOwners(SlidingOwners):
             records.insert(i, [ts, amount])
         close_time = owner.close_time
         # Only windows still open: one that ends before the close time is never created.
-        young = cast(DiskSlidingOwner, owner).young
         if ts >= close_time:
-            heapq.heappush(young, (ts, ts, kj, next(self._n), key))
+            heapq.heappush(held.young, (ts, ts, kj, next(self._n), key))
         end = ts + 1 + self.size
         if end >= close_time:
-            heapq.heappush(young, (end, ts, kj, next(self._n), key))
+            heapq.heappush(held.young, (end, ts, kj, next(self._n), key))
 
     def _close(self, owner: SlidingOwner, out: list[Emission]) -> None:
         close_time = owner.close_time
@@ -216,9 +220,15 @@ class DiskSlidingOwners(SlidingOwners):
             out.append((key, Window(start, end), fold(records, start, end, combine)))
             self.closed_windows += 1
         keep = self.keep
+        young_expiring = cast(DiskSlidingOwner, owner).young_expiring
+        expired: list[tuple[bytes, Any]] = []
+        while young_expiring and young_expiring[0][0] < close_time:
+            _, kj, _, key = heapq.heappop(young_expiring)
+            expired.append((kj, key))
         for entry in disk.take_due(EXPIRING, close_time):
             kj = entry[9:]
-            key = wire.key_from_json(_decode(kj))
+            expired.append((kj, wire.key_from_json(_decode(kj))))
+        for kj, key in expired:
             records = records_of.get(key)
             if records is None:
                 continue
@@ -228,7 +238,7 @@ class DiskSlidingOwners(SlidingOwners):
                 del records[:gone]
                 records_of.changed.add(key)
             if records:
-                disk.add_due(EXPIRING + at(records[0][0] + keep) + kj)
+                heapq.heappush(young_expiring, (records[0][0] + keep, kj, next(self._n), key))
             else:
                 del records_of[key]
 
