@@ -35,12 +35,6 @@ import argparse
 import asyncio
 import bisect
 import heapq
-import random
-import resource
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from operator import itemgetter
 from pathlib import Path
@@ -50,40 +44,24 @@ import msgspec
 
 import flowkit
 from benchmarks.callgrind import compare
+from benchmarks.clicks import (
+    PARTITIONS,
+    USERS,
+    Click,
+    Data,
+    Result,
+    data_set,
+    loaded_broker,
+    rss_of,
+    rss_pair,
+    run_on,
+)
 from benchmarks.rounds import against_hand_written
-from benchmarks.window_keys import forget_changelog
 from benchmarks.ysb import Seconds
 from flowkit.logs import configure_logging
-from flowkit.partitioning import partition_for_key
-from flowkit.transports import MemoryBroker, MemoryTransport
+from flowkit.transports import MemoryBroker
 
-START_MS = 1_700_000_000_000
-PARTITIONS = 4
-USERS = 5000
 SIZE_MS, GRACE_MS = 60_000, 10_000
-Data = list[tuple[int, bytes, bytes, int]]  # (partition, key, value, timestamp)
-Result = list[tuple[str, int, int, int]]  # (user, start, end, clicks), sorted
-
-
-class Click(msgspec.Struct):
-    user: str
-    t: int
-
-
-def data_set(n: int, n_users: int = USERS) -> Data:
-    rng = random.Random(7)
-    enc = msgspec.json.Encoder()
-    users = [f"user-{i}" for i in range(n_users)]
-    weights = [1.0 / (1 + i % 50) for i in range(n_users)]  # some users click far more
-    out: Data = []
-    for i, user in enumerate(rng.choices(users, weights, k=n)):
-        ts = START_MS + i * 10 - rng.randrange(200)
-        key = user.encode()
-        out.append((partition_for_key(key, PARTITIONS), key, enc.encode(Click(user, ts)), ts))
-    end = START_MS + n * 10 + 3_600_000
-    for p in range(PARTITIONS):  # far ahead: every window closes
-        out.append((p, b"", enc.encode(Click("", end)), end))
-    return out
 
 
 def sliding(records: list[tuple[bytes, int]]) -> Result:
@@ -198,87 +176,11 @@ def make_app(
     return app
 
 
-async def loaded_broker(data: Data) -> MemoryBroker:
-    broker = MemoryBroker(retention_records=None)
-    broker.create_topic("clicks", PARTITIONS)
-    producer = MemoryTransport(broker).producer()
-    for p, key, raw, ts in data:
-        await producer.send("clicks", raw, key=key, partition=p, timestamp_ms=ts)
-    return broker
-
-
-async def with_flowkit(data: Data, store: str = "memory") -> tuple[Seconds, Result, Seconds]:
-    broker = await loaded_broker(data)
-    closed: Result = []
-    data_dir = Path(tempfile.mkdtemp(prefix="slidingbench-")) if store == "rocksdb" else None
-    try:
-        elapsed = await run_worker(make_app(closed, data_dir), broker, len(data))
-    finally:
-        if data_dir is not None:
-            shutil.rmtree(data_dir, ignore_errors=True)
-    return elapsed, sorted(closed), hand_written_over_logs(broker)
-
-
-async def run_worker(app: flowkit.App, broker: MemoryBroker, n: int) -> Seconds:
-    start, cpu = time.perf_counter(), time.process_time()
-    worker = flowkit.Worker(app, transport=MemoryTransport(broker))
-    async with worker:
-        # Polling the worker is the point: it says when every record is processed.
-        while worker.records_in < n or not worker.is_idle():  # noqa: ASYNC110
-            await asyncio.sleep(0.001)
-    return Seconds(time.perf_counter() - start, time.process_time() - cpu)
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-class _Count(list[Any]):
-    """Counts the windows closed, keeping none (their list is not the worker's state)."""
-
-    n = 0
-
-    def append(self, item: Any) -> None:
-        self.n += 1
-
-
-async def rss_of(data: Data, store: str, expires: float | None) -> None:
-    """One run on ``store``: prints the peak RSS's growth over the loaded broker (MB),
-    the run's seconds and its windows (``--part rss``, in a process of its own)."""
-    broker = await loaded_broker(data)
-    before = _rss_mb()
-    closed = _Count()
-    data_dir = Path(tempfile.mkdtemp(prefix="slidingbench-")) if store == "rocksdb" else None
-    app = make_app(closed, data_dir, expires)
-    forget_changelog(broker, "slidingbench-recent-changelog")
-    try:
-        elapsed = await run_worker(app, broker, len(data))
-    finally:
-        if data_dir is not None:
-            shutil.rmtree(data_dir, ignore_errors=True)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{peak - before:.1f} {float(elapsed):.3f} {closed.n}")
-
-
-def rss_pair(args: argparse.Namespace) -> None:
-    """Each store's peak RSS growth and seconds, each in a process of its own."""
-    out = {}
-    for store in ("memory", "rocksdb"):
-        command = [sys.executable, "-m", "benchmarks.sliding", "--part", "rss"]
-        command += ["--store", store, "--clicks", str(args.clicks), "--users", str(args.users)]
-        if args.expires is not None:
-            command += ["--expires", str(args.expires)]
-        grew, wall, windows = subprocess.run(
-            command, capture_output=True, text=True, check=True
-        ).stdout.split()
-        out[store] = float(grew), float(wall)
-        print(
-            f"  {store:<8} peak RSS +{float(grew):>7,.0f} MB over the loaded broker, "
-            f"{float(wall):.2f} s, {int(windows):,} windows"
-        )
-    (mem, mem_s), (disk, disk_s) = out["memory"], out["rocksdb"]
-    print(f"rocksdb / memory: RSS growth {disk / mem:.2f}, seconds {disk_s / mem_s:.2f}")
+async def with_flowkit(
+    data: Data, store: str = "memory", expires: float | None = None
+) -> tuple[Seconds, Result, Seconds]:
+    elapsed, closed, broker = await run_on(data, make_app, store, expires)
+    return elapsed, closed, hand_written_over_logs(broker)
 
 
 def main() -> None:
@@ -307,11 +209,19 @@ def main() -> None:
         return
     if args.rss:
         print(f"{args.clicks:,} clicks of {args.users:,} users, expires {args.expires} s")
-        rss_pair(args)
+        rss_pair("benchmarks.sliding", args, "windows")
         return
     data = data_set(args.clicks, args.users)
     if args.part == "rss":
-        asyncio.run(rss_of(data, args.store or "memory", args.expires))
+        asyncio.run(
+            rss_of(
+                data,
+                make_app,
+                "slidingbench-recent-changelog",
+                args.store or "memory",
+                args.expires,
+            )
+        )
         return
     if args.part:
         # The broker is loaded in every part, so the differences are the loops alone.

@@ -59,6 +59,21 @@ def test_the_time_orders_match_a_model(rocksdict: Any, tmp_path: Path) -> None:
     # An entry dropped (a record deleted by the changelog) is not due, whether it is in
     # the layers or on disk.
     @example(ops=[("add", CLOSING, 3), ("drop", CLOSING, 3), ("take", CLOSING, 5)])
+    # Added and taken between two drains: nothing to write. Added again while on disk:
+    # taking it must still delete the disk's copy.
+    @example(ops=[("add", CLOSING, 3), ("take", CLOSING, 5), ("drain",), ("persist",)])
+    @example(
+        ops=[
+            ("add", CLOSING, 3),
+            ("drain",),
+            ("persist",),
+            ("add", CLOSING, 3),
+            ("take", CLOSING, 5),
+            ("drain",),
+            ("persist",),
+            ("reopen",),
+        ]
+    )
     @example(
         ops=[
             ("add", EXPIRING, 3),
@@ -111,6 +126,10 @@ def test_the_time_orders_match_a_model(rocksdict: Any, tmp_path: Path) -> None:
                     disk = SlidingDisk(rocksdict, open_db(rocksdict, path), stamp)
                     live = set(persisted)
                     pending, draining = [], []
+                # An entry added and gone again since the last drain is in no layer: no
+                # tombstone is written for what neither the disk nor the drained layer has.
+                below = persisted | {e for what, e in draining if what == "add"}
+                assert {k for k, v in disk.pending.items() if v is None} <= below
             for prefix in (CLOSING, EXPIRING):
                 assert disk.take_due(prefix, 10**6) == sorted(e for e in live if e[:1] == prefix)
         finally:
@@ -239,6 +258,7 @@ async def test_memory_holds_only_the_keys_touched_since_the_last_checkpoint(
         assert isinstance(records, DiskRecords)
         assert (records.cache, records.changed, owner.dirty) == ({}, set(), set())
         assert (owner.closing, owner.expiring, len(records)) == ([], [], 200)
+        assert owner.young == owner.young_expiring == []  # on disk now
         disk = owner.disk
         assert (disk.pending, disk.draining) == ({}, {})
         # Records that close no window (stream time stays): the owner reads and holds
@@ -246,5 +266,11 @@ async def test_memory_holds_only_the_keys_touched_since_the_last_checkpoint(
         await feed(driver, hits, [("u7", base + 50, [7]), ("new", base + 60, [8])])
         assert records.changed == set(records.cache) == {"u7", "new"}
         assert len(records) == 201
+        # (Their own windows closed already: only those just after them are to come.)
+        assert sorted((e[4], e[0] - e[1]) for e in owner.young) == [
+            ("new", SIZE + 1),
+            ("u7", SIZE + 1),
+        ]
         await driver.worker.checkpoint()
         assert (records.cache, disk.pending, disk.draining) == ({}, {}, {})
+        assert owner.young == owner.young_expiring == []

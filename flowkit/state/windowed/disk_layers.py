@@ -10,7 +10,10 @@ look at the layers first.
 A time order is the keys of one prefix: prefix + a time (8 bytes, big-endian and offset
 by 2**63, so they sort in time order) + what the entry stands for. The entries due first
 are the first keys of the prefix; those not on disk yet wait in a heap per layer, so
-taking the due entries reads the disk only when one there may be due.
+taking the due entries reads the disk only when one there may be due. Most entries are
+short-lived (a window's close entry is due within its size and grace): one added and
+taken, or dropped, before the next drain was in no other layer nor on disk, so it leaves
+no trace, no tombstone for the database to write and compact away.
 
 >>> entry = b"x" + at(10_000) + b'"a"'
 >>> entry_time(entry), entry[9:]
@@ -73,7 +76,16 @@ class LayeredDatabase:
     """One partition's database, its stamp, its layers of unwritten changes and its time
     orders (one per prefix of ``order_prefixes``)."""
 
-    __slots__ = ("db", "draining", "orders", "pending", "rocksdict", "stamp", "unflushed")
+    __slots__ = (
+        "born",
+        "db",
+        "draining",
+        "orders",
+        "pending",
+        "rocksdict",
+        "stamp",
+        "unflushed",
+    )
 
     order_prefixes: ClassVar[tuple[bytes, ...]] = ()
 
@@ -84,6 +96,9 @@ class LayeredDatabase:
         self.pending: dict[bytes, bytes | None] = {}
         self.draining: dict[bytes, bytes | None] = {}
         self.orders = {prefix: _Order(prefix) for prefix in self.order_prefixes}
+        # Entries of the orders added since the last drain that no other layer held then,
+        # nor the disk beyond an order's ``disk_from`` (``take_due`` checks the disk).
+        self.born: set[bytes] = set()
         self.unflushed = Unflushed()  # entries in the memtable (and the log) only
 
     @classmethod
@@ -133,8 +148,23 @@ class LayeredDatabase:
 
     def add_due(self, entry: bytes) -> None:
         """Add ``entry`` (a prefix of an order, a time, then what it stands for)."""
-        self.pending[entry] = b""
+        pending = self.pending
+        if entry not in pending and entry not in self.draining:
+            self.born.add(entry)
+        pending[entry] = b""
         heapq.heappush(self.orders[entry[:1]].pending, entry)
+
+    def drop_due(self, entry: bytes) -> None:
+        """Take ``entry`` out of its order (the heaps find it gone when they reach it)."""
+        pending = self.pending
+        if (
+            entry in self.born or (entry not in pending and entry not in self.draining)
+        ) and self.db.get(entry) is None:
+            # In no other layer, nor on disk: no trace to leave.
+            self.born.discard(entry)
+            pending.pop(entry, None)
+        else:
+            pending[entry] = None
 
     def take_due(self, prefix: bytes, before: int) -> list[bytes]:
         """Take out of the order ``prefix`` the live entries due before ``before``, in key
@@ -148,22 +178,34 @@ class LayeredDatabase:
         for h in heaps:
             while h and h[0] < limit:
                 due.append(heapq.heappop(h))
-        order.disk_due = _INF
-        for key in self.db.keys(from_key=order.disk_from):
-            if key >= limit or not key.startswith(prefix):
-                if key.startswith(prefix):
-                    order.disk_due = entry_time(key)
-                break
-            due.append(key)
-            order.disk_from = key
+        # Read the disk only when an entry there may be due: then every due entry on disk
+        # (from ``disk_from``) is in ``on_disk``.
+        on_disk: set[bytes] = set()
+        if order.disk_due < before:
+            order.disk_due = _INF
+            for key in self.db.keys(from_key=order.disk_from):
+                if key >= limit or not key.startswith(prefix):
+                    if key.startswith(prefix):
+                        order.disk_due = entry_time(key)
+                    break
+                on_disk.add(key)
+                order.disk_from = key
+            due.extend(on_disk)
         out: list[bytes] = []
+        pending, draining, born = self.pending, self.draining, self.born
         for entry in sorted(set(due)):
-            value = self.pending.get(entry, _MISSING)
+            value = pending.get(entry, _MISSING)
             if value is _MISSING:
-                value = self.draining.get(entry, _MISSING)
+                value = draining.get(entry, _MISSING)
+                if value is _MISSING and entry not in on_disk:
+                    continue  # dropped before it reached another layer
             if value is None:
                 continue  # taken, or deleted, since
-            self.pending[entry] = None
+            if entry in born and entry not in on_disk:
+                born.discard(entry)
+                del pending[entry]  # in no other layer, nor on disk: no trace to leave
+            else:
+                pending[entry] = None
             out.append(entry)
         return out
 
@@ -177,6 +219,7 @@ class LayeredDatabase:
             else:
                 self.draining = self.pending
             self.pending = {}
+        self.born.clear()
         for order in self.orders.values():
             if order.pending:
                 order.draining.extend(order.pending)

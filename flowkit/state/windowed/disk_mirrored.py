@@ -8,11 +8,13 @@ changelog keys that begin with ``disk_only``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import DecodeError
 from ...records import Message
+from ..databases import LOCK_TRIES
 from . import wire
 from .disk_layers import MIRROR, LayeredDatabase
 from .disk_partitions import PartitionDatabases
@@ -23,13 +25,14 @@ __all__ = ["MirroredStages"]
 class MirroredStages(PartitionDatabases):
     """A mixin for a two-stage windowed store on disk: ``disk_type`` opens a partition's
     database, ``source_type`` and ``owners_type`` apply stage 1's and the owners' records
-    in memory (the memory store's own methods), ``disk_only`` begins the changelog keys
-    the owners write to disk themselves. The store sets ``owners`` (with ``attach`` for
-    a partition's database) and the memory store's ``parts``."""
+    in memory (the memory store's own methods), ``disk_owners_type`` holds the owners on
+    disk (with ``attach`` for a partition's database), ``disk_only`` begins the changelog
+    keys the owners write to disk themselves. The memory store sets ``parts``."""
 
     disk_type: ClassVar[type[LayeredDatabase]]
     source_type: ClassVar[Any]
     owners_type: ClassVar[Any]
+    disk_owners_type: ClassVar[Any]
     disk_only: ClassVar[bytes]
     owners: Any
     parts: Any
@@ -40,6 +43,26 @@ class MirroredStages(PartitionDatabases):
     if TYPE_CHECKING:  # the memory store's
 
         def recovered(self, part: Any) -> None: ...
+
+    def __init__(
+        self,
+        table: Any,
+        now_ms: Callable[[], int],
+        *,
+        data_dir: Path,
+        broker: str,
+        lock_tries: int = LOCK_TRIES,
+    ) -> None:
+        super().__init__(table, now_ms)  # type: ignore[call-arg]  # the memory store's
+        self.owners = self.disk_owners_type(
+            self.owners.spec,
+            sources=table.partitions,
+            combine=table.combine,
+            name=table.name,
+            guard=self,
+            updates=table.emit_on == "update",
+        )
+        self.start_databases(data_dir, broker, lock_tries)
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Open these partitions' databases and load what is kept in memory."""

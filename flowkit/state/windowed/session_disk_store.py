@@ -15,11 +15,6 @@ the changelog with one log line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from ..databases import LOCK_TRIES
 from . import session_disk
 from .disk_mirrored import MirroredStages
 from .session_disk import SessionDisk
@@ -27,9 +22,6 @@ from .session_disk_owner import DiskSessionOwners
 from .session_owner import SessionOwners
 from .session_source import SessionSource
 from .session_store import SessionStore
-
-if TYPE_CHECKING:
-    from .session_table import SessionTable
 
 __all__ = ["DiskSessionStore"]
 
@@ -43,25 +35,7 @@ class DiskSessionStore(MirroredStages, SessionStore):
     disk_format = session_disk.FORMAT
     disk_type = SessionDisk
     source_type = SessionSource
+    disk_owners_type = DiskSessionOwners
+    owners: DiskSessionOwners
     owners_type = SessionOwners
     disk_only = _CLOSED_KEY
-
-    def __init__(
-        self,
-        table: SessionTable[Any, Any],
-        now_ms: Callable[[], int],
-        *,
-        data_dir: Path,
-        broker: str,
-        lock_tries: int = LOCK_TRIES,
-    ) -> None:
-        super().__init__(table, now_ms)
-        self.owners: DiskSessionOwners = DiskSessionOwners(
-            self.owners.spec,
-            sources=table.partitions,
-            combine=table.combine,
-            name=table.name,
-            guard=self,
-            updates=table.emit_on == "update",
-        )
-        self.start_databases(data_dir, broker, lock_tries)

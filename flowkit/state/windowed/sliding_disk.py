@@ -25,7 +25,7 @@ them, and ``c`` and ``x`` are time orders of the database (``disk_layers.py``).
 
 from __future__ import annotations
 
-from .disk_layers import MIRROR, LayeredDatabase, at, entry_time
+from .disk_layers import MIRROR, LayeredDatabase, at
 
 __all__ = [
     "CLOSING",
@@ -43,6 +43,7 @@ RECORDS = b"R"
 CLOSING = b"c"
 EXPIRING = b"x"
 COUNT = b"n"
+_OFFSET = 2**63  # of a time in an entry (``at``)
 
 FORMAT = 104
 """The stamp's format for a sliding table's database (a tumbling table's is 101, a session
@@ -51,7 +52,11 @@ table's 103: a table declared again with other windows does not read the other's
 
 def parse_closing(entry: bytes) -> tuple[int, int, bytes]:
     """(end, record time, key as JSON) of a close-order entry."""
-    return entry_time(entry), int.from_bytes(entry[9:17], "big") - 2**63, entry[17:]
+    return (
+        int.from_bytes(entry[1:9], "big") - _OFFSET,
+        int.from_bytes(entry[9:17], "big") - _OFFSET,
+        entry[17:],
+    )
 
 
 class SlidingDisk(LayeredDatabase):
@@ -61,7 +66,3 @@ class SlidingDisk(LayeredDatabase):
     __slots__ = ()
 
     order_prefixes = (CLOSING, EXPIRING)
-
-    def drop_due(self, entry: bytes) -> None:
-        """Take ``entry`` out of its order (the heaps find it gone when they reach it)."""
-        self.put(entry, None)

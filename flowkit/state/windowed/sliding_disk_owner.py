@@ -6,9 +6,12 @@ The rules are ``sliding_owner.py``'s, record for record: the windows a record ma
 they close, what they hold, when records leave. What stays in memory per owned partition
 is what the owner must keep hot: its sources' watermarks and sequence numbers, and the
 keys it read or changed since the last checkpoint (``DiskRecords``: each key's records,
-decoded once, written back once at the checkpoint if they changed). Closing the windows
-due reads the first keys of the close order, and each window's key; expiring reads the
-first keys of the expiry order.
+decoded once, written back once at the checkpoint if they changed), and the windows of
+the records added since then (``young``: a heap, as the memory store's, handed to the
+close order on disk at the checkpoint). Closing the windows due takes them from both:
+when a worker catches up, event time runs ahead of the checkpoints and most windows
+close young, never written; once it keeps up, they close from the disk. Expiring reads
+the first keys of the expiry order.
 
 Windows closing at the same time come out in the order of their record times, then keys
 (the memory store's: in the order their records arrived).
@@ -17,6 +20,7 @@ Windows closing at the same time come out in the order of their record times, th
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterator, MutableMapping
 from operator import itemgetter
 from typing import Any, cast
@@ -40,6 +44,7 @@ from .stages import INF, Emission
 __all__ = ["DiskRecords", "DiskSlidingOwner", "DiskSlidingOwners"]
 
 _TS = itemgetter(0)
+_ORDER = itemgetter(0, 1, 2)  # (end, record time, key as JSON): the disk's close order
 _MISSING: Any = object()
 _decode = wire.decode
 _encode = wire.encode
@@ -112,15 +117,32 @@ class DiskRecords(MutableMapping[Any, list[list[Any]]]):
 
 
 class DiskSlidingOwner(SlidingOwner):
-    """Stage-2 state of one owning partition: its records and orders on disk (its
-    ``closing`` and ``expiring`` stay empty)."""
+    """Stage-2 state of one owning partition: its records and orders on disk, but for
+    the windows of the records added since the last checkpoint (its ``closing`` and
+    ``expiring`` stay empty)."""
 
-    __slots__ = ("disk",)
+    __slots__ = ("disk", "young", "young_expiring")
 
     def __init__(self, sources: int, disk: SlidingDisk) -> None:
         super().__init__(sources)
         self.disk = disk
         self.records = DiskRecords(disk)
+        # (end, record time, key as JSON, n, key), a heap in the disk's close order: the
+        # windows of the records added since the last checkpoint, not on disk yet.
+        self.young: list[tuple[int, int, bytes, int, Any]] = []
+        # (when, key as JSON, n, key): the expiry entries added since then, likewise.
+        self.young_expiring: list[tuple[int, bytes, int, Any]] = []
+
+    def flush(self) -> None:
+        """Hand the records changed, and the young entries, to the disk's layers."""
+        disk = self.disk
+        for end, ts, kj, _, _ in self.young:
+            disk.add_due(CLOSING + at(end) + at(ts) + kj)
+        for when, kj, _, _ in self.young_expiring:
+            disk.add_due(EXPIRING + at(when) + kj)
+        self.young = []
+        self.young_expiring = []
+        cast(DiskRecords, self.records).flush()
 
 
 class DiskSlidingOwners(SlidingOwners):
@@ -140,12 +162,14 @@ class DiskSlidingOwners(SlidingOwners):
 
     def _insert(self, owner: SlidingOwner, key: Any, ts: int, amount: Any) -> None:
         records_of = _records(owner)
-        disk = _disk(owner)
+        held = cast(DiskSlidingOwner, owner)
         kj = _encode(key)
-        records = records_of.get(key)
+        records = records_of.cache.get(key, _MISSING)  # (read since the checkpoint)
+        if records is _MISSING:
+            records = records_of.get(key)
         if records is None:
             records = records_of[key] = []
-            disk.add_due(EXPIRING + at(ts + self.keep) + kj)
+            heapq.heappush(held.young_expiring, (ts + self.keep, kj, next(self._n), key))
         records_of.changed.add(key)
         owner.dirty.add((key, ts))
         if not records or records[-1][0] < ts:  # the common case: time moves forward
@@ -159,20 +183,32 @@ class DiskSlidingOwners(SlidingOwners):
         close_time = owner.close_time
         # Only windows still open: one that ends before the close time is never created.
         if ts >= close_time:
-            disk.add_due(CLOSING + at(ts) + at(ts) + kj)
+            heapq.heappush(held.young, (ts, ts, kj, next(self._n), key))
         end = ts + 1 + self.size
         if end >= close_time:
-            disk.add_due(CLOSING + at(end) + at(ts) + kj)
+            heapq.heappush(held.young, (end, ts, kj, next(self._n), key))
 
     def _close(self, owner: SlidingOwner, out: list[Emission]) -> None:
         close_time = owner.close_time
         disk = _disk(owner)
         records_of = _records(owner)
         size, combine = self.size, self.combine
-        for entry in disk.take_due(CLOSING, close_time):
-            end, ts, kj = parse_closing(entry)
-            key = wire.key_from_json(_decode(kj))
-            records = records_of.get(key)
+        cache = records_of.cache
+        young = cast(DiskSlidingOwner, owner).young
+        due: list[tuple[int, int, bytes, Any]] = []
+        while young and young[0][0] < close_time:
+            end, ts, kj, _, key = heapq.heappop(young)
+            due.append((end, ts, kj, key))
+        old = disk.take_due(CLOSING, close_time)
+        if old:
+            for entry in old:
+                end, ts, kj = parse_closing(entry)
+                due.append((end, ts, kj, wire.key_from_json(_decode(kj))))
+            due.sort(key=_ORDER)
+        for end, ts, _, key in due:
+            records = cache.get(key, _MISSING)  # (read since the checkpoint)
+            if records is _MISSING:
+                records = records_of.get(key)
             if not records:
                 continue
             if end == ts:  # the window ending at its record
@@ -184,9 +220,15 @@ class DiskSlidingOwners(SlidingOwners):
             out.append((key, Window(start, end), fold(records, start, end, combine)))
             self.closed_windows += 1
         keep = self.keep
+        young_expiring = cast(DiskSlidingOwner, owner).young_expiring
+        expired: list[tuple[bytes, Any]] = []
+        while young_expiring and young_expiring[0][0] < close_time:
+            _, kj, _, key = heapq.heappop(young_expiring)
+            expired.append((kj, key))
         for entry in disk.take_due(EXPIRING, close_time):
             kj = entry[9:]
-            key = wire.key_from_json(_decode(kj))
+            expired.append((kj, wire.key_from_json(_decode(kj))))
+        for kj, key in expired:
             records = records_of.get(key)
             if records is None:
                 continue
@@ -196,7 +238,7 @@ class DiskSlidingOwners(SlidingOwners):
                 del records[:gone]
                 records_of.changed.add(key)
             if records:
-                disk.add_due(EXPIRING + at(records[0][0] + keep) + kj)
+                heapq.heappush(young_expiring, (records[0][0] + keep, kj, next(self._n), key))
             else:
                 del records_of[key]
 

@@ -16,21 +16,13 @@ from the changelog with one log line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from ..databases import LOCK_TRIES
 from . import sliding_disk
 from .disk_mirrored import MirroredStages
 from .sliding_disk import SlidingDisk
-from .sliding_disk_owner import DiskRecords, DiskSlidingOwners
+from .sliding_disk_owner import DiskSlidingOwner, DiskSlidingOwners
 from .sliding_owner import SlidingOwners
 from .sliding_source import SlidingSource
 from .sliding_store import SlidingStore
-
-if TYPE_CHECKING:
-    from .sliding_table import SlidingTable
 
 __all__ = ["DiskSlidingStore"]
 
@@ -44,28 +36,10 @@ class DiskSlidingStore(MirroredStages, SlidingStore):
     disk_format = sliding_disk.FORMAT
     disk_type = SlidingDisk
     source_type = SlidingSource
+    disk_owners_type = DiskSlidingOwners
+    owners: DiskSlidingOwners
     owners_type = SlidingOwners
     disk_only = _RECORD_KEY
-
-    def __init__(
-        self,
-        table: SlidingTable[Any, Any],
-        now_ms: Callable[[], int],
-        *,
-        data_dir: Path,
-        broker: str,
-        lock_tries: int = LOCK_TRIES,
-    ) -> None:
-        super().__init__(table, now_ms)
-        self.owners: DiskSlidingOwners = DiskSlidingOwners(
-            self.owners.spec,
-            sources=table.partitions,
-            combine=table.combine,
-            name=table.name,
-            guard=self,
-            updates=table.emit_on == "update",
-        )
-        self.start_databases(data_dir, broker, lock_tries)
 
     def keys_held(self, partition: int) -> int:
         """Keys whose records owner partition ``partition`` holds here (for metrics:
@@ -76,9 +50,9 @@ class DiskSlidingStore(MirroredStages, SlidingStore):
     # -- the changelog --------------------------------------------------------------------
 
     def flush_owner(self, partition: int) -> None:
-        """Hand the owner's records changed since the last drain to the database's layers."""
+        """Hand the owner's records changed since the last drain, and the windows of the
+        records added since, to the database's layers."""
         owner = self.owners.owners.get(partition)
         if owner is not None:
-            records = owner.records
-            assert isinstance(records, DiskRecords)
-            records.flush()
+            assert isinstance(owner, DiskSlidingOwner)
+            owner.flush()
