@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowkit.state.windowed.sliding_owner import start_after, windows_of
@@ -34,6 +34,7 @@ def closes(times: list[int], size: int) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+@settings(deadline=None)  # a loaded machine is no failure
 @given(
     times=st.lists(st.integers(0, 40), min_size=1, max_size=12, unique=True).map(sorted),
     size=st.integers(0, 12),
