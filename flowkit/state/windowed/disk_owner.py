@@ -164,7 +164,7 @@ class DiskOwners(OwnersBase[DiskOwner]):
                 self.rejected.append((m, valueless()))
                 continue
             try:
-                kind, a, src, key, value = wire.decode_record(m.value, sources)
+                kind, a, src, key, value = wire.decode_record(m.value, sources, guard=guard)
                 if kind == "p":
                     at = disk.start(a)
             except DecodeError as exc:

@@ -83,7 +83,7 @@ class Owners(OwnersBase[Owner]):
                 self.rejected.append((m, valueless()))
                 continue
             try:
-                kind, a, src, key, value = wire.decode_record(m.value, sources)
+                kind, a, src, key, value = wire.decode_record(m.value, sources, guard=guard)
             except DecodeError as exc:
                 self.rejected.append((m, exc))  # the worker dead-letters it
                 continue

@@ -126,9 +126,13 @@ class SessionOwners(OwnersBase[SessionOwner]):
                 self.rejected.append((m, valueless()))
                 continue
             try:
-                kind, a, src, key, value = wire.decode_record(m.value, len(owner.source_wm))
+                kind, a, src, key, value = wire.decode_record(
+                    m.value, len(owner.source_wm), guard=guard
+                )
                 if kind == "p":
                     end, piece, wm = _piece(value, a)
+                    if guard is not None and end > guard.future_limit and not guard.admits(end):
+                        raise DecodeError(f"not a repartition record: {wire.too_far(guard, end)}")
             except DecodeError as exc:
                 self.rejected.append((m, exc))
                 continue

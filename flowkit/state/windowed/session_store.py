@@ -14,12 +14,20 @@ from ...windows import SessionSpec, Window
 from . import wire
 from .session_owner import SessionOwners
 from .session_source import SessionPart, SessionSource
-from .stages import TwoStages
+from .stages import NONE, TwoStages
 
 if TYPE_CHECKING:
     from .session_table import SessionTable
 
 __all__ = ["SessionStore"]
+
+# Sessions in a changelog value: [start, end, value] each (an owner's: [start, end, pieces]).
+_SESSIONS = wire.value_of(list[tuple[int, int, Any]])
+
+
+def _latest(sessions: list[tuple[int, int, Any]]) -> int:
+    # The latest time of sessions [start, end, ...]: one beyond max_future is refused.
+    return max((max(start, end) for start, end, _ in sessions), default=NONE)
 
 
 class SessionStore(TwoStages[SessionPart], SessionSource):
@@ -30,14 +38,15 @@ class SessionStore(TwoStages[SessionPart], SessionSource):
     # See session_source.py and session_owner.py.
     changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
         "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int])),
-        "S": wire.Shape(2, key=1, value=wire.value_of(list[tuple[int, int, Any]])),
+        "S": wire.Shape(2, key=1, value=_SESSIONS, latest=_latest),
         "O": wire.Shape(
             2,
             key=1,
             # pieces: [source, start, end, value], and 1 after for a running copy
             value=wire.value_of(list[tuple[int, int, list[list[Any]]]]),
+            latest=_latest,
         ),
-        "C": wire.Shape(2, key=1, value=wire.value_of(list[tuple[int, int, Any]])),
+        "C": wire.Shape(2, key=1, value=_SESSIONS, latest=_latest),
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
         "e": wire.Shape(1),
     }

@@ -196,7 +196,7 @@ class SlidingOwners(OwnersBase[SlidingOwner]):
                 self.rejected.append((m, valueless()))
                 continue
             try:
-                kind, ts, src, key, value = wire.decode_record(m.value, self.sources, _timed)
+                kind, ts, src, key, value = wire.decode_record(m.value, self.sources, _timed, guard)
                 if kind == "p":
                     amount, wm, seq = _record(value)
                 else:

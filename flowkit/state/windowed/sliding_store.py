@@ -30,7 +30,7 @@ class SlidingStore(TwoStages[SlidingPart], SlidingSource):
     changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
         "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int, int])),
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(tuple[int, int])),
-        "R": wire.Shape(3, ints=(2,), key=1, value=wire.value_of(tuple[Any])),
+        "R": wire.Shape(3, ints=(2,), key=1, value=wire.value_of(tuple[Any]), time=2),
         "e": wire.Shape(1),
     }
 

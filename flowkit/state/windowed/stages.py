@@ -449,7 +449,7 @@ class TwoStages(Sources[P]):
                 self.rejected.append((m, keyless()))
                 continue
             try:
-                kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources)
+                kind, parts, value = wire.decode_change(m.key, m.value, shapes, sources, self)
                 if kind in stage1:
                     self.apply_record(part, kind, parts, value)
                 else:

@@ -26,10 +26,10 @@ class WindowedStore(TwoStages[Part], Stage1):
     # See wire.py.
     changelog_shapes: ClassVar[Mapping[str, wire.Shape]] = {
         "w": wire.Shape(1, value=wire.value_of(tuple[int, int, int])),
-        "p": wire.Shape(3, ints=(1,), key=2),
-        "o": wire.Shape(4, ints=(1, 3), key=2, source=3),
+        "p": wire.Shape(3, ints=(1,), key=2, time=1),
+        "o": wire.Shape(4, ints=(1, 3), key=2, source=3, time=1),
         "s": wire.Shape(2, ints=(1,), source=1, value=wire.value_of(int)),
-        "c": wire.Shape(3, ints=(1,), key=2),
+        "c": wire.Shape(3, ints=(1,), key=2, time=1),
         "e": wire.Shape(1),
         "k": wire.Shape(1, value=wire.value_of(tuple[int, Any])),
     }

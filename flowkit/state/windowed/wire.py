@@ -20,6 +20,12 @@ Changelog keys (values are JSON; a None value deletes):
   step of the owner's close sent, written before the results go out: after a crash, the
   keys up to there that close again were emitted before (``DiskOwners.step``).
 
+A window that starts or ends (a sliding table's record: whose time is) more than
+``max_future`` ahead of the wall clock is no record the table wrote (its source refused
+the event time): ``decode_record`` and ``decode_change`` refuse it, given the table's
+``FutureGuard``, as they refuse a record of the wrong shape. Held, it would stay for good
+(it never closes).
+
 >>> decode(partial(10_000, 2, "camp", 5))
 ['p', 10000, 2, 'camp', 5]
 >>> key_from_json(["a", 1])
@@ -35,6 +41,7 @@ import msgspec
 
 from ...codecs import DECODE_FAILURES, decode_error_message
 from ...errors import DecodeError
+from ...streamtime import FutureGuard, utc
 
 __all__ = [
     "CURSOR_KEY",
@@ -52,6 +59,7 @@ __all__ = [
     "partial",
     "partial_key",
     "source_key",
+    "too_far",
     "value_of",
 ]
 
@@ -72,11 +80,15 @@ def record_decoder(low: int, high: int) -> Callable[[bytes], Any]:
 
 
 def decode_record(
-    data: bytes, sources: int, decode: Callable[[bytes], Any] = _record
+    data: bytes,
+    sources: int,
+    decode: Callable[[bytes], Any] = _record,
+    guard: FutureGuard | None = None,
 ) -> tuple[str, int, int, Any, Any]:
     """A repartition record, checked: anyone who may write the topic may write anything
     there, so a record that is not a partial or marker of ``sources`` source partitions
-    with a usable key raises ``DecodeError`` (the worker dead-letters it and goes on).
+    with a usable key, or a partial whose time is beyond ``guard`` (``too_far``), raises
+    ``DecodeError`` (the worker dead-letters it and goes on).
 
     >>> decode_record(partial(10_000, 1, ["a", 1], 5), sources=2)
     ('p', 10000, 1, ('a', 1), 5)
@@ -93,7 +105,23 @@ def decode_record(
         raise DecodeError(f"not a repartition record: {decode_error_message(exc)}") from None
     if not 0 <= source < sources:
         raise DecodeError(f"not a repartition record: source partition {source} of {sources}")
+    if guard is not None and a > guard.future_limit and kind == "p" and not guard.admits(a):
+        raise DecodeError(f"not a repartition record: {too_far(guard, a)}")
     return kind, a, source, key, value
+
+
+def too_far(guard: FutureGuard, ms: int) -> str:
+    """Why a window time ``ms`` beyond ``guard`` is refused.
+
+    >>> guard = FutureGuard(3_600_000, now_ms=lambda: 0, owner="table 'counts'")
+    >>> too_far(guard, 4_102_444_800_000)  # doctest: +NORMALIZE_WHITESPACE
+    "a window at 2100-01-01 00:00:00 UTC (4102444800000 ms), more than max_future=3600 s
+    ahead of the wall clock: table 'counts' holds none there"
+    """
+    return (
+        f"a window at {utc(ms)} UTC ({ms} ms), more than max_future="
+        f"{guard.max_future_ms / 1000:g} s ahead of the wall clock: {guard.owner} holds none there"
+    )
 
 
 WATERMARK_KEY = b'["w"]'
@@ -149,17 +177,25 @@ def value_of(kind: Any) -> Callable[[bytes], Any]:
 class Shape(NamedTuple):
     """What a changelog record of one kind must be: its key's length, which of the key's
     items are whole numbers, which one is a source partition (checked against their
-    count) and which a table key (checked to be one), and the decoder of its value."""
+    count), which a table key (checked to be one), the decoder of its value, and which
+    of the key's items is a window's start or a record's time, or how to find the latest
+    window time in the value (each checked against the guard: ``too_far``)."""
 
     length: int
     ints: tuple[int, ...] = ()
     source: int | None = None
     key: int | None = None
     value: Callable[[bytes], Any] = decode
+    time: int | None = None
+    latest: Callable[[Any], int] | None = None
 
 
 def decode_change(
-    key: bytes, value: bytes | None, shapes: Mapping[str, Shape], sources: int
+    key: bytes,
+    value: bytes | None,
+    shapes: Mapping[str, Shape],
+    sources: int,
+    guard: FutureGuard | None = None,
 ) -> tuple[str, list[Any], Any]:
     """A changelog record, checked: anyone who may write the topic may write anything
     there, and a record a table cannot hold must not stop its recovery (a worker that
@@ -183,10 +219,23 @@ def decode_change(
                 problem = f"{parts[0]!r} needs whole numbers at {list(shape.ints)}"
             elif shape.source is not None and not 0 <= parts[shape.source] < sources:
                 problem = f"source partition {parts[shape.source]} of {sources}"
+            elif (
+                shape.time is not None
+                and guard is not None
+                and parts[shape.time] > guard.future_limit
+                and not guard.admits(parts[shape.time])
+            ):
+                problem = too_far(guard, parts[shape.time])
             else:
                 if shape.key is not None:
                     hash(key_from_json(parts[shape.key]))  # a list in a list is no key
-                return parts[0], parts, None if value is None else shape.value(value)
+                decoded = None if value is None else shape.value(value)
+                if decoded is None or shape.latest is None or guard is None:
+                    return parts[0], parts, decoded
+                latest = shape.latest(decoded)
+                if latest <= guard.future_limit or guard.admits(latest):
+                    return parts[0], parts, decoded
+                problem = too_far(guard, latest)
         else:
             problem = f"no key of this table: {key[:60]!r}"
     except _REFUSED as exc:
