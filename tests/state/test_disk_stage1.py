@@ -83,6 +83,7 @@ class Run:
             closed = {k for k in self.sums if k[0] == src and k[1] + SIZE <= a}
             wrong = {k: (self.shipped.get(k), self.sums[k]) for k in closed}
             assert {k: v for k, v in wrong.items() if v[0] != v[1]} == {}, f"marker {a}"
+        self.store.sent()  # (the worker: once the drained records are sent)
 
     def drain(self, persist: bool) -> None:
         """A checkpoint's drain; the database written (``persist``) or not (a crash

@@ -164,8 +164,12 @@ class WindowedFlow:
                         await asyncio.sleep(0)
                 if store.late_out:
                     await table.deliver_late(store, self._send)
-                if chunked and store.deleting():
-                    self.close_soon.set()  # a window shipped whole: its keys go in steps
+                if chunked:
+                    # Sent (not only drained): a window whose last chunk went may leave
+                    # the changelog, a drain at a time; never ahead of its partials.
+                    store.sent()
+                    if store.deleting():
+                        self.close_soon.set()
 
     async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close (marked as

@@ -99,6 +99,7 @@ class DiskStage1(Stage1):
         self._combine = combine
         self._closing: deque[_Closing] = deque()
         self._deleting: deque[_Deleting] = deque()  # shipped whole, keys to delete
+        self._whole: list[_Deleting] = []  # shipped whole, the last chunk not sent yet
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -176,9 +177,10 @@ class DiskStage1(Stage1):
                 break  # the budget ran out
             closing.popleft()
             if not any(
-                w.number == window.number and w.start == window.start for w in self._deleting
+                w.number == window.number and w.start == window.start
+                for w in (*self._whole, *self._deleting)
             ):
-                self._deleting.append(_Deleting(window.number, window.start))
+                self._whole.append(_Deleting(window.number, window.start))
         waiting = {window.number for window in closing}
         for p, part in self.parts.items():
             if p not in waiting and self.announce(part):
@@ -237,6 +239,13 @@ class DiskStage1(Stage1):
             changed.clear()
 
     # -- the changelog --------------------------------------------------------------------
+
+    def sent(self) -> None:
+        """Everything drained from the outbox so far is sent: the windows it shipped
+        whole may leave the changelog (their tombstones go after those sends, which a
+        checkpoint acknowledges before it sends the changelogs)."""
+        self._deleting.extend(self._whole)
+        self._whole = []
 
     def deleting(self) -> bool:
         """True while keys of windows shipped whole are still to delete (a drain deletes
@@ -364,6 +373,7 @@ class DiskStage1(Stage1):
         ps = set(partitions)
         self._closing = deque(w for w in self._closing if w.number not in ps)
         self._deleting = deque(w for w in self._deleting if w.number not in ps)
+        self._whole = [w for w in self._whole if w.number not in ps]
         super().revoke(ps)
 
 
