@@ -8,11 +8,14 @@ Peak RSS and records a second of one worker on each store.
 
 The worker counts ``--windows`` consecutive 10 s windows (grace 0, closed windows readable
 for ``--expires`` seconds, by default one more window), each with every one of ``--keys``
-keys once, fed in chunks on the memory broker (committed input is trimmed),
-committing every second; then a record far ahead closes the rest. Every window's every
-key must come out once, with the count 1. The memory broker is in the worker's process:
-the changelog's records are dropped as they are written, and the partials a closing
-window ships count in its RSS until they are read and trimmed, on both stores.
+keys once, fed in chunks on the memory broker, committing every second; then a record
+far ahead closes the rest. Every window's every key must come out once, with the count 1.
+The memory broker is in the worker's process: the changelog's records are dropped as
+they are written, and the input and the partials a closing window ships leave it once
+committed (down to its retention of 10,000 records a partition), as on a Kafka broker,
+whose memory is not the worker's. ``--keep-consumed`` keeps them until the next append
+to their partition, as the broker itself does: then a window's partials count in the RSS
+on both stores. The keys are made a chunk at a time, as they are loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +88,16 @@ def one_a_partition() -> list[str]:
     return list(found.values())
 
 
+def chunks(n: int, windows: int, step: int) -> Iterator[tuple[int, list[str]]]:
+    """Each window's keys a chunk of ``step`` at a time, made as they are loaded (held
+    whole, the keys of every window would weigh more than a store's state), then the
+    records far ahead that close every window."""
+    for w in range(windows):
+        for start in range(0, n, step):
+            yield T0 + w * SIZE_MS, [f"user-{i:09d}" for i in range(start, min(n, start + step))]
+    yield T0 + 3_600_000, one_a_partition()
+
+
 def forget_changelog(broker: MemoryBroker, changelog: str) -> None:
     """The changelog's records are acknowledged and dropped as they come: Kafka keeps them
     on another machine, and in the worker's process they would outweigh its state."""
@@ -101,6 +115,18 @@ def forget_changelog(broker: MemoryBroker, changelog: str) -> None:
     broker.append_batch = append_and_forget  # type: ignore[method-assign]
 
 
+async def drop_consumed(broker: MemoryBroker, topics: list[str]) -> None:
+    """Records every group committed leave the broker (down to its retention) at once,
+    not at the next append: a Kafka broker holds them in another process, and here a
+    closing window's partials, read and committed, would weigh as much as its state."""
+    while True:
+        for topic in topics:
+            for p in range(broker.partition_count(topic) or 0):
+                tp = TopicPartition(topic, p)
+                broker._trim(tp, broker.log(tp))
+        await asyncio.sleep(0.05)
+
+
 async def count_windows(
     store: str,
     n: int,
@@ -108,6 +134,7 @@ async def count_windows(
     data_dir: Path,
     settle: float = 1.5,
     expires: float | None = None,
+    keep_consumed: bool = False,
 ) -> dict[str, float]:
     broker = MemoryBroker(retention_records=10_000)
     closed = [0, 0]  # keys of closed windows, and those whose count was not 1
@@ -120,12 +147,11 @@ async def count_windows(
     wall = cpu = 0.0
     records = 0
     async with worker:
-        batches = [
-            (T0 + w * SIZE_MS, [f"user-{i:09d}" for i in range(start, min(n, start + step))])
-            for w in range(windows)
-            for start in range(0, n, step)
-        ]
-        for t, keys in [*batches, (T0 + 3_600_000, one_a_partition())]:
+        if not keep_consumed:
+            dropping = asyncio.ensure_future(
+                drop_consumed(broker, ["wk-events", counts.repartition_topic])
+            )
+        for t, keys in chunks(n, windows, step):
             load(broker, keys, t)
             records += len(keys)
             started, started_cpu = time.perf_counter(), time.process_time()
@@ -139,6 +165,8 @@ async def count_windows(
         while closed[0] < n * windows and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await asyncio.sleep(settle)  # a checkpoint
+        if not keep_consumed:
+            dropping.cancel()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if closed[0] != n * windows or closed[1]:
         wrong = f"{closed[0]:,} keys closed of {n * windows:,}, {closed[1]:,} not 1"
@@ -146,10 +174,16 @@ async def count_windows(
     return {"seconds": wall, "cpu_seconds": cpu, "rss_mb": peak, "records": records}
 
 
-def measure(store: str, n: int, windows: int, expires: float | None) -> dict[str, float]:
+def measure(
+    store: str, n: int, windows: int, expires: float | None, keep_consumed: bool = False
+) -> dict[str, float]:
     configure_logging("warning")
     with tempfile.TemporaryDirectory() as data_dir:
-        return asyncio.run(count_windows(store, n, windows, Path(data_dir), expires=expires))
+        return asyncio.run(
+            count_windows(
+                store, n, windows, Path(data_dir), expires=expires, keep_consumed=keep_consumed
+            )
+        )
 
 
 def main() -> None:
@@ -160,10 +194,15 @@ def main() -> None:
         "--expires", type=float, help="seconds closed windows stay readable (default: 10)"
     )
     parser.add_argument("--store", help="one store (memory:// or rocksdb://), in this process")
+    parser.add_argument(
+        "--keep-consumed",
+        action="store_true",
+        help="the broker keeps committed records until its next append (as before 2026-12-02)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.store:
-        result = measure(args.store, args.keys, args.windows, args.expires)
+        result = measure(args.store, args.keys, args.windows, args.expires, args.keep_consumed)
         print(json.dumps(result) if args.json else result)
         return
     results = {}
@@ -172,6 +211,8 @@ def main() -> None:
         command += ["--windows", str(args.windows), "--store", store, "--json"]
         if args.expires is not None:
             command += ["--expires", str(args.expires)]
+        if args.keep_consumed:
+            command.append("--keep-consumed")
         out = subprocess.run(command, check=True, capture_output=True, text=True)
         r = results[store] = json.loads(out.stdout.splitlines()[-1])
         print(

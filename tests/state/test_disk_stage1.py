@@ -5,6 +5,9 @@ database and the changelog's tail, the database written or not).
 
 What an owner relies on is checked at every marker: each window the marker's watermark
 closed has come, for each of its keys, with the partial that is the sum of every add.
+A window shipped whole leaves the changelog and the disk in steps: no drain writes more
+than ``chunk`` of its tombstones, and after a crash the database holds exactly the
+changelog's partials (a step's tombstones are deleted from disk with it, not before).
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowkit
 from flowkit.records import Message
-from flowkit.state.windowed import wire
+from flowkit.state.windowed import disk, wire
 from flowkit.state.windowed.disk_stage1 import DiskStage1
 from flowkit.state.windowed.disk_store import DiskWindowedStore
 
@@ -79,19 +83,33 @@ class Run:
             closed = {k for k in self.sums if k[0] == src and k[1] + SIZE <= a}
             wrong = {k: (self.shipped.get(k), self.sums[k]) for k in closed}
             assert {k: v for k, v in wrong.items() if v[0] != v[1]} == {}, f"marker {a}"
+        self.store.sent()  # (the worker: once the drained records are sent)
 
     def drain(self, persist: bool) -> None:
         """A checkpoint's drain; the database written (``persist``) or not (a crash
-        before the write)."""
+        before the write). Stage 1 deletes at most ``chunk`` keys of the windows shipped
+        whole a drain (its only tombstones)."""
+        deleted = 0
         for p, key, value in self.store.drain_changes():
             self.changelog[p].append((key, value))
+            deleted += value is None and key.startswith(b'["p"')
+        assert deleted <= DiskStage1.chunk
         if persist:
             self.store.persist({p: len(log) for p, log in self.changelog.items()})
 
     def crash(self) -> None:
-        """The process dies after a drain: the store opens again from disk and tail."""
+        """The process dies after a drain: the store opens again from disk and tail,
+        and its database then holds the changelog's partials, no more, no fewer."""
         self.store.aclose()
         self.store = self.open()
+        for p in (0, 1):
+            live: dict[bytes, bytes | None] = {}
+            for key, value in self.changelog[p]:
+                if key.startswith(b'["p"'):
+                    _, start, k = msgspec.json.decode(key)
+                    live[disk.PARTIAL + disk.start(start) + wire.encode(k)] = value
+            want = {k for k, v in live.items() if v is not None}
+            assert {k for k, _ in self.store._disks[p].scan(disk.PARTIAL)} == want
 
     def finish(self) -> None:
         """Every window closes and ships; every partial is the sum of its adds."""
@@ -101,6 +119,8 @@ class Run:
             self.flush()
         assert self.shipped == self.sums
         self.drain(persist=True)
+        while self.store.deleting():
+            self.drain(persist=True)
         for p in (0, 1):  # every closed window left the disk and the changelog
             live: dict[bytes, bytes | None] = {}
             for key, value in self.changelog[p]:
@@ -119,7 +139,7 @@ ops = st.lists(
             st.integers(0, 40).map(lambda n: T0 + n * 1_000),
             st.integers(1, 3),
         ),
-        st.tuples(st.just("flush")),
+        st.tuples(st.just("flush"), st.booleans()),
         st.tuples(st.just("drain"), st.booleans()),
         st.tuples(st.just("crash"), st.booleans()),
     ),
@@ -146,6 +166,8 @@ def test_stage1_on_disk_ships_every_sum_before_its_marker(
                 run.add(*step[1:])
             elif step[0] == "flush":
                 run.flush()
+                while step[1] and run.store.shipping():  # every closing window shipped
+                    run.flush()
             elif step[0] == "drain":
                 run.drain(step[1])
             else:
@@ -168,3 +190,31 @@ def test_reads_fold_the_disk_and_the_changes(tmp_path: Path) -> None:
     assert run.store.windows(key) == {flowkit.Window(T0 - T0 % SIZE, T0 - T0 % SIZE + SIZE): 5}
     assert list(run.store) == [key]
     run.store.aclose()
+
+
+def test_a_crash_between_two_steps_of_a_deletion_leaves_the_changelogs_partials(
+    tmp_path: Path,
+) -> None:
+    # One chunk of tombstones a drain: after two of them (written to disk) and a crash,
+    # the database holds the other keys, as the changelog does, and they are shipped
+    # again and deleted.
+    run = Run(tmp_path)
+    old, DiskStage1.chunk = DiskStage1.chunk, 2
+    try:
+        p = run.store.table.partition_of("a")
+        keys = [k for k in "abcdefghijklmnop" if run.store.table.partition_of(k) == p][:6]
+        for key in keys:
+            run.add(p, key, T0 + 1, 1)
+        run.drain(persist=True)
+        run.store.set_wm(run.store.parts[p], T0 + 3 * SIZE)
+        while run.store.shipping():
+            run.flush()
+        run.drain(persist=True)
+        run.drain(persist=True)
+        assert run.store.deleting()
+        run.crash()  # checks the database against the changelog
+        assert run.store.shipping()
+        run.finish()
+    finally:
+        DiskStage1.chunk = old
+        run.store.aclose()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...checkpoint import OffsetTracker, PendingBatch
@@ -73,12 +73,22 @@ class Fetcher:
         state = self.state
         gate = self.gate
         while not stop.is_set():
-            batches = await consumer.getmany(timeout, max_records)
+            wait = timeout
+            if state.windowed:
+                if state.holding():
+                    await state.relieve()  # a checkpoint first writes what owners hold
+                if state.shipping():
+                    wait = 0.0  # the next chunk of a closing window goes out at once
+            batches = await consumer.getmany(wait, max_records)
             if gate is not None:
                 await gate.acquire()
             try:
                 if state.windowed and state.has_outbox():
-                    await state.flush_outbox()
+                    # A closing window's next chunk waits while the fetches come full:
+                    # the partials of the chunks before it are still to take.
+                    ship = not _full(batches, max_records)
+                    if ship or not state.shipping():
+                        await state.flush_outbox(ship=ship)
                 if not batches:
                     continue
                 self.dispatching = True
@@ -223,3 +233,7 @@ class Fetcher:
         while True:
             await clock.sleep(interval)
             self.state.tick(self.caught_up())
+
+
+def _full(batches: Mapping[TopicPartition, Sequence[Message]], max_records: int) -> bool:
+    return sum(len(messages) for messages in batches.values()) >= max_records

@@ -8,7 +8,8 @@ outbox of every windowed table is sent by one sender at a time, in the order it 
 are applied inline by the fetcher, and the windows they close are emitted there (marked as
 replayed when an earlier run closed them with the same records). A table whose owners
 close windows in steps (on disk) takes one step per checkpoint (``close_windows``), and
-``close_soon`` asks for the next checkpoint at once while steps remain.
+``close_soon`` asks for the next checkpoint at once while steps remain, or while owners
+hold a chunk of arriving partials (``relieve`` holds the fetcher back meanwhile).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from ...transports import Ack
 __all__ = ["Spawn", "WindowedFlow"]
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
+
+_RELIEF_POLL = 0.005  # seconds between two looks at whether the checkpoint came
+_RELIEF_TRIES = 200
 
 
 class WindowedFlow:
@@ -64,8 +68,26 @@ class WindowedFlow:
         return any(store.has_outbox() for store in self._windowed_stores()) or self.closing()
 
     def closing(self) -> bool:
-        """True while a table that closes windows in steps has a step to take."""
-        return any(self.stores[t].owners.closing() for t in self.stepwise)
+        """True while a table that closes windows in steps has a step to take: a window
+        to close or expire, or keys of windows shipped whole to delete."""
+        stores = self.stores
+        return any(stores[t].owners.closing() or stores[t].deleting() for t in self.stepwise)
+
+    def holding(self) -> bool:
+        """True while the owners of a table that closes windows in steps hold a chunk of
+        changes for the next checkpoint (``DiskOwners.holding``)."""
+        return any(self.stores[t].owners.holding() for t in self.stepwise)
+
+    async def relieve(self) -> None:
+        """Wait, at most about a second, while owners hold a chunk of changes: the next
+        checkpoint writes them. The fetcher calls this between two fetches, holding
+        nothing a checkpoint takes, so that the partials of a window shipped whole
+        arrive a chunk per checkpoint and never all into memory at once."""
+        for _ in range(_RELIEF_TRIES):
+            if not self.holding():
+                return
+            self.close_soon.set()
+            await asyncio.sleep(_RELIEF_POLL)
 
     async def close_windows(self) -> None:
         """One step of each owned partition's close, for the tables that close windows
@@ -106,14 +128,23 @@ class WindowedFlow:
         if self._outbox_task is not None:
             await asyncio.gather(self._outbox_task, return_exceptions=True)
 
-    async def flush_outbox(self) -> None:
+    def shipping(self) -> bool:
+        """True while a table on disk has partials of closing windows still to send."""
+        return any(self.stores[t].shipping() for t in self.stepwise)
+
+    async def flush_outbox(self, *, ship: bool = False) -> None:
         """Send windowed tables' partials and watermark markers to their owners, in the
-        order they were made. A store on disk gives a closing window's partials a chunk
-        at a time: the agents run between two chunks."""
+        order they were made. A store on disk sends a closing window's partials a chunk
+        at a time, only in the fetcher's flushes (``ship``), one chunk a fetch
+        (``shipping`` while more remain): the fetcher takes the partials that reach
+        owners here between two chunks, so that a window's partials never pile up in
+        flight faster than the owners take them."""
         async with self._outbox_lock:
             for table in self.windowed:
                 store = self.stores[table]
-                items = store.drain_outbox()
+                chunked = store.owners.stepwise
+                # (a closing window's partials: a chunk when shipping, else none)
+                items = store.drain_outbox(None if ship else 0) if chunked else store.drain_outbox()
                 while items:
                     sent = 0
                     try:
@@ -126,11 +157,19 @@ class WindowedFlow:
                         # source).
                         if sent < len(items):
                             store.requeue_outbox(items[sent:])
+                    if chunked:
+                        break
                     items = store.drain_outbox()
                     if items:
                         await asyncio.sleep(0)
                 if store.late_out:
                     await table.deliver_late(store, self._send)
+                if chunked:
+                    # Sent (not only drained): a window whose last chunk went may leave
+                    # the changelog, a drain at a time; never ahead of its partials.
+                    store.sent()
+                    if store.deleting():
+                        self.close_soon.set()
 
     async def receive_partials(self, tp: TopicPartition, messages: Sequence[Message]) -> None:
         """Apply partials arriving at their owner; emit the windows that close (marked as
@@ -166,8 +205,11 @@ class WindowedFlow:
         replayed: bool,
     ) -> None:
         emissions = store.receive(q, messages)
-        if store.owners.stepwise and store.owners.closing():
-            self.close_soon.set()  # the close goes in steps, at checkpoints
+        owners = store.owners
+        if owners.stepwise and (owners.closing() or owners.holding()):
+            # The close goes in steps, at checkpoints; partials arriving in a chunk's
+            # number go to the changelog and the disk at once, not held in memory.
+            self.close_soon.set()
         await self._dead_letter(table.name, store.owners.take_rejected())
         if store.owners.updates:
             updates = store.owners.take_updates()

@@ -349,6 +349,13 @@ class DiskOwners(OwnersBase[DiskOwner]):
             owner.expire_at.pop(start, None)
         self._changes.extend(step.changes)
 
+    def holding(self) -> bool:
+        """True when the changes waiting for the next checkpoint (partials that arrived,
+        a step's) are ``close_chunk`` or more: the worker asks for that checkpoint at
+        once, so that the partials of a window shipped whole reach the changelog and the
+        disk a chunk at a time, not all in the memory of one checkpoint interval."""
+        return len(self._changes) >= self.close_chunk
+
     def drain_changes_into(self, out: list[tuple[int, bytes, bytes | None]]) -> None:
         """Append stage 2's changelog records since the last drain to ``out``."""
         out.extend(self._changes)

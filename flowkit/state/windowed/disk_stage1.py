@@ -16,8 +16,12 @@ first those on disk, in key order (a key also in the change dict is folded with 
 the keys that are only in the change dict. The worker sends a chunk and lets the agents
 run before it asks for the next one. A source partition announces its watermark to the
 owners only once every window that watermark closed is shipped, so no owner closes a
-window before it has all of its partials. Once a window is shipped whole, the next drain
-writes its keys' tombstones to the changelog and deletes it from disk in one range delete.
+window before it has all of its partials. Once a window is shipped whole, its keys leave
+the changelog and the disk in steps too (``_Deleting``): each drain writes at most
+``chunk`` of their tombstones, and the worker asks for the next checkpoint at once while
+some remain (``deleting``). A crash in the middle leaves the window's other keys on disk
+and in the changelog: the window is recovered with them, its watermark closes it again,
+and they are shipped again (harmless, as below) and deleted.
 
 A drain in the middle of a window's shipping writes that window's remaining changes to
 disk and changelog as for an open window: a crash then recovers the window whole, and its
@@ -45,17 +49,33 @@ _encode = wire.encode
 
 class _Closing:
     """A closed window of one source partition, being shipped: its changes not yet on disk
-    (``changes``) and where on disk the shipping goes on (``resume``, a disk key;
+    (``changes``), the values a drain wrote that the shipping from disk had passed
+    already (``whole``: shipped from memory as they are, never folded again), and where
+    on disk the shipping goes on (``resume``, a disk key;
     ``on_disk``: False once every key on disk is shipped)."""
 
-    __slots__ = ("changes", "number", "on_disk", "resume", "start")
+    __slots__ = ("changes", "number", "on_disk", "resume", "start", "whole")
 
     def __init__(self, number: int, start: int, changes: dict[Any, Any]) -> None:
         self.number = number
         self.start = start
         self.changes = changes
+        self.whole: dict[Any, Any] = {}
         self.resume = PARTIAL + disk.start(start)
         self.on_disk = True
+
+
+class _Deleting:
+    """A window of one source partition shipped whole, its keys leaving the changelog and
+    the disk a drain's ``chunk`` at a time; ``resume``: the disk key the next step reads
+    from."""
+
+    __slots__ = ("group", "number", "resume", "start")
+
+    def __init__(self, number: int, start: int) -> None:
+        self.number = number
+        self.start = start
+        self.group = self.resume = PARTIAL + disk.start(start)
 
 
 class DiskStage1(Stage1):
@@ -63,8 +83,9 @@ class DiskStage1(Stage1):
     holds each open window's changes since the last drain (see the module's docstring)."""
 
     chunk = 10_000
-    """How many partials one ``drain_outbox`` ships of the windows closing: the most a
-    window's close holds in memory at once."""
+    """How many partials one ``drain_outbox`` ships of the windows closing, and how many
+    keys of windows shipped whole one drain deletes: the most a window's close holds in
+    memory at once."""
 
     _disks: dict[int, DiskPart]
     _combine: Callable[[Any, Any], Any]
@@ -77,7 +98,8 @@ class DiskStage1(Stage1):
         self._disks = disks
         self._combine = combine
         self._closing: deque[_Closing] = deque()
-        self._shipped_windows: list[tuple[int, int]] = []  # shipped whole since the drain
+        self._deleting: deque[_Deleting] = deque()  # shipped whole, keys to delete
+        self._whole: list[_Deleting] = []  # shipped whole, the last chunk not sent yet
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -105,9 +127,9 @@ class DiskStage1(Stage1):
         """Every key with a partial in an open window of a source partition held here."""
         keys: set[Any] = set()
         for p, part in self.parts.items():
-            for raw_key, _ in self._disks[p].scan(PARTIAL):
-                keys.add(wire.key_from_json(_decode(raw_key[9:])))
-            for window in part.partials.values():
+            for start, window in part.partials.items():
+                for raw_key, _ in self._disks[p].scan(PARTIAL + disk.start(start)):
+                    keys.add(wire.key_from_json(_decode(raw_key[9:])))
                 keys.update(window)
         return keys
 
@@ -131,25 +153,34 @@ class DiskStage1(Stage1):
             part.dirty.discard(start)
         part.next_end = next_end
 
+    def shipping(self) -> bool:
+        """True while partials of closing windows wait to be shipped (a chunk a drain)."""
+        return bool(self._closing)
+
     def has_outbox(self) -> bool:
         """True when partials of closing windows, records or markers wait to be sent."""
         return bool(self._closing) or super().has_outbox()
 
-    def drain_outbox(self) -> list[tuple[int, bytes | None, bytes]]:
-        """What to send next: the running updates, up to ``chunk`` partials of the
-        windows closing, then a marker from each partition whose watermark moved on and
-        whose closed windows are all shipped."""
+    def drain_outbox(self, budget: int | None = None) -> list[tuple[int, bytes | None, bytes]]:
+        """What to send next: the running updates, up to ``budget`` (by default
+        ``chunk``) partials of the windows closing, then a marker from each partition
+        whose watermark moved on and whose closed windows are all shipped."""
         if self.updates:
             self.ship_updates()
-        budget = self.chunk
+        if budget is None:
+            budget = self.chunk
         closing = self._closing
         while closing and budget > 0:
             window = closing[0]
             budget -= self._ship(window, budget)
-            if window.on_disk or window.changes:
+            if window.on_disk or window.changes or window.whole:
                 break  # the budget ran out
             closing.popleft()
-            self._shipped_windows.append((window.number, window.start))
+            if not any(
+                w.number == window.number and w.start == window.start
+                for w in (*self._whole, *self._deleting)
+            ):
+                self._whole.append(_Deleting(window.number, window.start))
         waiting = {window.number for window in closing}
         for p, part in self.parts.items():
             if p not in waiting and self.announce(part):
@@ -179,6 +210,11 @@ class DiskStage1(Stage1):
                 )
                 n += 1
             window.on_disk = False
+        whole = window.whole
+        while whole and n < budget:
+            key, value = whole.popitem()
+            outbox.append((partition_of(key), encode_key(key), wire.partial(start, p, key, value)))
+            n += 1
         while changes and n < budget:
             key, value = changes.popitem()
             outbox.append((partition_of(key), encode_key(key), wire.partial(start, p, key, value)))
@@ -204,31 +240,37 @@ class DiskStage1(Stage1):
 
     # -- the changelog --------------------------------------------------------------------
 
+    def sent(self) -> None:
+        """Everything drained from the outbox so far is sent: the windows it shipped
+        whole may leave the changelog (their tombstones go after those sends, which a
+        checkpoint acknowledges before it sends the changelogs)."""
+        self._deleting.extend(self._whole)
+        self._whole = []
+
+    def deleting(self) -> bool:
+        """True while keys of windows shipped whole are still to delete (a drain deletes
+        ``chunk`` of them)."""
+        return bool(self._deleting)
+
     def drain_changes_into(self, out: list[Change]) -> None:
         """Append stage 1's changelog records since the last drain to ``out``, and put
-        the same changes on disk: each changed key's new value, the tombstones of the
-        windows shipped whole (deleted from disk in one range delete), and the watermark."""
+        the same changes on disk: each changed key's new value, up to ``chunk``
+        tombstones of the windows shipped whole, and the watermark."""
         disks = self._disks
-        for p, start in self._shipped_windows:
-            part_disk = disks.get(p)
-            if part_disk is None:
-                continue
-            group = PARTIAL + disk.start(start)
-            head = b'["p",%d,' % start
-            for raw_key, _ in part_disk.scan(group):
-                out.append((p, head + raw_key[9:] + b"]", None))
-            part_disk.drop(group)
-        self._shipped_windows = []
+        if self._deleting:
+            self._delete(self.chunk, out)
         for window in self._closing:
             if window.changes:
                 part_disk = disks[window.number]
                 written = self._write(window.number, part_disk, window.start, window.changes, out)
-                # What the disk's shipping already passed ships from memory, whole.
-                window.changes = {
-                    key: value
+                # What the disk's shipping already passed ships from memory, whole; the
+                # rest, on disk now, ships from there.
+                window.whole.update(
+                    (key, value)
                     for key, (dk, value) in written.items()
                     if not window.on_disk or dk < window.resume
-                }
+                )
+                window.changes = {}
         for p, part in self.parts.items():
             part_disk = disks[p]
             partials = part.partials
@@ -240,6 +282,32 @@ class DiskStage1(Stage1):
             part.dirty.clear()
             part.forget_hot()
             self.log_watermark(part, out)
+
+    def _delete(self, budget: int, out: list[Change]) -> None:
+        # Up to ``budget`` keys of the windows shipped whole: their tombstones into
+        # ``out`` and onto disk; a window whose keys are all gone is dropped whole.
+        deleting = self._deleting
+        while deleting and budget > 0:
+            window = deleting[0]
+            p = window.number
+            part_disk = self._disks.get(p)
+            if part_disk is None:  # revoked meanwhile
+                deleting.popleft()
+                continue
+            head = b'["p",%d,' % window.start
+            last = b""
+            for raw_key, _ in part_disk.scan(window.group, window.resume):
+                if budget == 0:
+                    break
+                out.append((p, head + raw_key[9:] + b"]", None))
+                part_disk.put(raw_key, None)
+                last = raw_key
+                budget -= 1
+            else:
+                part_disk.drop(window.group)
+                deleting.popleft()
+                continue
+            window.resume = last + b"\x00"  # the next key after ``last``
 
     def _write(
         self, p: int, part_disk: DiskPart, start: int, changes: dict[Any, Any], out: list[Change]
@@ -310,7 +378,8 @@ class DiskStage1(Stage1):
         """Drop these partitions' state, and their windows still to ship."""
         ps = set(partitions)
         self._closing = deque(w for w in self._closing if w.number not in ps)
-        self._shipped_windows = [(p, s) for p, s in self._shipped_windows if p not in ps]
+        self._deleting = deque(w for w in self._deleting if w.number not in ps)
+        self._whole = [w for w in self._whole if w.number not in ps]
         super().revoke(ps)
 
 

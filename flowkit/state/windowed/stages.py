@@ -306,6 +306,11 @@ class OwnersBase(Generic[OP]):
         """True while an owned partition has a window to close in steps (``stepwise``)."""
         return False
 
+    def holding(self) -> bool:
+        """True when changes held for the next checkpoint call for it at once
+        (``stepwise``)."""
+        return False
+
     def owner_of(self, q: int) -> OP:
         """The state of owner partition ``q``."""
         owner = self.owners.get(q)
