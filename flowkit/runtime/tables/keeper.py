@@ -491,6 +491,8 @@ class StateKeeper(WindowedFlow):
                 drained.append((table.name, table.changelog_topic, changes))
                 self._ahead = True
         self._capture_snapshots()
+        if self.windowed:
+            self.drained.set()  # a fetcher waiting in ``relieve`` goes on
         return drained
 
     def _capture_snapshots(self) -> None:

@@ -15,6 +15,7 @@ hold a chunk of arriving partials (``relieve`` holds the fetcher back meanwhile)
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -27,8 +28,7 @@ __all__ = ["Spawn", "WindowedFlow"]
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
 
-_RELIEF_POLL = 0.005  # seconds between two looks at whether the checkpoint came
-_RELIEF_TRIES = 200
+_RELIEF_WAIT = 1.0  # seconds the fetcher waits at most for a checkpoint's drain
 
 
 class WindowedFlow:
@@ -47,6 +47,7 @@ class WindowedFlow:
         # set while a step is due, so that the checkpoint comes now, not at its interval.
         self.stepwise = [t for t in self.windowed if self.stores[t].owners.stepwise]
         self.close_soon = asyncio.Event()
+        self.drained = asyncio.Event()  # set by each drain of the changelogs (``relieve``)
         # One flush at a time: a marker sent ahead of the partials drained before it would
         # let an owner close a window without them (sends may suspend, on Kafka).
         self._outbox_lock = asyncio.Lock()
@@ -83,11 +84,17 @@ class WindowedFlow:
         checkpoint writes them. The fetcher calls this between two fetches, holding
         nothing a checkpoint takes, so that the partials of a window shipped whole
         arrive a chunk per checkpoint and never all into memory at once."""
-        for _ in range(_RELIEF_TRIES):
-            if not self.holding():
+        deadline = time.monotonic() + _RELIEF_WAIT
+        while self.holding():
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return
+            self.drained.clear()
             self.close_soon.set()
-            await asyncio.sleep(_RELIEF_POLL)
+            try:
+                await asyncio.wait_for(self.drained.wait(), left)
+            except TimeoutError:
+                return
 
     async def close_windows(self) -> None:
         """One step of each owned partition's close, for the tables that close windows
@@ -142,6 +149,7 @@ class WindowedFlow:
         async with self._outbox_lock:
             for table in self.windowed:
                 store = self.stores[table]
+                topic = table.repartition_topic  # one string, not one a partial
                 chunked = store.owners.stepwise
                 # (a closing window's partials: a chunk when shipping, else none)
                 items = store.drain_outbox(None if ship else 0) if chunked else store.drain_outbox()
@@ -149,7 +157,7 @@ class WindowedFlow:
                     sent = 0
                     try:
                         for q, key, value in items:
-                            await self._send(table.repartition_topic, value, key=key, partition=q)
+                            await self._send(topic, value, key=key, partition=q)
                             sent += 1
                     finally:
                         # Cancelled or failed midway: what was not sent goes back, first in
