@@ -73,6 +73,11 @@ RUN = Run(
     PARTITIONS,
     open_kinds=(b'["R",',),  # the owner keeps the records of open windows
     key_kinds=(b'["R",',),
+    known_leftover=(
+        "after the restart a user's record sometimes stays in the changelog although the"
+        " hits an hour ahead expired every window (a known bug, not yet found);"
+        " every other check of the run holds"
+    ),
 )
 
 
